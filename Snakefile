@@ -1,0 +1,20 @@
+# scalesweep: scaling sweeps of deep-learning training.
+# The stages live in workflow/rules/ (one file each); config/config.yaml is the default local sweep.
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/parse.smk"
+include: "workflow/rules/analyze.smk"
+include: "workflow/rules/plot.smk"
+
+
+rule all:
+    input:
+        "results/tidy/epochs.csv",
+        "results/tidy/runs.csv",
+        "results/tables/scaling.csv",
+        "results/figures",

@@ -1,0 +1,139 @@
+"""The sweep matrix: expansion, explicit exclusion rules, validation naming the key."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from scalesweep import launch, matrix
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def load_config(name="config.yaml"):
+    config = yaml.safe_load((REPO / "config" / name).read_text())
+    validate(config, str(SCHEMA))
+    return config
+
+
+@pytest.fixture
+def config():
+    return load_config()
+
+
+def test_default_sweep_is_both_frameworks_two_models_three_gpu_counts(config):
+    runs, excluded = matrix.plan(config)
+    combos = {(r["framework"], r["model"], r["gpus"]) for r in runs}
+    assert len(runs) == len(combos) == 12
+    assert {fw for fw, _, _ in combos} == {"tensorflow", "pytorch"}
+    assert {g for _, _, g in combos} == {1, 2, 4}
+    assert len(runs) + len(excluded) == 2 * 4 * 2 * 3
+
+
+def test_every_exclusion_names_its_rule(config):
+    _, excluded = matrix.plan(config)
+    rules = {reason.split(":")[0] for _, reason in excluded}
+    assert rules == {"model-framework", "dataset-format"}
+    run, reason = next(
+        (r, why) for r, why in excluded if r["framework"] == "tensorflow" and r["model"] == "vit_tiny"
+    )
+    assert reason == "model-framework: vit_tiny is not a tensorflow model"
+
+
+def test_tensorflow_beyond_one_node_is_excluded_with_the_reason(config):
+    config["matrix"]["gpus"] = [4, 8]
+    runs, excluded = matrix.plan(config)
+    assert all(r["gpus"] == 4 for r in runs if r["framework"] == "tensorflow")
+    assert any(r["gpus"] == 8 for r in runs if r["framework"] == "pytorch")
+    reasons = [
+        why
+        for r, why in excluded
+        if (r["framework"], r["model"], r["dataset"], r["gpus"]) == ("tensorflow", "cnn_small", "synth-cifar", 8)
+    ]
+    assert reasons and all(why.startswith("tensorflow-single-node") for why in reasons)
+
+
+def test_user_exclude_patterns_match_partially_and_accept_lists(config):
+    config["exclude"] = [{"framework": "pytorch", "gpus": [2, 4]}]
+    runs, excluded = matrix.plan(config)
+    assert {r["gpus"] for r in runs if r["framework"] == "pytorch"} == {1}
+    assert sum(why.startswith("exclude[0]") for _, why in excluded) == 4
+
+
+def test_extra_axes_multiply_the_runs_and_reach_the_settings(config):
+    config["matrix"]["repeat"] = [0, 1]
+    config["matrix"]["precision"] = ["fp32", "bf16"]
+    runs, _ = matrix.plan(config)
+    assert len(runs) == 12 * 4
+    run = next(r for r in runs if r["repeat"] == 1 and r["precision"] == "bf16")
+    settings = matrix.run_settings(run, config)
+    assert settings["precision"] == "bf16" and settings["repeat"] == 1
+    assert matrix.run_name(run, config).endswith("-r1-bf16")
+
+
+def test_unknown_model_names_the_key(config):
+    config["matrix"]["model"].append("resnet5")
+    with pytest.raises(matrix.ConfigError, match=r"matrix\.model\[4\].*resnet5"):
+        matrix.plan(config)
+
+
+def test_undefined_dataset_names_the_key(config):
+    config["matrix"]["dataset"] = ["imagenet"]
+    with pytest.raises(matrix.ConfigError, match=r"matrix\.dataset\[0\].*imagenet"):
+        matrix.plan(config)
+
+
+def test_missing_dataset_path_names_the_key(config, tmp_path):
+    config["datasets"]["real"] = {"format": "cifar10", "resolution": 128, "path": "no/such/dir"}
+    config["matrix"]["dataset"] = ["real"]
+    config["matrix"]["framework"] = ["tensorflow"]
+    with pytest.raises(matrix.ConfigError, match=r"datasets\.real\.path.*no/such/dir"):
+        matrix.plan(config, workdir=tmp_path)
+
+
+def test_gpus_spanning_partial_nodes_are_refused(config):
+    config["matrix"]["gpus"] = [1, 6]
+    with pytest.raises(matrix.ConfigError, match=r"matrix\.gpus\[1\]"):
+        matrix.plan(config)
+
+
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (lambda c: c["matrix"].update(gpus=[-1]), "gpus"),
+        (lambda c: c["matrix"].update(gpus=[1.5]), "gpus"),
+        (lambda c: c["matrix"].update(framework=["jax"]), "framework"),
+        (lambda c: c["matrix"].update(batchsize=[1]), "batchsize"),
+    ],
+)
+def test_schema_refuses_bad_values(config, edit, key):
+    raw = copy.deepcopy(config)
+    edit(raw)
+    with pytest.raises(Exception, match=key):
+        validate(raw, str(SCHEMA))
+
+
+def test_nodes_follow_gpus_per_node():
+    assert [matrix.nodes_for(g, 4) for g in (0, 1, 4, 8, 32)] == [1, 1, 1, 2, 8]
+
+
+def test_local_commands_use_torchrun_per_gpu_and_plain_python_for_cpu_baseline(config):
+    config["matrix"]["gpus"] = [0, 2]
+    runs, _ = matrix.plan(config)
+    by_key = {(r["framework"], r["model"], r["gpus"]): r for r in runs}
+    torch2 = launch.local_command(matrix.run_settings(by_key["pytorch", "vit_tiny", 2], config), "py")
+    torch0 = launch.local_command(matrix.run_settings(by_key["pytorch", "vit_tiny", 0], config), "py")
+    tf2 = launch.local_command(matrix.run_settings(by_key["tensorflow", "cnn_small", 2], config), "py")
+    assert torch2.startswith("py -m torch.distributed.run --standalone --nproc-per-node=2 scripts/train_torch.py")
+    assert torch0.startswith("py scripts/train_torch.py")
+    assert tf2.startswith("py scripts/train_tf.py --model cnn_small")
+    assert "--gpus 2" in tf2 and "--per-gpu-batch 32" in tf2
+
+
+def test_mn5_config_is_valid_and_plans_the_reference_sweep():
+    config = load_config("mn5.yaml")
+    runs, _ = matrix.plan(config, check_paths=False)
+    assert {r["framework"] for r in runs} == {"tensorflow", "pytorch"}

@@ -1,0 +1,99 @@
+# Config validation, the run matrix and every input/params function of the workflow.
+import sys
+
+import pandas as pd
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import Paramspace, min_version, validate
+
+min_version("9.0")
+
+# The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
+sys.path.insert(0, workflow.basedir)
+
+from scalesweep import launch, matrix  # noqa: E402
+
+validate(config, "../schemas/config.schema.yaml")
+
+try:
+    RUNS, EXCLUDED = matrix.plan(config)
+except matrix.ConfigError as error:
+    raise WorkflowError(f"{error} (config file: {', '.join(workflow.configfiles)})")
+
+# One folder level per axis (model~vit_tiny/dataset~synth-folder/gpus~2/...), below the
+# framework: the two trainers are separate rules with their own commands and resources.
+PARAMSPACE = Paramspace(pd.DataFrame(RUNS).drop(columns="framework"))
+RUN_PATTERN = PARAMSPACE.wildcard_pattern
+RUN_PATHS = [
+    f"{run['framework']}/{instance}"
+    for run, instance in zip(RUNS, PARAMSPACE.instance_patterns)
+]
+SETTINGS = {path: matrix.run_settings(run, config) for path, run in zip(RUN_PATHS, RUNS)}
+PYTHON = sys.executable
+
+
+wildcard_constraints:
+    **{axis: "[^/]+" for axis in PARAMSPACE.dataframe.columns},
+
+
+def run_path(framework, wildcards):
+    return f"{framework}/" + RUN_PATTERN.format(**dict(wildcards.items()))
+
+
+def settings_of(framework, wildcards):
+    return SETTINGS[run_path(framework, wildcards)]
+
+
+def run_log(path):
+    return f"results/runs/{path}/train.log"
+
+
+def failed_run_log(path):
+    return f"logs/train/{path}.log"
+
+
+def all_run_logs():
+    return [run_log(path) for path in RUN_PATHS]
+
+
+def run_configs():
+    """The axes of each run (plus its node count), in the order of all_run_logs()."""
+    return [{**run, "nodes": SETTINGS[path]["nodes"]} for run, path in zip(RUNS, RUN_PATHS)]
+
+
+def dataset_input(framework):
+    """A generated dataset is an input (so its rule runs first); a real one is only checked."""
+
+    def dataset_of(wildcards):
+        name = settings_of(framework, wildcards)["dataset"]
+        if config["datasets"][name].get("synthetic") is None:
+            return []
+        return matrix.dataset_path(name, config)
+
+    return dataset_of
+
+
+def trainer_command(framework):
+    def command_of(wildcards):
+        return launch.local_command(settings_of(framework, wildcards), python=PYTHON)
+
+    return command_of
+
+
+def synthetic_options(wildcards):
+    spec = config["datasets"][wildcards.dataset]["synthetic"]
+    return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in spec.items())
+
+
+def describe_exclusions():
+    by_rule = {}
+    for _, reason in EXCLUDED:
+        by_rule.setdefault(reason.split(":")[0], []).append(reason)
+    return "; ".join(f"{rule}: {len(reasons)}" for rule, reasons in sorted(by_rule.items()))
+
+
+if workflow.is_main_process:
+    print(
+        f"scalesweep: {len(RUNS)} configurations to run, {len(EXCLUDED)} combinations left out"
+        + (f" ({describe_exclusions()})" if EXCLUDED else ""),
+        file=sys.stderr,
+    )
