@@ -114,6 +114,14 @@ def check_references(config):
                 f"{gpus} GPUs span nodes but are not a multiple of "
                 f"cluster.gpus_per_node={gpus_per_node}",
             )
+    container = config["container"]
+    if container["runtime"] != "none":
+        for framework in matrix["framework"]:
+            if framework not in container["images"]:
+                raise ConfigError(
+                    f"container.images.{framework}",
+                    f"runtime is {container['runtime']} but no image is set for {framework}",
+                )
     for framework, overrides in config.get("models", {}).items():
         for model in overrides:
             if model not in MODELS[framework]:
@@ -166,6 +174,7 @@ def run_settings(run, config):
         "data_path": dataset_path(run["dataset"], config),
         "nodes": nodes_for(run["gpus"], gpus_per_node),
         "gpus_per_node": min(run["gpus"], gpus_per_node),
+        "cpus_per_task": config["cluster"]["cpus_per_gpu"] * max(1, min(run["gpus"], gpus_per_node)),
         "repeat": 0,
     }
     settings.update(run)

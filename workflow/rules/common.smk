@@ -10,7 +10,7 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep import launch, matrix  # noqa: E402
+from scalesweep import launch, matrix, preview  # noqa: E402
 
 validate(config, "../schemas/config.schema.yaml")
 
@@ -74,9 +74,27 @@ def dataset_input(framework):
 
 def trainer_command(framework):
     def command_of(wildcards):
-        return launch.local_command(settings_of(framework, wildcards), python=PYTHON)
+        settings = settings_of(framework, wildcards)
+        return launch.job_command(settings, config["container"], workflow.basedir, PYTHON)
 
     return command_of
+
+
+def slurm_resource(framework, name, default=None):
+    """One SLURM resource of a training job (the plugin reads them; local runs ignore them)."""
+
+    def resource_of(wildcards):
+        settings = settings_of(framework, wildcards)
+        return launch.slurm_resources(settings, config["cluster"]).get(name, default)
+
+    return resource_of
+
+
+def gpu_counts(multinode):
+    """A regex of the gpus wildcard values that need several nodes (or fit on one)."""
+    per_node = config["cluster"]["gpus_per_node"]
+    values = sorted({str(r["gpus"]) for r in RUNS if (r["gpus"] > per_node) == multinode})
+    return "|".join(values) or "(?!)"
 
 
 def synthetic_options(wildcards):
@@ -84,16 +102,5 @@ def synthetic_options(wildcards):
     return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in spec.items())
 
 
-def describe_exclusions():
-    by_rule = {}
-    for _, reason in EXCLUDED:
-        by_rule.setdefault(reason.split(":")[0], []).append(reason)
-    return "; ".join(f"{rule}: {len(reasons)}" for rule, reasons in sorted(by_rule.items()))
-
-
 if workflow.is_main_process:
-    print(
-        f"scalesweep: {len(RUNS)} configurations to run, {len(EXCLUDED)} combinations left out"
-        + (f" ({describe_exclusions()})" if EXCLUDED else ""),
-        file=sys.stderr,
-    )
+    print(preview.summary(RUNS, EXCLUDED, SETTINGS.values(), config), file=sys.stderr)

@@ -2,6 +2,9 @@
 # run's result only when the trainer succeeds, so a failed run leaves no result that looks
 # complete, keeps its log for diagnosis, and is the only thing a rerun repeats.
 # Local runs take every core: timings from jobs sharing a machine would mean nothing.
+# On SLURM the resources below shape each job (scalesweep/launch.py: slurm_resources).
+
+TRAIN_SHELL = "{params.command} > {log} 2>&1 && cp {log} {output}"
 
 
 rule train_tensorflow:
@@ -14,11 +17,18 @@ rule train_tensorflow:
     params:
         command=trainer_command("tensorflow"),
     threads: workflow.cores
+    resources:
+        nodes=slurm_resource("tensorflow", "nodes"),
+        gres=slurm_resource("tensorflow", "gres", ""),
+        cpus_per_task=slurm_resource("tensorflow", "cpus_per_task"),
+        tasks_per_gpu=slurm_resource("tensorflow", "tasks_per_gpu"),
+        runtime=slurm_resource("tensorflow", "runtime"),
+        slurm_extra=slurm_resource("tensorflow", "slurm_extra", ""),
     shell:
-        "{params.command} > {log} 2>&1 && cp {log} {output}"
+        TRAIN_SHELL
 
 
-rule train_pytorch:
+use rule train_tensorflow as train_pytorch with:
     input:
         data=dataset_input("pytorch"),
     output:
@@ -27,6 +37,28 @@ rule train_pytorch:
         f"logs/train/pytorch/{RUN_PATTERN}.log",
     params:
         command=trainer_command("pytorch"),
-    threads: workflow.cores
-    shell:
-        "{params.command} > {log} 2>&1 && cp {log} {output}"
+    wildcard_constraints:
+        gpus=gpu_counts(multinode=False),
+    resources:
+        nodes=slurm_resource("pytorch", "nodes"),
+        gres=slurm_resource("pytorch", "gres", ""),
+        cpus_per_task=slurm_resource("pytorch", "cpus_per_task"),
+        tasks_per_gpu=slurm_resource("pytorch", "tasks_per_gpu"),
+        runtime=slurm_resource("pytorch", "runtime"),
+        slurm_extra=slurm_resource("pytorch", "slurm_extra", ""),
+
+
+# A run across nodes is an `mpi` job for the slurm plugin: its shell runs in the batch step on
+# the first node and starts one torchrun per node itself (srun ... torchrun, see launch.py).
+use rule train_pytorch as train_pytorch_multinode with:
+    wildcard_constraints:
+        gpus=gpu_counts(multinode=True),
+    resources:
+        nodes=slurm_resource("pytorch", "nodes"),
+        gres=slurm_resource("pytorch", "gres", ""),
+        cpus_per_task=slurm_resource("pytorch", "cpus_per_task"),
+        tasks_per_gpu=slurm_resource("pytorch", "tasks_per_gpu"),
+        tasks=slurm_resource("pytorch", "tasks"),
+        runtime=slurm_resource("pytorch", "runtime"),
+        slurm_extra=slurm_resource("pytorch", "slurm_extra", ""),
+        mpi="srun",

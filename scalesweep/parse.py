@@ -1,0 +1,726 @@
+"""Training logs -> runs in one structure, whatever printed them.
+
+The format is detected from the text, never configured:
+
+- `scalesweep`: our `:::SCALESWEEP {json}` records (docs/records.md), human lines ignored;
+- `tf-reference-keras2` / `tf-keras3`: the reference TensorFlow script (REFERENCE.md §1), a
+  ` Model ResNet50 2 GPUs` header block then Keras `verbose=2` epoch lines; one file may hold
+  several runs (the reference ran 1/2/4 GPUs one after another in one job);
+- `ddp-reference`: the reference PyTorch DDP trainer's INFO lines (REFERENCE.md §2); its world
+  size is not in the log and comes from the caller or the file name;
+- `unknown`: no training lines at all, but a failure signature (a job killed at its time limit
+  before printing anything) - a failed run, not an unreadable log.
+
+Every run comes out as a `ParsedRun` keyed like docs/records.md. A run that did not finish is a
+run with status failed / oom / timeout and a one-line reason, never numbers that look valid.
+"""
+
+import json
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from scalesweep.catalog import MODELS
+
+RECORD_PREFIX = ":::SCALESWEEP"
+SCHEMA = 1
+STATUSES = ("ok", "failed", "oom", "timeout")
+FIRST_STEADY_EPOCH = 2
+UNFINISHED_CAUSES = "run killed, timed out or crashed?"
+TRUNCATED_REASON = f"log ends before the summary record ({UNFINISHED_CAUSES})"
+REASON_LIMIT = 300
+
+# Reference model names -> catalog names; the rest are matched case-insensitively, with the `v2`
+# suffix the reference script leaves out of its header (` Model ResNet50` is ResNet50V2).
+MODEL_ALIASES = {"pytorch": {"vit": "vit_h_14"}, "tensorflow": {}}
+
+
+class LogFormatError(ValueError):
+    """A log that cannot be read as any known format; the message names the source and line."""
+
+    def __init__(self, source, message, line=None):
+        where = str(source) if line is None else f"{source}:{line}"
+        super().__init__(f"{where}: {message}")
+        self.source = str(source)
+        self.line = line
+
+
+@dataclass
+class ParsedRun:
+    """One training run: keys of docs/records.md wherever the log holds the information.
+
+    `summary` is set for every parsed run: the log's own summary record, or one derived from the
+    log (`status` ok for a complete reference run, failed/oom/timeout for an unfinished one).
+    """
+
+    format: str
+    source: str
+    header: dict
+    epochs: list[dict]
+    summary: dict | None = None
+
+
+@dataclass
+class _Draft:
+    """A run being read, with the log lines that belong to it (for failure signatures)."""
+
+    header: dict = field(default_factory=dict)
+    epochs: list[dict] = field(default_factory=list)
+    summary: dict | None = None
+    lines: list[tuple[int, str]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def parse_file(path, world_size: int | None = None) -> list[ParsedRun]:
+    """Parse a log file; `world_size` is needed only for ddp-reference logs whose name lacks it."""
+    # Logs of crashed jobs can hold stray bytes (killed mid-write, binary progress output):
+    # replacing them keeps every readable line instead of losing the whole run.
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    return parse_log(text, source=str(path), world_size=world_size)
+
+
+def parse_log(text: str, source: str = "<string>", world_size: int | None = None) -> list[ParsedRun]:
+    """All runs in one log text, in the order they ran."""
+    if not text.strip():
+        raise LogFormatError(source, "empty log")
+    lines = list(enumerate(text.splitlines(), start=1))
+    fmt = detect_format(lines)
+    if fmt == "scalesweep":
+        return _parse_scalesweep(lines, source, world_size)
+    if fmt == "ddp-reference":
+        return [_parse_ddp(lines, source, world_size)]
+    if fmt in ("tf-reference-keras2", "tf-keras3"):
+        return _parse_keras(lines, source, fmt, world_size)
+    return [_unknown_format_run(lines, source)]
+
+
+def _unknown_format_run(lines, source) -> ParsedRun:
+    """A log with no training lines is still a run when it shows how the job died."""
+    failure = failure_from_signatures(lines)
+    if failure is None:
+        raise LogFormatError(
+            source,
+            "no known format (expected ':::SCALESWEEP {json}' records, the TensorFlow reference "
+            "header ' Model <name> <n> GPUs' with Keras epoch lines, or the PyTorch reference "
+            "'INFO - ### model_name' / '[EPOCH: n]' lines)",
+        )
+    status, reason = failure
+    return ParsedRun("unknown", source, {}, [], {"status": status, "reason": reason, "epochs": 0})
+
+
+def detect_format(lines) -> str | None:
+    """The format of numbered log lines, or None; our records win over anything printed beside them."""
+    if any(RECORD_PREFIX in line for _, line in lines):
+        return "scalesweep"
+    if any(_is_ddp_line(line) for _, line in lines):
+        return "ddp-reference"
+    if not any(_KERAS_HEADER_RE.match(line) or _KERAS_EPOCH_RE.match(line) for _, line in lines):
+        return None
+    # Keras 2 closes an epoch line with `- 9s/epoch - 712ms/step`; Keras 3 has no s/epoch field.
+    # A log cut before its first epoch line cannot tell: the reference script is the Keras 2 one.
+    progress = [_KERAS_PROGRESS_RE.search(line) for _, line in lines]
+    progress = [match for match in progress if match]
+    if progress and not any(_EPOCH_TIME_RE.search(match.group("rest")) for match in progress):
+        return "tf-keras3"
+    return "tf-reference-keras2"
+
+
+_GPUS_IN_NAME = (
+    re.compile(r"(?<![A-Za-z0-9])(\d+)[-_]?gpus?(?![A-Za-z])", re.IGNORECASE),  # vit_4gpus, 8gpu
+    re.compile(r"(?<![A-Za-z0-9])gpus?[-_=~]?(\d+)(?!\d)", re.IGNORECASE),  # gpus~2 (Paramspace)
+)
+_G_IN_NAME = re.compile(r"(?<![A-Za-z0-9])g(\d+)(?![A-Za-z0-9])", re.IGNORECASE)  # ddp-n2-g8
+
+
+def gpus_from_filename(name) -> int | None:
+    """GPU count written in a log's name (`vit_4gpus.log`, `ddp-n2-g8.out`, `run_g8_x`, `8gpu`).
+
+    The file name is read first; folder names only where they spell out `gpu(s)`, since a bare
+    `g4` folder may mean anything. None when nothing says.
+    """
+    path = Path(str(name))
+    for pattern in (*_GPUS_IN_NAME, _G_IN_NAME):
+        match = pattern.search(path.name)
+        if match:
+            return int(match.group(1))
+    for folder in reversed(path.parent.parts):
+        for pattern in _GPUS_IN_NAME:
+            match = pattern.search(folder)
+            if match:
+                return int(match.group(1))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Failure signatures (used when a log has no summary of its own)
+
+_OOM_RE = re.compile(
+    r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|ResourceExhaustedError"
+    r"|OOM when allocating|oom[-_]kill|\bMemoryError\b"
+)
+# TF's "Allocator (GPU_0_bfc) ran out of memory trying to allocate ... this is not a failure" is
+# a warning, so a bare "out of memory" is deliberately not a signature.
+_TIMEOUT_RE = re.compile(r"DUE TO TIME LIMIT")
+_NODE_FAIL_RE = re.compile(r"DUE TO NODE FAILURE")
+_CANCELLED_RE = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT")
+_LINE_PREFIX_RE = re.compile(
+    r"^(?:\d+: )?(?:\[rank\d+\]: ?)?(?:\[\d{1,2}/\d{1,2}/\d{4} [\d:]+(?: [AP]M)?\]\s*[A-Z]+\s*-\s?)?"
+)
+
+
+def failure_from_signatures(lines) -> tuple[str, str] | None:
+    """(status, one-line reason) from error lines in numbered log lines, or None.
+
+    Out of memory wins over the rest: a rank that ran out of memory can leave the others hanging
+    until the time limit, and the configuration is what does not fit.
+    """
+    checks = (
+        ("oom", _OOM_RE, ""),
+        ("timeout", _TIMEOUT_RE, ""),
+        ("failed", _NODE_FAIL_RE, "NODE_FAIL: "),
+        ("failed", _CANCELLED_RE, "cancelled: "),
+    )
+    for status, pattern, label in checks:
+        hits = [line for _, line in lines if pattern.search(line)]
+        if hits:
+            return status, one_line(label + _strip_line_prefix(hits[-1]))
+    return None
+
+
+def last_exception(lines) -> str | None:
+    """The exception line closing the last Python traceback in numbered log lines, or None."""
+    found, in_traceback = None, False
+    for _, raw in lines:
+        line = _strip_line_prefix(raw)
+        if line.startswith("Traceback (most recent call last)"):
+            in_traceback = True
+        elif in_traceback and line.strip() and not line[0].isspace():
+            found, in_traceback = line.strip(), False
+    return found
+
+
+def one_line(text: str, limit: int = REASON_LIMIT) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _strip_line_prefix(line: str) -> str:
+    """The message without srun `--label`, torchrun `[rankN]:` or logging prefixes."""
+    return line[_LINE_PREFIX_RE.match(line).end():]
+
+
+def _unfinished_summary(draft: _Draft, why: str) -> dict:
+    """Summary of a run whose log stops early: the failure signature if any, else `why`."""
+    failure = failure_from_signatures(draft.lines)
+    if failure is not None:
+        status, reason = failure
+    else:
+        status, reason = "failed", why
+        error = last_exception(draft.lines)
+        if error:
+            reason = f"{why}; last error: {error}"
+    return {"status": status, "reason": one_line(reason), "epochs": len(draft.epochs)}
+
+
+def _finished_summary(epochs: list[dict], **extra) -> dict:
+    seconds = [epoch["seconds"] for epoch in epochs if epoch.get("seconds") is not None]
+    return {
+        "status": "ok",
+        "reason": None,
+        "epochs": len(epochs),
+        "train_time_s": sum(seconds) if len(seconds) == len(epochs) else None,
+        **extra,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# scalesweep records
+
+
+def _parse_scalesweep(lines, source, world_size) -> list[ParsedRun]:
+    drafts: list[_Draft] = []
+    prelude: list[tuple[int, str]] = []
+    for number, line in lines:
+        position = line.find(RECORD_PREFIX)
+        if position < 0:
+            (drafts[-1].lines if drafts else prelude).append((number, line))
+            continue
+        record = _load_record(line[position + len(RECORD_PREFIX):], source, number)
+        kind = record.pop("record")
+        record.pop("schema")
+        if kind == "header":
+            drafts.append(_Draft(header=record, lines=[] if drafts else prelude))
+            continue
+        if kind not in ("epoch", "summary"):
+            continue  # a record kind added after schema 1's parser: not ours to judge
+        if not drafts:
+            raise LogFormatError(source, f"{kind} record before any header record", number)
+        _add_record(drafts[-1], kind, record, source, number)
+    if not drafts:
+        raise LogFormatError(source, "':::SCALESWEEP' records but no header record")
+    return [_finish_scalesweep(draft, source, world_size) for draft in drafts]
+
+
+def _load_record(payload: str, source, number) -> dict:
+    try:
+        record = json.loads(payload)
+    except json.JSONDecodeError as error:
+        raise LogFormatError(source, f"corrupt {RECORD_PREFIX} record: {error}", number) from None
+    if not isinstance(record, dict) or not isinstance(record.get("record"), str):
+        raise LogFormatError(
+            source, f"{RECORD_PREFIX} record is not an object with a 'record' kind", number
+        )
+    if record.get("schema") != SCHEMA:
+        raise LogFormatError(
+            source, f"record schema {record.get('schema')!r}, this parser reads schema {SCHEMA}", number
+        )
+    return record
+
+
+def _add_record(draft: _Draft, kind: str, record: dict, source, number) -> None:
+    if draft.summary is not None:
+        raise LogFormatError(source, f"{kind} record after the summary record", number)
+    if kind == "summary":
+        if record.get("status") not in STATUSES:
+            status = record.get("status")
+            message = f"summary status {status!r} is not one of {', '.join(STATUSES)}"
+            raise LogFormatError(source, message, number)
+        draft.summary = record
+        return
+    epoch = record.get("epoch")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+        message = f"epoch record needs a 1-based integer 'epoch', got {epoch!r}"
+        raise LogFormatError(source, message, number)
+    if any(seen["epoch"] == epoch for seen in draft.epochs):
+        raise LogFormatError(source, f"epoch {epoch} recorded twice in one run", number)
+    draft.epochs.append(record)
+
+
+def _finish_scalesweep(draft: _Draft, source, world_size) -> ParsedRun:
+    if world_size is not None:
+        draft.header.setdefault("world_size", world_size)
+    summary = draft.summary
+    if summary is None:
+        summary = _unfinished_summary(draft, TRUNCATED_REASON)
+    else:
+        asked = draft.header.get("epochs")
+        if summary["status"] == "ok" and isinstance(asked, int) and len(draft.epochs) < asked:
+            reason = f"summary says ok but only {len(draft.epochs)} of {asked} epoch records were logged"
+            summary = {**summary, "status": "failed", "reason": reason}
+    return ParsedRun("scalesweep", source, draft.header, draft.epochs, summary)
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorFlow reference script: header block + Keras verbose=2 epoch lines
+
+_KERAS_HEADER_RE = re.compile(r"^\s*Model\s+(?P<model>\S+)\s+(?P<gpus>\d+)\s+GPUs?\s*$")
+_KERAS_BATCH_RE = re.compile(r"^\s*Batch_size\s*:\s*(\d+)\s*$", re.IGNORECASE)
+_KERAS_REPLICAS_RE = re.compile(r"^\s*Num_replicas\s*:\s*(\d+)\s*$", re.IGNORECASE)
+_KERAS_EPOCH_RE = re.compile(r"^\s*Epoch\s+(\d+)\s*/\s*(\d+)\s*$")
+# `13/13 - 9s - <fields>`: Keras prints the elapsed time as whole seconds (`%.0fs`).
+_KERAS_PROGRESS_RE = re.compile(
+    r"(?:^|\s)(?P<step>\d+)/(?P<steps>\d+) - (?P<elapsed>\d+(?:\.\d+)?(?:s|ms|us)) *(?P<rest>(?:- .*)?)$"
+)
+_EPOCH_TIME_RE = re.compile(r"(?:^|- )\d+(?:\.\d+)?(?:s|ms|us)/epoch\b")
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(s|ms|us)(?:/(epoch|step|sample))?$")
+_UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+_KERAS_METRICS = {
+    "loss": "loss",
+    "accuracy": "accuracy",
+    "acc": "accuracy",
+    "val_loss": "val_loss",
+    "val_accuracy": "val_accuracy",
+    "val_acc": "val_accuracy",
+}
+
+
+def _parse_keras(lines, source, fmt, world_size) -> list[ParsedRun]:
+    drafts: list[_Draft] = []
+    prelude: list[tuple[int, str]] = []
+    pending_epoch = None  # the number of an `Epoch k/E` line still waiting for its progress line
+    for number, line in lines:
+        header = _KERAS_HEADER_RE.match(line)
+        if header:
+            drafts.append(_Draft(header=_keras_header(header), lines=[] if drafts else prelude))
+            pending_epoch = None
+            continue
+        (drafts[-1].lines if drafts else prelude).append((number, line))
+        if _KERAS_BATCH_RE.match(line) and drafts:
+            drafts[-1].header["global_batch"] = int(_KERAS_BATCH_RE.match(line).group(1))
+        elif _KERAS_REPLICAS_RE.match(line) and drafts:
+            drafts[-1].header["world_size"] = int(_KERAS_REPLICAS_RE.match(line).group(1))
+        elif _KERAS_EPOCH_RE.match(line):
+            if not drafts:  # epoch lines without the script's header: still a run, less known
+                drafts.append(_Draft(header={"framework": "tensorflow"}, lines=prelude))
+            pending_epoch = _keras_epoch_line(drafts[-1], _KERAS_EPOCH_RE.match(line), source, number)
+        elif _KERAS_PROGRESS_RE.search(line) and drafts:
+            draft = drafts[-1]
+            # Keras prints no `Epoch 1/1` line for a one-epoch fit; any other progress line with
+            # no epoch waiting is model.evaluate() output, not training.
+            first_of_one = pending_epoch is None and not draft.epochs and "epochs" not in draft.header
+            if pending_epoch is None and not first_of_one:
+                continue
+            if first_of_one:
+                draft.header["epochs"] = 1
+            draft.epochs.append(_keras_epoch(pending_epoch or 1, _KERAS_PROGRESS_RE.search(line)))
+            pending_epoch = None
+    return [_finish_keras(draft, source, fmt, world_size) for draft in drafts]
+
+
+def _keras_header(match) -> dict:
+    return {
+        "framework": "tensorflow",
+        "model": catalog_model(match.group("model"), "tensorflow"),
+        "gpus": int(match.group("gpus")),
+        "protocol": "epochs",
+    }
+
+
+def _keras_epoch_line(draft: _Draft, match, source, number) -> int:
+    epoch, asked = int(match.group(1)), int(match.group(2))
+    if any(seen["epoch"] == epoch for seen in draft.epochs):
+        message = f"'Epoch {epoch}/{asked}' appears twice in one run (one header block per run expected)"
+        raise LogFormatError(source, message, number)
+    draft.header.setdefault("epochs", asked)
+    return epoch
+
+
+def _keras_epoch(epoch: int, match) -> dict:
+    """An epoch from a Keras progress line; images and throughput are filled in by _finish_keras."""
+    steps = int(match.group("steps"))
+    fields = [token.strip() for token in match.group("rest")[1:].split(" - ") if token.strip()]
+    times = {}
+    metrics = {}
+    for token in fields:
+        duration = _DURATION_RE.match(token)
+        if duration and duration.group(3):
+            times[duration.group(3)] = _duration(duration)
+        elif ":" in token:
+            name, _, value = token.partition(":")
+            if name.strip() in _KERAS_METRICS:
+                metrics[_KERAS_METRICS[name.strip()]] = _number(value)
+    elapsed = _duration(_DURATION_RE.match(match.group("elapsed")))
+    return {
+        "epoch": epoch,
+        "steps": steps,
+        "images": None,
+        "seconds": _keras_epoch_seconds(elapsed, times, steps),
+        "throughput_img_s": None,
+        "loss": metrics.pop("loss", None),
+        "accuracy": metrics.pop("accuracy", None),
+        **metrics,
+    }
+
+
+def _duration(match) -> tuple[float, float]:
+    """(seconds, half the printed unit): Keras rounds every duration with `%.0f`."""
+    unit = _UNIT_SECONDS[match.group(2)]
+    return float(match.group(1)) * unit, 0.5 * unit
+
+
+def _keras_epoch_seconds(elapsed, times: dict, steps: int) -> float:
+    """The most precise epoch time a Keras line gives.
+
+    Keras 2 prints `9s/epoch - 712ms/step` where the step time is the epoch time divided by the
+    steps, so steps x 712 ms (+-6.5 ms for 13 steps) beats the whole-second epoch field. Keras 3's
+    step time leaves out the first step, so there only the elapsed seconds count.
+    """
+    candidates = [elapsed]
+    if "epoch" in times:
+        candidates.insert(0, times["epoch"])
+        if "step" in times:
+            seconds, resolution = times["step"]
+            candidates.insert(1, (seconds * steps, resolution * steps))
+    best = min(candidates, key=lambda candidate: candidate[1])
+    return round(best[0], 6)
+
+
+def _finish_keras(draft: _Draft, source, fmt, world_size) -> ParsedRun:
+    header = draft.header
+    if "world_size" not in header:
+        header["world_size"] = header.get("gpus", world_size)
+    global_batch, replicas = header.get("global_batch"), header.get("world_size")
+    if global_batch and replicas:
+        per_gpu, remainder = divmod(global_batch, replicas)
+        header["per_gpu_batch"] = per_gpu if remainder == 0 else global_batch / replicas
+    for epoch in draft.epochs:
+        steps = epoch.pop("steps")
+        # Keras counts the last, partial batch as a whole step: steps x global batch is an upper
+        # bound on the images seen (53,248 for CIFAR-10's 50,000 at 13 x 4096).
+        epoch["images"] = steps * global_batch if global_batch else None
+        epoch["throughput_img_s"] = _rate(epoch["images"], epoch["seconds"])
+    if draft.epochs and global_batch:
+        header["images_per_epoch"] = draft.epochs[0]["images"]
+    asked = header.get("epochs")
+    if asked is not None and len(draft.epochs) >= asked:
+        summary = _finished_summary(draft.epochs)
+    else:
+        why = f"log ends after {len(draft.epochs)} of {asked or '?'} epochs ({UNFINISHED_CAUSES})"
+        summary = _unfinished_summary(draft, why)
+    return ParsedRun(fmt, source, header, draft.epochs, summary)
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch DDP reference trainer: `[date] INFO - ` lines
+
+_DDP_PREFIX_RE = re.compile(
+    r"\[\d{1,2}/\d{1,2}/\d{4} \d{1,2}:\d{2}:\d{2}(?: ?[AP]M)?\]\s*"
+    r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\s*-\s?"
+)
+_DDP_ARG_RE = re.compile(r"^###\s*(?P<body>.+?)\s*$")
+_DDP_EPOCH_RE = re.compile(r"^\[EPOCH\s*:?\s*(\d+)\s*\]\s*(.*)$", re.IGNORECASE)
+_DDP_FINISHED_RE = re.compile(r"^Training finished", re.IGNORECASE)
+_DDP_TOTAL_TIME_RE = re.compile(r"^Complete training time\s*:?\s*(.+)$", re.IGNORECASE)
+_DDP_THROUGHPUT_RE = re.compile(r"^Training throughput\s*:?\s*([\d.]+)\s*imgs?/s", re.IGNORECASE)
+_DDP_MEMORY_RE = re.compile(r"^GPU memory reserved\s*:?\s*([\d.]+)\s*([KMGT]i?B)?", re.IGNORECASE)
+_DDP_EPOCH_FIELD_RE = re.compile(
+    r"^\s*(?P<name>[A-Za-z][A-Za-z _]*?)\s*:\s*(?P<value>[-+\d.eE]+|nan|inf)"
+)
+# The reference prints `Accuracy` on its validation line, so a bare accuracy is a validation one.
+_DDP_EPOCH_FIELDS = {
+    "training throughput": "throughput_img_s",
+    "train throughput": "throughput_img_s",
+    "validation throughput": "val_throughput_img_s",
+    "accuracy": "val_accuracy",
+    "validation accuracy": "val_accuracy",
+    "val accuracy": "val_accuracy",
+    "training accuracy": "accuracy",
+    "train accuracy": "accuracy",
+    "loss": "loss",
+    "training loss": "loss",
+    "train loss": "loss",
+    "validation loss": "val_loss",
+}
+_PRECISIONS = {"none": "fp32", "fp32": "fp32", "no": "fp32", "bf16": "bf16", "fp16": "fp16"}
+_MEMORY_UNITS_GB = {"KB": 1 / 1024**2, "KIB": 1 / 1024**2, "MB": 1 / 1024, "MIB": 1 / 1024}
+
+
+def _ddp_message(line: str) -> str:
+    prefix = _DDP_PREFIX_RE.search(line)
+    return (line[prefix.end():] if prefix else line).strip()
+
+
+def _is_ddp_line(line: str) -> bool:
+    message = _ddp_message(line)
+    return bool(re.match(r"^###\s*model_name\b", message) or _DDP_EPOCH_RE.match(message))
+
+
+def _parse_ddp(lines, source, world_size) -> ParsedRun:
+    world = world_size if world_size is not None else gpus_from_filename(source)
+    if world is None or world < 1:
+        raise LogFormatError(
+            source,
+            "ddp-reference logs do not state the world size: pass world_size (from the manifest "
+            "or the run's config) or name the file like vit_4gpus.log / ddp-n2-g8.out",
+        )
+    draft = _Draft(lines=list(lines))
+    args: dict = {}
+    epochs: dict[int, dict] = {}
+    final: dict = {}
+    for number, line in lines:
+        message = _ddp_message(line)
+        if _DDP_ARG_RE.match(message):
+            key, value = _split_key_value(_DDP_ARG_RE.match(message).group("body"))
+            args[key] = value
+        elif _DDP_EPOCH_RE.match(message):
+            match = _DDP_EPOCH_RE.match(message)
+            _add_ddp_epoch_fields(epochs, int(match.group(1)), match.group(2), source, number)
+        elif _DDP_FINISHED_RE.match(message):
+            final["finished"] = True
+        elif _DDP_TOTAL_TIME_RE.match(message):
+            final["total_time_s"] = parse_duration(_DDP_TOTAL_TIME_RE.match(message).group(1))
+        elif _DDP_THROUGHPUT_RE.match(message):
+            final["throughput_img_s"] = float(_DDP_THROUGHPUT_RE.match(message).group(1))
+        elif _DDP_MEMORY_RE.match(message):
+            match = _DDP_MEMORY_RE.match(message)
+            # The reference prints its own GB figure; kept as printed unless the unit says MB/KB.
+            to_gb = _MEMORY_UNITS_GB.get((match.group(2) or "").upper(), 1.0)
+            final["memory_gb"] = float(match.group(1)) * to_gb
+    draft.header = _ddp_header(args, world)
+    draft.epochs = _ddp_epochs(epochs, draft.header.get("images_per_epoch"))
+    return ParsedRun("ddp-reference", source, draft.header, draft.epochs, _ddp_summary(draft, final))
+
+
+def _split_key_value(body: str) -> tuple[str, str]:
+    """`model_name: vit` and `Total number of parameters 631021000` alike -> (key, value)."""
+    if ":" in body:
+        key, _, value = body.partition(":")
+    else:
+        key, _, value = body.rpartition(" ")
+    key = re.sub(r"\(.*?\)", "", key)
+    return re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_"), value.strip()
+
+
+def _add_ddp_epoch_fields(epochs: dict, epoch: int, body: str, source, number) -> None:
+    fields = {}
+    for part in body.split("|"):
+        match = _DDP_EPOCH_FIELD_RE.match(part)
+        name = " ".join(match.group("name").lower().split()) if match else None
+        if name in _DDP_EPOCH_FIELDS:
+            fields[_DDP_EPOCH_FIELDS[name]] = _number(match.group("value"))
+    entry = epochs.setdefault(epoch, {})
+    if "throughput_img_s" in fields and "throughput_img_s" in entry:
+        message = f"epoch {epoch} reports its training throughput twice (one run per file expected)"
+        raise LogFormatError(source, message, number)
+    entry.update(fields)
+
+
+def _ddp_header(args: dict, world: int) -> dict:
+    header = {
+        "framework": "pytorch",
+        "world_size": world,
+        "protocol": "epochs",
+        "reference_args": dict(args),
+    }
+    if "model_name" in args:
+        header["model"] = catalog_model(args["model_name"], "pytorch")
+    if "dataset" in args:
+        header["dataset"] = os.path.basename(args["dataset"].rstrip("/")) or args["dataset"]
+    renamed = (("batch_size", "per_gpu_batch"), ("num_epochs", "epochs"), ("resolution", "resolution"))
+    for key, target in renamed:
+        value = _integer(args.get(key))
+        if value is not None:
+            header[target] = value
+    if "per_gpu_batch" in header:
+        header["global_batch"] = header["per_gpu_batch"] * world
+    if "mixed_precision" in args:
+        header["precision"] = _PRECISIONS.get(args["mixed_precision"].lower(), args["mixed_precision"])
+    parameters = _integer(args.get("total_number_of_parameters"))
+    if parameters is not None:
+        header["parameters"] = parameters
+    samples = args.get("total_training_samples", "").replace(",", "")
+    counts = [int(number) for number in re.findall(r"\d+", samples)]
+    if counts:
+        # `Total training samples (batches)` counts one rank's share (the DistributedSampler's).
+        header["samples_per_rank"] = counts[0]
+        header["images_per_epoch"] = counts[0] * world
+        if len(counts) > 1:
+            header["batches_per_rank"] = counts[1]
+    return header
+
+
+def _ddp_epochs(epochs: dict, images_per_epoch) -> list[dict]:
+    """Epochs that finished training (reported a throughput), images = samples per rank x world."""
+    finished = []
+    for number in sorted(epochs):
+        entry = epochs[number]
+        if "throughput_img_s" not in entry:
+            continue
+        throughput = entry.pop("throughput_img_s")
+        seconds = images_per_epoch / throughput if images_per_epoch and throughput else None
+        finished.append(
+            {
+                "epoch": number,
+                "images": images_per_epoch,
+                "seconds": seconds,
+                "throughput_img_s": throughput,
+                "loss": entry.pop("loss", None),
+                "accuracy": entry.pop("accuracy", None),
+                **entry,
+            }
+        )
+    return finished
+
+
+def _ddp_summary(draft: _Draft, final: dict) -> dict:
+    done, asked = len(draft.epochs), draft.header.get("epochs")
+    if not final.get("finished"):
+        why = f"log ends before 'Training finished!' after {done} of {asked or '?'} epochs"
+        return _unfinished_summary(draft, f"{why} ({UNFINISHED_CAUSES})")
+    if asked is not None and done < asked:
+        return {
+            "status": "failed",
+            "reason": f"'Training finished!' but only {done} of {asked} epochs reported a throughput",
+            "epochs": done,
+        }
+    return _finished_summary(
+        draft.epochs,
+        total_time_s=final.get("total_time_s"),
+        throughput_img_s=final.get("throughput_img_s"),
+        memory_gb=final.get("memory_gb"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Small value helpers
+
+
+def catalog_model(name: str, framework: str) -> str:
+    """A reference log's model name as the catalog spells it (`ResNet50` -> `resnet50v2`)."""
+    lowered = name.strip().lower()
+    alias = MODEL_ALIASES.get(framework, {}).get(lowered)
+    if alias:
+        return alias
+    known = MODELS.get(framework, ())
+    for candidate in (lowered, lowered + "v2"):
+        if candidate in known:
+            return candidate
+    return lowered
+
+
+_DURATION_PART_RE = re.compile(
+    r"(\d+(?:\.\d+)?)\s*(h|hours?|min|minutes?|m|ms|us|s|sec|secs|seconds?)?\b", re.IGNORECASE
+)
+_DURATION_UNITS = {"h": 3600, "hour": 3600, "hours": 3600, "ms": 1e-3, "us": 1e-6}
+_DURATION_UNITS.update({"m": 60, "min": 60, "minute": 60, "minutes": 60})
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in `702 s`, `702.5s`, `11m 42s`, `1h 2m 3s`, `0:11:42` (a bare number is seconds)."""
+    text = text.strip()
+    clock = re.match(r"^(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$", text)
+    if clock:
+        hours, minutes, seconds = clock.groups()
+        return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    parts = _DURATION_PART_RE.findall(text)
+    if not parts:
+        return None
+    return sum(float(value) * _DURATION_UNITS.get(unit.lower(), 1.0) for value, unit in parts)
+
+
+def _number(text) -> float | None:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        return None
+
+
+def _integer(text) -> int | None:
+    if text is None:
+        return None
+    cleaned = str(text).strip().replace(",", "").replace("_", "")
+    return int(cleaned) if cleaned.isdigit() else None
+
+
+def _rate(images, seconds) -> float | None:
+    return images / seconds if images and seconds and seconds > 0 else None
+
+
+def main(argv=None) -> int:
+    """`python -m scalesweep.parse LOG... [--world-size N]`: one JSON object per run."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Parse training logs (format detected) into JSON runs.")
+    parser.add_argument("logs", nargs="+", help="log files")
+    parser.add_argument(
+        "--world-size", type=int, default=None, help="for ddp-reference logs whose name lacks it"
+    )
+    args = parser.parse_args(argv)
+    status = 0
+    for path in args.logs:
+        try:
+            for run in parse_file(path, world_size=args.world_size):
+                print(json.dumps(asdict(run)))
+        except (LogFormatError, OSError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

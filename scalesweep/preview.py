@@ -1,0 +1,33 @@
+"""The sweep summary printed before any job runs (`snakemake -n` shows it above the job list)."""
+
+from collections import Counter
+
+from scalesweep.launch import gpu_hours
+
+
+def exclusion_counts(excluded):
+    """How many combinations each exclusion rule left out, e.g. {"model-framework": 24}."""
+    return Counter(reason.split(":")[0] for _, reason in excluded)
+
+
+def job_shape(settings):
+    if settings["gpus"] == 0:
+        return "1 node x 0 GPUs (CPU baseline)"
+    gpus = settings["gpus_per_node"]
+    return f"{settings['nodes']} node{'s' if settings['nodes'] > 1 else ''} x {gpus} GPU{'s' if gpus > 1 else ''}"
+
+
+def summary(runs, excluded, all_settings, config):
+    all_settings = list(all_settings)
+    cluster = config["cluster"]
+    left_out = exclusion_counts(excluded)
+    shapes = Counter(job_shape(s) for s in all_settings)
+    total_gpus = sum(s["gpus"] for s in all_settings)
+    lines = [
+        f"scalesweep: {len(runs)} configurations to run, {len(excluded)} combinations left out"
+        + (" (" + ", ".join(f"{rule}: {n}" for rule, n in sorted(left_out.items())) + ")" if left_out else ""),
+        "  jobs per shape: " + ", ".join(f"{shape}: {n}" for shape, n in sorted(shapes.items())),
+        f"  GPUs in all: {total_gpus}; GPU-hours booked at the {cluster['time_limit_min']} min "
+        f"time limit: {sum(gpu_hours(s, cluster) for s in all_settings):.1f}",
+    ]
+    return "\n".join(lines)
