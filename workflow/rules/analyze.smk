@@ -1,7 +1,5 @@
 # Tidy runs -> scaling tables (speedup, efficiency, time to solution per group and GPU count).
-import pandas as pd
-
-from scalesweep import scaling
+from scalesweep import stages
 
 
 rule scaling_table:
@@ -9,6 +7,8 @@ rule scaling_table:
         "results/tidy/runs.csv",
     output:
         report("results/tables/scaling.csv", caption="../report/scaling.rst", category="Tables"),
+    log:
+        "logs/scaling_table.log",
     localrule: True
     run:
-        scaling.scaling_table(pd.read_csv(input[0])).to_csv(output[0], index=False)
+        stages.write_log(log[0], stages.scaling_csv(input[0], output[0]))

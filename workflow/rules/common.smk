@@ -1,8 +1,10 @@
 # Config validation, the run matrix and every input/params function of the workflow.
 import sys
+from pathlib import Path
 
 import pandas as pd
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import Paramspace, min_version, validate
 
 min_version("9.0")
@@ -28,7 +30,9 @@ RUN_PATHS = [
     for run, instance in zip(RUNS, PARAMSPACE.instance_patterns)
 ]
 SETTINGS = {path: matrix.run_settings(run, config) for path, run in zip(RUN_PATHS, RUNS)}
-PYTHON = sys.executable
+# With --sdm conda each rule's own environment provides `python`; otherwise the sweep's
+# interpreter runs everything (its absolute path also works on compute nodes sharing the file system).
+PYTHON = "python" if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method else sys.executable
 
 
 wildcard_constraints:
@@ -36,7 +40,7 @@ wildcard_constraints:
 
 
 def run_path(framework, wildcards):
-    return f"{framework}/" + RUN_PATTERN.format(**dict(wildcards.items()))
+    return "/".join([framework, RUN_PATTERN.format(**dict(wildcards.items()))])
 
 
 def settings_of(framework, wildcards):
@@ -49,6 +53,14 @@ def run_log(path):
 
 def failed_run_log(path):
     return f"logs/train/{path}.log"
+
+
+def best_log(path):
+    """The run's result if it finished, else the log a failed attempt left, else None."""
+    for candidate in (run_log(path), failed_run_log(path)):
+        if Path(candidate).exists():
+            return candidate
+    return None
 
 
 def all_run_logs():
@@ -104,3 +116,4 @@ def synthetic_options(wildcards):
 
 if workflow.is_main_process:
     print(preview.summary(RUNS, EXCLUDED, SETTINGS.values(), config), file=sys.stderr)
+

@@ -1,7 +1,5 @@
 # Scaling tables -> seaborn figures (PNG), per model and with all models combined.
-import pandas as pd
-
-from scalesweep import plots
+from scalesweep import stages
 
 
 rule figures:
@@ -14,6 +12,8 @@ rule figures:
             caption="../report/figures.rst",
             category="Figures",
         ),
+    log:
+        "logs/figures.log",
     localrule: True
     run:
-        plots.plot_scaling(pd.read_csv(input[0]), output[0])
+        stages.write_log(log[0], stages.figures(input[0], output[0]))

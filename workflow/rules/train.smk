@@ -17,6 +17,8 @@ rule train_tensorflow:
     params:
         command=trainer_command("tensorflow"),
     threads: workflow.cores
+    conda:
+        "../../envs/tensorflow.yaml"
     resources:
         nodes=slurm_resource("tensorflow", "nodes"),
         gres=slurm_resource("tensorflow", "gres", ""),
@@ -37,6 +39,8 @@ use rule train_tensorflow as train_pytorch with:
         f"logs/train/pytorch/{RUN_PATTERN}.log",
     params:
         command=trainer_command("pytorch"),
+    conda:
+        "../../envs/pytorch.yaml"
     wildcard_constraints:
         gpus=gpu_counts(multinode=False),
     resources:
