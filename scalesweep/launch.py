@@ -6,7 +6,7 @@ a sweep will run on a cluster are testable on a machine without SLURM or Apptain
 
 import shlex
 
-TRAINER_SCRIPTS = {"tensorflow": "scripts/train_tf.py", "pytorch": "scripts/train_torch.py"}
+TRAINER_SCRIPTS = {"tensorflow": "train_tf.py", "pytorch": "train_torch.py"}
 
 # torchrun's rendezvous port: offset by the job id so two jobs sharing a node don't collide.
 RENDEZVOUS_PORT = "$((29500 + SLURM_JOB_ID % 1000))"
@@ -40,15 +40,19 @@ def is_multinode(settings):
     return settings["nodes"] > 1
 
 
-def container_prefix(settings, container, workdir):
+def trainer_script(framework, repo):
+    return f"{repo}/scripts/{TRAINER_SCRIPTS[framework]}"
+
+
+def container_prefix(settings, container, repo, workdir):
     """`apptainer exec --nv --bind ... IMAGE`, or nothing when runs use the host's Python.
 
-    The repository and the dataset are bound so the trainer and its data are visible at the same
-    paths inside; --pwd keeps relative paths working.
+    The repository, the working directory and the dataset are bound so the trainer, its outputs
+    and its data are visible at the same paths inside; --pwd keeps relative paths working.
     """
     if container["runtime"] == "none":
         return []
-    binds = [workdir, settings["data_path"], *container["binds"]]
+    binds = [repo, workdir, settings["data_path"], *container["binds"]]
     return [
         container["runtime"], "exec", *container["args"],
         "--bind", ",".join(dict.fromkeys(binds)),
@@ -63,9 +67,9 @@ def python_for(container, host_python):
     return host_python if container["runtime"] == "none" else "python"
 
 
-def single_node_argv(settings, python):
+def single_node_argv(settings, python, repo):
     """One process for TensorFlow and the CPU baseline; torchrun with a process per GPU."""
-    script = TRAINER_SCRIPTS[settings["framework"]]
+    script = trainer_script(settings["framework"], repo)
     if settings["framework"] == "pytorch" and settings["gpus"] >= 1:
         launcher = [python, "-m", "torch.distributed.run", "--standalone",
                     f"--nproc-per-node={settings['gpus']}"]
@@ -74,7 +78,7 @@ def single_node_argv(settings, python):
     return launcher + [script] + trainer_args(settings)
 
 
-def multinode_torchrun_argv(settings, python):
+def multinode_torchrun_argv(settings, python, repo):
     """torchrun for one node of a multi-node run; $SLURM_NODEID and $MASTER_ADDR stay unexpanded
     for the per-node shell that srun starts."""
     return [
@@ -85,7 +89,7 @@ def multinode_torchrun_argv(settings, python):
         "--rdzv-id=$SLURM_JOB_ID",
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT",
-        TRAINER_SCRIPTS["pytorch"],
+        trainer_script("pytorch", repo),
         *trainer_args(settings),
     ]
 
@@ -99,16 +103,16 @@ def module_load(container):
     return f"module load {container['module']} && " if container.get("module") else ""
 
 
-def job_command(settings, container, workdir, host_python):
+def job_command(settings, container, repo, workdir, host_python):
     """The shell command of one training job, locally or inside a SLURM allocation."""
     python = python_for(container, host_python)
-    prefix = container_prefix(settings, container, workdir)
+    prefix = container_prefix(settings, container, repo, workdir)
     if not is_multinode(settings):
-        return module_load(container) + shlex.join(prefix + single_node_argv(settings, python))
-    return module_load(container) + multinode_command(settings, prefix, python)
+        return module_load(container) + shlex.join(prefix + single_node_argv(settings, python, repo))
+    return module_load(container) + multinode_command(settings, prefix, python, repo)
 
 
-def multinode_command(settings, prefix, python):
+def multinode_command(settings, prefix, python, repo):
     """srun outside the container starts one torchrun per node inside it; torchrun's c10d
     rendezvous sits on the allocation's first node.
 
@@ -116,7 +120,7 @@ def multinode_command(settings, prefix, python):
     an `mpi` rule's shell runs, so the node list is asked of squeue and srun gets every option.
     """
     nodes, gpus_per_node = settings["nodes"], settings["gpus_per_node"]
-    per_node = quote_keeping_variables(prefix + multinode_torchrun_argv(settings, python))
+    per_node = quote_keeping_variables(prefix + multinode_torchrun_argv(settings, python, repo))
     srun = [
         "srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
         f"--gres=gpu:{gpus_per_node}", f"--cpus-per-task={settings['cpus_per_task']}",
@@ -131,9 +135,9 @@ def multinode_command(settings, prefix, python):
     )
 
 
-def local_command(settings, python="python"):
+def local_command(settings, python="python", repo="."):
     """The command that trains one configuration on this machine (no SLURM, no container)."""
-    return shlex.join(single_node_argv(settings, python))
+    return shlex.join(single_node_argv(settings, python, repo))
 
 
 def slurm_resources(settings, cluster):

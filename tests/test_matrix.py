@@ -127,9 +127,9 @@ def test_local_commands_use_torchrun_per_gpu_and_plain_python_for_cpu_baseline(c
     torch2 = launch.local_command(matrix.run_settings(by_key["pytorch", "vit_tiny", 2], config), "py")
     torch0 = launch.local_command(matrix.run_settings(by_key["pytorch", "vit_tiny", 0], config), "py")
     tf2 = launch.local_command(matrix.run_settings(by_key["tensorflow", "cnn_small", 2], config), "py")
-    assert torch2.startswith("py -m torch.distributed.run --standalone --nproc-per-node=2 scripts/train_torch.py")
-    assert torch0.startswith("py scripts/train_torch.py")
-    assert tf2.startswith("py scripts/train_tf.py --model cnn_small")
+    assert torch2.startswith("py -m torch.distributed.run --standalone --nproc-per-node=2 ./scripts/train_torch.py")
+    assert torch0.startswith("py ./scripts/train_torch.py")
+    assert tf2.startswith("py ./scripts/train_tf.py --model cnn_small")
     assert "--gpus 2" in tf2 and "--per-gpu-batch 32" in tf2
 
 

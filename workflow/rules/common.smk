@@ -1,4 +1,5 @@
 # Config validation, the run matrix and every input/params function of the workflow.
+import os
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ RUN_PATHS = [
     f"{run['framework']}/{instance}"
     for run, instance in zip(RUNS, PARAMSPACE.instance_patterns)
 ]
+WORKDIR = os.getcwd()
 SETTINGS = {path: matrix.run_settings(run, config) for path, run in zip(RUN_PATHS, RUNS)}
 # With --sdm conda each rule's own environment provides `python`; otherwise the sweep's
 # interpreter runs everything (its absolute path also works on compute nodes sharing the file system).
@@ -87,7 +89,7 @@ def dataset_input(framework):
 def trainer_command(framework):
     def command_of(wildcards):
         settings = settings_of(framework, wildcards)
-        return launch.job_command(settings, config["container"], workflow.basedir, PYTHON)
+        return launch.job_command(settings, config["container"], workflow.basedir, WORKDIR, PYTHON)
 
     return command_of
 
@@ -107,6 +109,10 @@ def gpu_counts(multinode):
     per_node = config["cluster"]["gpus_per_node"]
     values = sorted({str(r["gpus"]) for r in RUNS if (r["gpus"] > per_node) == multinode})
     return "|".join(values) or "(?!)"
+
+
+def script(name):
+    return os.path.join(workflow.basedir, "scripts", name)
 
 
 def synthetic_options(wildcards):

@@ -9,10 +9,11 @@ rule make_synthetic_cifar:
     params:
         options=synthetic_options,
         python=PYTHON,
+        script=script("make_cifar.py"),
     conda:
         "../../envs/data.yaml"
     shell:
-        "{params.python} scripts/make_cifar.py --out {output} {params.options} > {log} 2>&1"
+        "{params.python} {params.script} --out {output} {params.options} > {log} 2>&1"
 
 
 rule make_synthetic_imagefolder:
@@ -23,7 +24,8 @@ rule make_synthetic_imagefolder:
     params:
         options=synthetic_options,
         python=PYTHON,
+        script=script("make_imagefolder.py"),
     conda:
         "../../envs/data.yaml"
     shell:
-        "{params.python} scripts/make_imagefolder.py --out {output} {params.options} > {log} 2>&1"
+        "{params.python} {params.script} --out {output} {params.options} > {log} 2>&1"

@@ -1,0 +1,229 @@
+"""Amdahl and Gustafson fits of the scaling series (REFERENCE.md §3).
+
+Three fits per group, kept apart because they answer different questions:
+- Amdahl on the throughput speedup thr(N)/thr(N_min) (strong scaling of the training rate),
+- Amdahl on the time-to-solution speedup (start-up, validation and I/O included),
+- Gustafson on the throughput speedup, read as a scaled speedup: every group holds the per-GPU
+  batch fixed, so the work per step grows with N.
+
+Fits use N' = N / N_min, where N_min is the group's baseline (the smallest GPU count with a usable
+ok run; the `fit_variable` column says "N/2" when it is not 1). Each fit is one parameter p in
+[0, 1], fitted by `scipy.optimize.curve_fit` on the per-GPU-count medians (the baseline's S = 1
+included) with relative residuals, and its standard error sqrt(diag(pcov)). That stderr treats the
+points as independent, but every speedup shares the baseline's measurement; with repeats, the
+bootstrap accounts for it: it resamples the ok runs within each GPU count (the baseline's too),
+rebuilds the speedups and refits; p_ci_low/p_ci_high are its 2.5/97.5 percentiles.
+
+fit_table is tidy: one row per group x (law, target). Predictions for the next two doublings beyond
+the largest fitted GPU count are columns pred_gpus_k, pred_speedup_k, pred_efficiency_pct_k
+(k = 1, 2); speedups there are relative to baseline_gpus, like the scaling table's.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import OptimizeWarning, curve_fit
+
+from scalesweep.scaling import (
+    is_usable,
+    check_runs,
+    iter_groups,
+    key_tuple,
+    scaling_table,
+    table_group_keys,
+)
+
+MIN_POINTS = 3
+N_DOUBLINGS = 2
+CI_PERCENTILES = (2.5, 97.5)
+
+
+def amdahl(n, p):
+    """Amdahl speedup for fixed work: 1 / ((1 - p) + p / N)."""
+    return 1.0 / ((1.0 - p) + p / np.asarray(n, dtype=float))
+
+
+def gustafson(n, p):
+    """Gustafson scaled speedup for work growing with N: (1 - p) + p N."""
+    return (1.0 - p) + p * np.asarray(n, dtype=float)
+
+
+LAWS = {"amdahl": amdahl, "gustafson": gustafson}
+
+
+@dataclass(frozen=True)
+class Target:
+    speedup_column: str  # in the scaling table
+    run_column: str  # per-run value in runs.csv, for the bootstrap
+    higher_is_better: bool  # throughput: S = x(N)/x(N_min); a time: S = x(N_min)/x(N)
+
+
+TARGETS = {
+    "throughput": Target("throughput_speedup", "throughput_img_s", True),
+    "time_to_solution": Target("tts_speedup", "total_time_s", False),
+}
+
+FITS = (("amdahl", "throughput"), ("amdahl", "time_to_solution"), ("gustafson", "throughput"))
+
+FIT_COLUMNS = (
+    "law", "target", "baseline_gpus", "fit_variable", "gpus_fitted", "n_points",
+    "p", "p_stderr", "p_ci_low", "p_ci_high", "n_bootstrap", "r2", "limit_speedup",
+    *(f"{name}_{k}" for k in range(1, N_DOUBLINGS + 1)
+      for name in ("pred_gpus", "pred_speedup", "pred_efficiency_pct")),
+    "note",
+)
+
+
+@dataclass(frozen=True)
+class LawFit:
+    p: float
+    p_stderr: float
+    r2: float
+
+
+def r_squared(observed, predicted) -> float:
+    """Coefficient of determination; NaN when the observations do not vary."""
+    observed, predicted = np.asarray(observed, float), np.asarray(predicted, float)
+    total = float(np.sum((observed - observed.mean()) ** 2))
+    if total == 0.0:
+        return math.nan
+    return 1.0 - float(np.sum((observed - predicted) ** 2)) / total
+
+
+def fit_law(law: str, scale, speedups) -> LawFit:
+    """Least-squares p in [0, 1] of `law` through (N', S) points."""
+    x, y = np.asarray(scale, float), np.asarray(speedups, float)
+    with warnings.catch_warnings():
+        # pcov is inf when p sits on a bound (e.g. super-linear data): stderr becomes NaN below.
+        warnings.simplefilter("ignore", OptimizeWarning)
+        # Timing noise is relative (a few % of the time at every N), so residuals are weighted
+        # by S itself; unweighted, the large-N points dominate and the stderr is too small.
+        popt, pcov = curve_fit(LAWS[law], x, y, p0=[0.5], bounds=(0.0, 1.0), sigma=y)
+    p = float(popt[0])
+    variance = float(pcov[0, 0])
+    stderr = math.sqrt(variance) if np.isfinite(variance) and variance >= 0 else math.nan
+    return LawFit(p, stderr, r_squared(y, LAWS[law](x, p)))
+
+
+def limit_speedup(law: str, p: float) -> float:
+    """Largest speedup the law allows: Amdahl 1/(1-p); Gustafson has none (inf) unless p = 0."""
+    if law == "amdahl":
+        return math.inf if p >= 1.0 else 1.0 / (1.0 - p)
+    return math.inf if p > 0.0 else 1.0
+
+
+def predicted_speedup(law: str, p: float, gpus, baseline_gpus: float):
+    """Speedup over `baseline_gpus` the fitted law predicts at `gpus` GPUs."""
+    return LAWS[law](np.asarray(gpus, float) / baseline_gpus, p)
+
+
+def bootstrap_interval(law: str, samples: dict, baseline_gpus: int, higher_is_better: bool,
+                       n_resamples: int, seed: int) -> tuple[float, float, int]:
+    """Percentile interval of p from resampling the runs within each GPU count.
+
+    `samples` maps GPU count -> the per-run values (throughput or time) of its ok runs. Each
+    resample takes the medians again, rebuilds the speedups against the resampled baseline and
+    refits. Returns (low, high, resamples that fitted).
+    """
+    rng = np.random.default_rng(seed)
+    counts = sorted(samples)
+    scale = np.array(counts, float) / baseline_gpus
+    ps = []
+    for _ in range(n_resamples):
+        medians = {g: np.median(rng.choice(samples[g], size=len(samples[g]))) for g in counts}
+        ratio = np.array([medians[g] / medians[baseline_gpus] for g in counts])
+        speedups = ratio if higher_is_better else 1.0 / ratio
+        try:
+            ps.append(fit_law(law, scale, speedups).p)
+        except (RuntimeError, ValueError):
+            continue
+    if not ps:
+        return math.nan, math.nan, 0
+    low, high = np.percentile(ps, CI_PERCENTILES)
+    return float(low), float(high), len(ps)
+
+
+def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0) -> pd.DataFrame:
+    """Amdahl/Gustafson fits per group, from a runs table (with bootstrap intervals when there
+    are repeats) or from a scaling table (no per-run data: no interval).
+
+    Columns: the group keys, then FIT_COLUMNS; one row per group x FITS entry.
+    """
+    if "status" in data.columns:
+        runs = check_runs(data)
+        scaling = scaling_table(runs)
+        keys = table_group_keys(scaling)
+        ok = runs[(runs["gpus"] >= 1) & (runs["status"] == "ok")]
+        runs_by_group = {key_tuple(v, keys): r for v, r in iter_groups(ok, keys)}
+    elif {"scale_factor", "throughput_speedup", "tts_speedup"} <= set(data.columns):
+        scaling, runs_by_group = data, None
+        keys = table_group_keys(scaling)
+    else:
+        raise ValueError("fit_table: expected a runs table (with 'status') or a scaling table "
+                         "(with 'scale_factor', 'throughput_speedup', 'tts_speedup')")
+    rows = []
+    for values, group in iter_groups(scaling, keys):
+        group_runs = None
+        if runs_by_group is not None:
+            group_runs = runs_by_group.get(key_tuple(values, keys), pd.DataFrame())
+        for law, target in FITS:
+            rows.append({**values, **_fit_row(law, target, group, group_runs, n_bootstrap, seed)})
+    return pd.DataFrame(rows, columns=[*keys, *FIT_COLUMNS])
+
+
+def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFrame | None,
+             n_bootstrap: int, seed: int) -> dict:
+    spec = TARGETS[target]
+    points = group[group[spec.speedup_column].map(is_usable)].sort_values("gpus")
+    baseline = group["baseline_gpus"].iloc[0]
+    row = {column: math.nan for column in FIT_COLUMNS}
+    row.update(law=law, target=target, baseline_gpus=baseline, n_points=len(points),
+               gpus_fitted=",".join(str(int(g)) for g in points["gpus"]), n_bootstrap=0)
+    notes = []
+    if pd.notna(baseline):
+        row["fit_variable"] = "N" if baseline == 1 else f"N/{int(baseline)}"
+        if baseline != 1:
+            notes.append(f"fitted on N' = N/{int(baseline)} (baseline N={int(baseline)}, not 1)")
+    if len(points) < MIN_POINTS:
+        notes.append(f"too few GPU counts to fit: {len(points)} with a usable {target} speedup, "
+                     f"need {MIN_POINTS}")
+        row["note"] = "; ".join(notes)
+        return row
+
+    fit = fit_law(law, points["scale_factor"], points[spec.speedup_column])
+    row.update(p=fit.p, p_stderr=fit.p_stderr, r2=fit.r2, limit_speedup=limit_speedup(law, fit.p))
+    largest = int(points["gpus"].max())
+    for k in range(1, N_DOUBLINGS + 1):
+        gpus = largest * 2 ** k
+        speedup = float(predicted_speedup(law, fit.p, gpus, baseline))
+        row[f"pred_gpus_{k}"] = gpus
+        row[f"pred_speedup_{k}"] = speedup
+        row[f"pred_efficiency_pct_{k}"] = speedup / (gpus / baseline) * 100.0
+
+    interval_note = _add_bootstrap(row, law, spec, points, group_runs, n_bootstrap, seed)
+    row["note"] = "; ".join(notes + ([interval_note] if interval_note else []))
+    return row
+
+
+def _add_bootstrap(row: dict, law: str, spec: Target, points: pd.DataFrame,
+                   group_runs: pd.DataFrame | None, n_bootstrap: int, seed: int) -> str | None:
+    """Fill p_ci_low/p_ci_high in place; return a note when no interval can be given."""
+    if group_runs is None:
+        return "fitted from a scaling table: no per-run data, no bootstrap interval"
+    if n_bootstrap <= 0:
+        return None
+    samples = {}
+    for gpus in points["gpus"].astype(int):
+        values = group_runs.loc[group_runs["gpus"] == gpus, spec.run_column]
+        samples[gpus] = values[values.map(is_usable)].to_numpy(float)
+    if max(len(v) for v in samples.values()) < 2:
+        return "one run per GPU count: no bootstrap interval"
+    low, high, fitted = bootstrap_interval(law, samples, int(row["baseline_gpus"]),
+                                           spec.higher_is_better, n_bootstrap, seed)
+    row.update(p_ci_low=low, p_ci_high=high, n_bootstrap=fitted)
+    return None

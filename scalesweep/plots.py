@@ -1,0 +1,382 @@
+"""Scaling figures: one tidy DataFrame in, one seaborn figure-level call per figure, PNGs out.
+
+`build_figures(scaling, fits)` makes every figure and returns them with the exact data each one
+plots (tests compare it with the table); `plot_scaling(scaling, outdir, fits)` writes them as PNG.
+Figures per metric come twice: `<metric>_by_model.png` (one panel per model, colour = the other
+varying configuration axes) and `<metric>_all.png` (every group in one panel). GPU counts sit on a
+log2 axis with the measured counts as ticks. A figure without data (e.g. no doubling for the
+marginal gain) is still written, with the reason in it, so a workflow's outputs always exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on clusters or here; must precede pyplot
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
+
+from scalesweep.fits import N_DOUBLINGS, predicted_speedup  # noqa: E402
+from scalesweep.scaling import (  # noqa: E402
+    NO_BASELINE_NOTE,
+    SCALING_COLUMNS,
+    SINGLE_COUNT_NOTE,
+    format_value,
+    table_group_keys,
+)
+
+GPUS_LABEL = "GPUs"
+PLAIN_KEYS = ("model", "framework", "dataset")  # shown as their value; other keys as key=value
+MEASURED, IDEAL = "measured", "ideal"
+DASHES = {MEASURED: "", IDEAL: (4, 2)}
+HEIGHT = 3.2
+COL_WRAP = 3
+GROUP_NOTE_MARKERS = (SINGLE_COUNT_NOTE, NO_BASELINE_NOTE, "baseline is N=")
+PLOT_VALUE_COLUMNS = (*SCALING_COLUMNS, "series", "label")  # plot_table adds the last two
+
+
+@dataclass
+class PlotFigure:
+    """One figure, with the tidy data it plots (`data`) and any fitted curves drawn on it."""
+
+    name: str
+    figure: matplotlib.figure.Figure
+    data: pd.DataFrame
+    grid: sns.FacetGrid | None = None
+    curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    note: str = ""
+
+
+# ----------------------------------------------------------------------------- data
+
+def series_labels(table: pd.DataFrame, keys: list[str], fallback: str = "model") -> pd.Series:
+    """Legend label per row from the given keys, e.g. "resnet50v2, per_gpu_batch=64"; the
+    `fallback` column's value when `keys` is empty."""
+    if not keys:
+        if fallback in table:
+            return table[fallback].map(format_value)
+        return pd.Series("all", table.index)
+
+    def label(row) -> str:
+        return ", ".join(format_value(row[k]) if k in PLAIN_KEYS
+                         else f"{k}={format_value(row[k])}" for k in keys)
+
+    return table.apply(label, axis=1).astype(str)
+
+
+def plot_table(scaling: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The scaling table with `model`, `series` (label within a model panel) and `label` (label
+    among all groups) columns, and the varying group keys the labels were built from."""
+    keys = table_group_keys(scaling)
+    varying = [k for k in keys if scaling[k].nunique(dropna=False) > 1]
+    data = scaling.copy()
+    if "model" not in data:
+        data["model"] = "all"
+    data["model"] = data["model"].map(format_value)
+    data["series"] = series_labels(data, [k for k in varying if k != "model"])
+    data["label"] = series_labels(data, varying)
+    data["gpus"] = data["gpus"].astype(int)
+    return data, varying
+
+
+def _palette(labels) -> dict:
+    ordered = sorted(pd.unique(pd.Series(labels, dtype=str)))
+    return dict(zip(ordered, sns.color_palette(n_colors=max(1, len(ordered)))))
+
+
+def _group_notes(data: pd.DataFrame) -> str:
+    """Group-level caveats (no scaling, baseline not 1) to print under a figure."""
+    lines = []
+    for label, notes in data.groupby("label", sort=True)["note"]:
+        for note in notes.dropna().astype(str):
+            for part in note.split("; "):
+                if part.startswith(GROUP_NOTE_MARKERS) and f"{label}: {part}" not in lines:
+                    lines.append(f"{label}: {part}")
+    if len(lines) > 4:
+        lines = lines[:4] + [f"... and {len(lines) - 4} more (see the note column)"]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- axes
+
+def _log2_gpus(axes, ticks) -> None:
+    """Log2 GPU axis with exactly `ticks` labelled. Scales first, ticks after: setting the scale
+    of one shared axis resets the locators of the others."""
+    axes = list(axes)
+    ticks = sorted({int(t) for t in ticks if t > 0})
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+    for ax in axes:
+        if ticks:
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            if len(ticks) == 1:
+                ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _finish(grid: sns.FacetGrid, ylabel: str, ticks, note: str, log2: bool = True) -> None:
+    if log2:
+        _log2_gpus(grid.axes.flat, ticks)
+    grid.set_axis_labels(GPUS_LABEL, ylabel)
+    if note:
+        grid.figure.text(0.01, 0.0, note, fontsize=7, va="top", ha="left")
+
+
+def _error_bars(ax, rows: pd.DataFrame, y: str, low: str, high: str, colors: dict,
+                hue: str) -> None:
+    """Min-max over the repeats, drawn only where a GPU count had more than one ok run."""
+    rows = rows[(rows["n_ok"] > 1) & rows[[y, low, high]].notna().all(axis=1)]
+    for label, part in rows.groupby(hue):
+        values = part[y].to_numpy(float)
+        below = values - part[low].to_numpy(float)
+        above = part[high].to_numpy(float) - values
+        ax.errorbar(part["gpus"].to_numpy(float), values, yerr=np.vstack([below, above]),
+                    fmt="none", ecolor=colors[label], capsize=3, lw=1)
+
+
+def _col_wrap(data: pd.DataFrame) -> int | None:
+    """Wrap model panels into rows only when there are more than fit in one."""
+    return COL_WRAP if data["model"].nunique() > COL_WRAP else None
+
+
+def _axes_by_panel(grid: sns.FacetGrid, by_model: bool) -> dict:
+    return dict(grid.axes_dict) if by_model else {None: grid.ax}
+
+
+def _panel_rows(data: pd.DataFrame, panel, by_model: bool) -> pd.DataFrame:
+    return data[data["model"] == panel] if by_model else data
+
+
+def _placeholder(name: str, message: str) -> PlotFigure:
+    figure, ax = plt.subplots(figsize=(5, 2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
+    return PlotFigure(name, figure, pd.DataFrame(), note=message)
+
+
+# ----------------------------------------------------------------------------- figures
+
+def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bool,
+                error: tuple[str, str] | None = None, ideal: str | None = None,
+                reference_y: float | None = None, note: str = "") -> PlotFigure:
+    """One metric against GPUs: per model (col=model, hue=series) or all groups (hue=label).
+
+    With `ideal`, that column is drawn dashed beside the measured one (long form: `kind`).
+    """
+    hue = "series" if by_model else "label"
+    columns = ["model", "series", "label", "gpus", "n_ok", y] + (list(error) if error else [])
+    rows = data[columns + ([ideal] if ideal else [])].dropna(subset=[y])
+    if rows.empty:
+        return _placeholder(name, f"no {ylabel} to plot (see the note column of the scaling table)")
+    long = rows.rename(columns={y: "value"}).assign(kind=MEASURED)
+    if ideal:
+        long = pd.concat([long, rows.drop(columns=[y]).rename(columns={ideal: "value"})
+                         .assign(kind=IDEAL)], ignore_index=True)
+    long = long[["model", "series", "label", "gpus", "n_ok", "kind", "value"]
+                + (list(error) if error else [])]
+    colors = _palette(data[hue])
+    styles = {"style": "kind", "dashes": DASHES, "markers": {MEASURED: "o", IDEAL: "X"}}
+    grid = sns.relplot(
+        data=long, x="gpus", y="value", hue=hue, palette=colors, kind="line", estimator=None,
+        **(styles if ideal else {"marker": "o"}),
+        col="model" if by_model else None, col_wrap=_col_wrap(data) if by_model else None,
+        height=HEIGHT, aspect=1.2, facet_kws={"sharey": False},
+    )
+    for panel, ax in _axes_by_panel(grid, by_model).items():
+        panel_rows = _panel_rows(rows, panel, by_model)
+        if error:
+            _error_bars(ax, panel_rows, y, error[0], error[1], colors, hue)
+        if reference_y is not None:
+            ax.axhline(reference_y, color="grey", lw=0.8, ls=":")
+    _finish(grid, ylabel, data["gpus"], note)
+    measured = long[long["kind"] == MEASURED].drop(columns="kind").reset_index(drop=True)
+    return PlotFigure(name, grid.figure, measured, grid=grid)
+
+
+def speedup_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bool,
+                   fits: pd.DataFrame | None, target: str, note: str) -> PlotFigure:
+    """Speedup with the ideal N/N_min and, when fits are given, the fitted Amdahl curve of
+    `target` drawn out to the fit's predicted GPU counts."""
+    result = line_figure(data, name, y, ylabel, by_model, ideal="scale_factor", note=note)
+    if fits is None or result.data.empty:
+        return result
+    curves = amdahl_curves(data, fits, target)
+    if curves.empty:
+        return result
+    hue = "series" if by_model else "label"
+    colors = _palette(data[hue])
+    for panel, ax in _axes_by_panel(result.grid, by_model).items():
+        for label, curve in _panel_rows(curves, panel, by_model).groupby(hue):
+            line = curve[curve["kind"] == "curve"]
+            ax.plot(line["gpus"], line["speedup"], color=colors[label], lw=1, ls="-.")
+            points = curve[curve["kind"] == "prediction"]
+            ax.plot(points["gpus"], points["speedup"], "o", mfc="none", color=colors[label])
+    predicted_gpus = curves.loc[curves["kind"] == "prediction", "gpus"]
+    _log2_gpus(result.grid.axes.flat, [*data["gpus"], *predicted_gpus])
+    result.grid.figure.text(
+        0.01, 1.0, f"dash-dot: Amdahl fit on the {target.replace('_', ' ')} speedup; "
+        "open circles: its predictions at the next two doublings", fontsize=7, va="bottom")
+    result.curves = curves
+    return result
+
+
+CURVE_COLUMNS = ("model", "series", "label", "kind", "gpus", "speedup")
+
+
+def amdahl_curves(data: pd.DataFrame, fits: pd.DataFrame, target: str) -> pd.DataFrame:
+    """Fitted Amdahl speedups of `target` per group: a dense `curve` from the baseline to the
+    last predicted GPU count, and the fit table's own `prediction` points, with the plot's
+    labels. Fits are matched to the plotted groups on the group keys both tables share."""
+    keys = [k for k in table_group_keys(data, PLOT_VALUE_COLUMNS) if k in fits.columns]
+    chosen = fits[(fits["law"] == "amdahl") & (fits["target"] == target) & fits["p"].notna()]
+    labels = data[list(dict.fromkeys([*keys, "model", "series", "label"]))]
+    labels = labels.drop_duplicates(subset=keys or None)
+    if keys:
+        chosen = chosen.merge(labels, on=keys, how="inner", suffixes=("_fit", ""))
+    elif len(chosen):
+        chosen = chosen.assign(**labels.iloc[0][["model", "series", "label"]].to_dict())
+    pieces = []
+    for _, fit in chosen.iterrows():
+        predicted = [fit[f"pred_gpus_{k}"] for k in range(1, N_DOUBLINGS + 1)]
+        for kind, gpus in (("curve", np.geomspace(fit["baseline_gpus"], max(predicted), 60)),
+                           ("prediction", np.array(predicted, float))):
+            pieces.append(pd.DataFrame({
+                "model": fit["model"], "series": fit["series"], "label": fit["label"],
+                "kind": kind, "gpus": gpus,
+                "speedup": predicted_speedup("amdahl", fit["p"], gpus, fit["baseline_gpus"]),
+            }))
+    if not pieces:
+        return pd.DataFrame(columns=CURVE_COLUMNS)
+    return pd.concat(pieces, ignore_index=True)
+
+
+def marginal_gain_figure(data: pd.DataFrame, note: str) -> PlotFigure:
+    """Bars: throughput gained by each doubling, in % of the throughput before it."""
+    name = "marginal_gain"
+    rows = data[["model", "series", "gpus", "marginal_gain_pct", "marginal_gain_img_s"]].dropna()
+    if rows.empty:
+        return _placeholder(name, "no doubling of the GPU count with throughput on both sides: "
+                                  "no marginal gain")
+    grid = sns.catplot(data=rows, x="gpus", y="marginal_gain_pct", hue="series", col="model",
+                       col_wrap=_col_wrap(data), kind="bar", palette=_palette(data["series"]),
+                       height=HEIGHT, aspect=1.2, sharey=False, errorbar=None)
+    for ax in grid.axes.flat:
+        ax.axhline(100.0, color="grey", lw=0.8, ls=":")  # a perfect doubling gains 100 %
+        ax.axhline(0.0, color="black", lw=0.6)
+    grid.set_axis_labels(f"{GPUS_LABEL} (after doubling)", "Marginal gain per doubling (%)")
+    if note:
+        grid.figure.text(0.01, 0.0, note, fontsize=7, va="top")
+    return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
+
+
+def karp_flatt_figure(data: pd.DataFrame, note: str) -> PlotFigure:
+    name = "karp_flatt"
+    rows = data[["model", "series", "label", "gpus", "n_ok", "karp_flatt"]].dropna()
+    if rows.empty:
+        return _placeholder(name, "Karp-Flatt needs at least two GPU counts with a usable time")
+    colors = _palette(data["series"])
+    grid = sns.relplot(data=rows, x="gpus", y="karp_flatt", hue="series", palette=colors,
+                       col="model", col_wrap=_col_wrap(data), kind="line", marker="o",
+                       estimator=None,
+                       height=HEIGHT, aspect=1.2, facet_kws={"sharey": False})
+    for ax in grid.axes.flat:
+        ax.axhline(0.0, color="grey", lw=0.8, ls=":")
+    _finish(grid, "Karp-Flatt serial fraction", data["gpus"], note)
+    return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
+
+
+def throughput_efficiency_figure(data: pd.DataFrame, note: str) -> PlotFigure:
+    """Throughput (left axis, solid) and efficiency (right axis, dashed) per model panel."""
+    name = "throughput_efficiency"
+    rows = data[["model", "series", "gpus", "throughput_img_s", "efficiency_pct"]]
+    rows = rows.dropna(subset=["throughput_img_s", "efficiency_pct"], how="all")
+    if rows.empty:
+        return _placeholder(name, "no throughput or efficiency to plot")
+    colors = _palette(data["series"])
+    grid = sns.FacetGrid(rows, col="model", col_wrap=_col_wrap(data), height=HEIGHT, aspect=1.3,
+                         sharey=False)
+    for panel, ax in grid.axes_dict.items():
+        right = ax.twinx()
+        for label, part in rows[rows["model"] == panel].groupby("series"):
+            part = part.sort_values("gpus")
+            ax.plot(part["gpus"], part["throughput_img_s"], "o-", color=colors[label], label=label)
+            right.plot(part["gpus"], part["efficiency_pct"], "s--", color=colors[label])
+        right.set_ylabel("Efficiency (%, dashed)")
+        right.set_ylim(0, max(110.0, np.nanmax(rows["efficiency_pct"].to_numpy(float),
+                                               initial=0.0) * 1.05))
+    _log2_gpus(grid.axes.flat, data["gpus"])
+    grid.set_axis_labels(GPUS_LABEL, "Throughput (images/s, solid)")
+    grid.figure.tight_layout()  # after twinx: make room for each right-hand axis label
+    shown = [label for label in colors if label in set(rows["series"])]
+    # Outside the last twin axis (FacetGrid.add_legend would sit on its label); savefig's tight
+    # bounding box keeps it in the file.
+    grid.figure.legend([plt.Line2D([], [], color=colors[l], marker="o") for l in shown], shown,
+                       title="series", loc="center left", bbox_to_anchor=(1.0, 0.5),
+                       frameon=False)
+    if note:
+        grid.figure.text(0.01, 0.0, note, fontsize=7, va="top")
+    return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
+
+
+def build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None = None
+                  ) -> dict[str, PlotFigure]:
+    """Every figure of the scaling table (and fit table), keyed by file stem."""
+    if scaling.empty:
+        message = "no GPU runs in the scaling table"
+        return {name: _placeholder(name, message) for name in FIGURE_NAMES}
+    data, _ = plot_table(scaling)
+    note = _group_notes(data)
+    figures = []
+    for by_model, suffix in ((True, "by_model"), (False, "all")):
+        figures += [
+            line_figure(data, f"time_{suffix}", "time_s", "Steady epoch time (s)", by_model,
+                        error=("time_s_min", "time_s_max"), note=note),
+            line_figure(data, f"throughput_{suffix}", "throughput_img_s",
+                        "Throughput (images/s; dashed: ideal)", by_model,
+                        error=("throughput_img_s_min", "throughput_img_s_max"),
+                        ideal="ideal_throughput_img_s", note=note),
+            speedup_figure(data, f"speedup_{suffix}", "speedup",
+                           "Speedup T(N_min)/T(N) (dashed: ideal)", by_model, fits, "throughput",
+                           note),
+            speedup_figure(data, f"tts_speedup_{suffix}", "tts_speedup",
+                           "Time-to-solution speedup (dashed: ideal)", by_model, fits,
+                           "time_to_solution", note),
+            line_figure(data, f"efficiency_{suffix}", "efficiency_pct", "Efficiency (%)",
+                        by_model, reference_y=100.0, note=note),
+        ]
+    figures += [marginal_gain_figure(data, note), karp_flatt_figure(data, note),
+                throughput_efficiency_figure(data, note)]
+    return {figure.name: figure for figure in figures}
+
+
+FIGURE_NAMES = tuple(
+    f"{metric}_{suffix}" for suffix in ("by_model", "all")
+    for metric in ("time", "throughput", "speedup", "tts_speedup", "efficiency")
+) + ("marginal_gain", "karp_flatt", "throughput_efficiency")
+
+
+def plot_scaling(scaling: pd.DataFrame, outdir, fits: pd.DataFrame | None = None,
+                 dpi: int = 120) -> list[Path]:
+    """Write every figure of `build_figures` as `<outdir>/<name>.png`; returns the paths."""
+    return save_figures(build_figures(scaling, fits), outdir, dpi)
+
+
+def save_figures(figures: dict[str, PlotFigure], outdir, dpi: int = 120) -> list[Path]:
+    """PNG per figure, then close it (pyplot keeps every open figure alive)."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, figure in figures.items():
+        path = outdir / f"{name}.png"
+        figure.figure.savefig(path, dpi=dpi, bbox_inches="tight")
+        plt.close(figure.figure)
+        paths.append(path)
+    return paths

@@ -1,0 +1,487 @@
+"""Scaling tables from the tidy runs table (runs.csv): speedup, efficiency and the extras.
+
+Metric definitions follow REFERENCE.md §3. Every group of runs that share a configuration (the
+GROUP KEYS: every column of runs.csv that is not in NON_KEY_COLUMNS) gets one row per GPU count
+(gpus >= 1) with the repeats aggregated by their median. The baseline of a group is its smallest
+GPU count with a usable ok run; when that is not 1 GPU, speedups are relative to it and the note
+says so. Broken inputs (failed/oom/timeout runs, zero or missing times, one GPU count) keep their
+row with NaN metrics and a note, never a crash and never a number that looks valid.
+
+`gpus == 0` is the CPU-only baseline: it never enters the speedup series, only `acceleration_table`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+STATUSES = ("ok", "failed", "oom", "timeout")
+
+# Per-run measurements, bookkeeping and provenance: everything in runs.csv that is NOT a
+# configuration axis. world_size/global_batch/learning_rate/images_per_epoch follow from gpus (and
+# images per epoch shrinks with a larger global batch when the last partial batch is dropped), so
+# as keys they would split one scaling series into one group per GPU count. device_kind is "cpu"
+# for the gpus == 0 baseline on a GPU cluster and would separate it from its GPU runs.
+NON_KEY_COLUMNS = frozenset(
+    {
+        # sweep position
+        "gpus", "nodes", "repeat",
+        # follow from gpus
+        "world_size", "global_batch", "learning_rate", "images_per_epoch", "device_kind",
+        # outcome
+        "status", "reason", "epochs",
+        # metrics
+        "steady_epoch_time_s", "throughput_img_s", "throughput_per_gpu_img_s", "total_time_s",
+        "train_time_s", "memory_gb", "peak_host_rss_gb",
+        # provenance
+        "protocol", "log_format", "log", "hostname", "slurm_job_id", "slurm_nodelist",
+        "start_time", "versions", "devices",
+    }
+)
+
+REQUIRED_RUN_COLUMNS = ("gpus", "status", "steady_epoch_time_s", "throughput_img_s")
+NUMERIC_RUN_COLUMNS = (
+    "gpus", "nodes", "epochs", "steady_epoch_time_s", "throughput_img_s", "total_time_s",
+)
+
+# Columns scaling_table adds after the group keys, in output order. Any other column of a scaling
+# table is a group key (table_group_keys), so a scaling.csv read back from disk works as is.
+SCALING_COLUMNS = (
+    "gpus", "nodes", "n_runs", "n_ok", "baseline_gpus", "scale_factor", "epochs",
+    "time_s", "time_s_min", "time_s_max", "time_s_range",
+    "throughput_img_s", "throughput_img_s_min", "throughput_img_s_max",
+    "throughput_per_gpu_img_s", "ideal_throughput_img_s",
+    "speedup", "efficiency_pct", "throughput_speedup", "karp_flatt",
+    "marginal_gain_img_s", "marginal_gain_pct",
+    "total_time_s", "total_time_s_min", "total_time_s_max",
+    "tts_speedup", "tts_efficiency_pct", "tts_gain_vs_prev_pct", "tts_gain_vs_min_pct",
+    "note",
+)
+
+SINGLE_COUNT_NOTE = "single GPU count: no scaling"
+NO_BASELINE_NOTE = "no GPU count with a usable ok run: no baseline"
+
+
+# ----------------------------------------------------------------------------- metrics (pure)
+
+def speedup(baseline_time, time):
+    """S = T(N_min) / T(N): how many times faster than the baseline."""
+    return np.divide(baseline_time, time)
+
+
+def efficiency_pct(speedup_value, scale):
+    """Parallel efficiency in %: speedup over the ideal speedup N / N_min."""
+    return np.divide(speedup_value, scale) * 100.0
+
+
+def karp_flatt(speedup_value, scale):
+    """Karp-Flatt experimental serial fraction e = (1/S - 1/N') / (1 - 1/N'); NaN at N' = 1."""
+    s = np.asarray(speedup_value, dtype=float)
+    n = np.asarray(scale, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = (1.0 / s - 1.0 / n) / (1.0 - 1.0 / n)
+    return np.where(n > 1.0, e, np.nan)
+
+
+def time_gain_pct(reference_time, time):
+    """How much shorter `time` is than `reference_time`, in % of the reference."""
+    return (np.asarray(reference_time, float) - np.asarray(time, float)) / np.asarray(
+        reference_time, float) * 100.0
+
+
+def marginal_gain(gpus, throughput) -> tuple[np.ndarray, np.ndarray]:
+    """Throughput gained by the doubling that reached each GPU count: thr(N) - thr(N/2), in img/s
+    and in % of thr(N/2). NaN where N/2 is not among `gpus`."""
+    by_count = dict(zip(np.asarray(gpus, int).tolist(), np.asarray(throughput, float).tolist()))
+    gain, gain_pct = [], []
+    for n in np.asarray(gpus, int).tolist():
+        half = n // 2
+        if n % 2 == 0 and half in by_count:
+            gain.append(by_count[n] - by_count[half])
+            gain_pct.append(gain[-1] / by_count[half] * 100.0)
+        else:
+            gain.append(math.nan)
+            gain_pct.append(math.nan)
+    return np.array(gain), np.array(gain_pct)
+
+
+def gain_vs_previous_pct(gpus, time) -> np.ndarray:
+    """Time gain of each GPU count over the next smaller count that has a usable time, in %."""
+    order = np.argsort(np.asarray(gpus))
+    times = np.asarray(time, float)
+    out = np.full(len(times), math.nan)
+    previous = math.nan
+    for i in order:
+        if is_usable(previous):
+            out[i] = time_gain_pct(previous, times[i])
+        if is_usable(times[i]):
+            previous = times[i]
+    return out
+
+
+def is_usable(value) -> bool:
+    """A time or throughput that can be divided by: finite and > 0."""
+    return value is not None and bool(np.isfinite(value)) and value > 0
+
+
+def format_value(value) -> str:
+    """An axis value for labels and column names: 64.0 (a CSV-read integer) prints as 64."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+# ----------------------------------------------------------------------------- input
+
+def group_keys(runs: pd.DataFrame) -> list[str]:
+    """The configuration axes of a runs table, in column order."""
+    return [c for c in runs.columns if c not in NON_KEY_COLUMNS]
+
+
+def table_group_keys(table: pd.DataFrame, value_columns=SCALING_COLUMNS) -> list[str]:
+    """The group keys of a table this package derived (scaling, fits, sweet spots)."""
+    return [c for c in table.columns if c not in value_columns]
+
+
+def read_runs(path) -> pd.DataFrame:
+    """Read and check runs.csv; errors name the file, the column and the CSV line."""
+    path = Path(path)
+    try:
+        runs = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise ValueError(f"{path}: cannot read the runs table: {error}") from error
+    # CSV line = row position + 2 (the header is line 1).
+    return check_runs(runs, source=str(path), line_offset=2)
+
+
+def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int | None = None
+               ) -> pd.DataFrame:
+    """A copy of `runs` with numeric columns as numbers; ValueError naming bad column and row."""
+    missing = [c for c in REQUIRED_RUN_COLUMNS if c not in runs.columns]
+    if missing:
+        raise ValueError(f"{source}: missing column(s) {', '.join(map(repr, missing))} "
+                         f"(runs.csv written by scalesweep.tidy has them)")
+    runs = runs.reset_index(drop=True).copy()
+
+    def where(position: int) -> str:
+        if line_offset is None:
+            return f"row {position}"
+        return f"line {position + line_offset}"
+
+    for column in NUMERIC_RUN_COLUMNS:
+        if column not in runs.columns:
+            continue
+        numbers = pd.to_numeric(runs[column], errors="coerce")
+        bad = numbers.isna() & runs[column].notna()
+        if bad.any():
+            position = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"{source} {where(position)}: column {column!r} holds "
+                             f"{runs[column].iloc[position]!r}, not a number")
+        runs[column] = numbers.astype(float)
+    gpus = runs["gpus"]
+    bad = gpus.isna() | (gpus < 0) | (gpus != gpus.round())
+    if bad.any():
+        position = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ValueError(f"{source} {where(position)}: column 'gpus' must be a whole number >= 0, "
+                         f"got {gpus.iloc[position]!r}")
+    runs["gpus"] = gpus.astype(int)
+    unknown = ~runs["status"].isin(STATUSES)
+    if unknown.any():
+        position = int(np.flatnonzero(unknown.to_numpy())[0])
+        raise ValueError(f"{source} {where(position)}: column 'status' holds "
+                         f"{runs['status'].iloc[position]!r}; "
+                         f"expected one of {', '.join(STATUSES)}")
+    return runs
+
+
+def iter_groups(table: pd.DataFrame, keys: list[str]) -> Iterator[tuple[dict, pd.DataFrame]]:
+    """(key values, rows) per group; missing key values form their own group."""
+    if not keys:
+        if len(table):
+            yield {}, table
+        return
+    for values, rows in table.groupby(keys, dropna=False, sort=True):
+        values = values if isinstance(values, tuple) else (values,)
+        yield dict(zip(keys, values)), rows
+
+
+def key_tuple(values: dict, keys: list[str]) -> tuple:
+    """Hashable group identity in which missing values (NaN) compare equal."""
+    return tuple(None if pd.isna(values[k]) else values[k] for k in keys)
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+def _median_and_range(values: pd.Series) -> tuple[float, float, float]:
+    usable = values[values.map(is_usable)]
+    if usable.empty:
+        return math.nan, math.nan, math.nan
+    return float(usable.median()), float(usable.min()), float(usable.max())
+
+
+def _status_note(rows: pd.DataFrame) -> str | None:
+    """Why some or all runs at one GPU count give no numbers."""
+    not_ok = rows[rows["status"] != "ok"]
+    if not_ok.empty:
+        return None
+    counts = not_ok["status"].value_counts()
+    statuses = ", ".join(f"{status} x{count}" if count > 1 else status
+                         for status, count in counts.items())
+    n_ok = len(rows) - len(not_ok)
+    head = "no ok run" if n_ok == 0 else f"{n_ok} of {len(rows)} runs ok"
+    note = f"{head} ({statuses})"
+    if n_ok == 0 and "reason" in rows:
+        reasons = [r.strip() for r in not_ok["reason"].dropna().astype(str) if r.strip()]
+        if reasons:
+            note += f": {reasons[0].splitlines()[0][:100]}"
+    return note
+
+
+def _unusable_note(rows: pd.DataFrame, column: str, label: str) -> str | None:
+    """Ok runs whose time or throughput is zero or missing: say so instead of using them."""
+    values = rows[column]
+    unusable = values[~values.map(is_usable)]
+    if unusable.empty:
+        return None
+    zero = int((unusable == 0).sum())
+    kind = "zero" if zero == len(unusable) else "missing or zero" if zero else "missing"
+    return f"{len(unusable)} ok run(s) with {kind} {label}: not used"
+
+
+def aggregate_count(rows: pd.DataFrame) -> dict:
+    """Median (and min/max) over the ok repeats of ONE GPU count of one group, plus notes."""
+    ok = rows[rows["status"] == "ok"]
+    notes = [n for n in (_status_note(rows),) if n]
+    time_s, time_min, time_max = _median_and_range(ok["steady_epoch_time_s"])
+    thr, thr_min, thr_max = _median_and_range(ok["throughput_img_s"])
+    if not ok.empty:
+        notes += [n for n in (
+            _unusable_note(ok, "steady_epoch_time_s", "steady epoch time"),
+            _unusable_note(ok, "throughput_img_s", "throughput"),
+        ) if n]
+    if "total_time_s" in rows:
+        total, total_min, total_max = _median_and_range(ok["total_time_s"])
+    else:
+        total = total_min = total_max = math.nan
+    nodes = math.nan
+    if "nodes" in rows and rows["nodes"].notna().any():
+        nodes = float(rows["nodes"].min())
+        if rows["nodes"].nunique() > 1:
+            notes.append(f"mixed node counts {sorted(rows['nodes'].dropna().unique().tolist())}")
+    has_epochs = "epochs" in ok and ok["epochs"].notna().any()
+    epochs = float(ok["epochs"].median()) if has_epochs else math.nan
+    return {
+        "gpus": int(rows["gpus"].iloc[0]),
+        "nodes": nodes,
+        "n_runs": len(rows),
+        "n_ok": len(ok),
+        "epochs": epochs,
+        "time_s": time_s, "time_s_min": time_min, "time_s_max": time_max,
+        "time_s_range": time_max - time_min if len(ok) > 1 else math.nan,
+        "throughput_img_s": thr, "throughput_img_s_min": thr_min, "throughput_img_s_max": thr_max,
+        "total_time_s": total, "total_time_s_min": total_min, "total_time_s_max": total_max,
+        "notes": notes,
+    }
+
+
+def _group_scaling(rows: pd.DataFrame) -> pd.DataFrame:
+    """Scaling rows of one group (gpus >= 1 only)."""
+    table = pd.DataFrame([aggregate_count(r) for _, r in rows.groupby("gpus", sort=True)])
+    gpus = table["gpus"].to_numpy(dtype=float)
+    usable_time = table["time_s"].map(is_usable).to_numpy()
+    group_notes: list[str] = []
+    if len(table) == 1:
+        group_notes.append(SINGLE_COUNT_NOTE)
+
+    if not usable_time.any():
+        group_notes.append(NO_BASELINE_NOTE)
+        base = None
+    else:
+        base = int(np.flatnonzero(usable_time)[0])
+        base_gpus = int(table["gpus"].iloc[base])
+        if base_gpus != 1:
+            group_notes.append(
+                f"baseline is N={base_gpus}, not 1: speedups relative to N={base_gpus}")
+
+    table["throughput_per_gpu_img_s"] = table["throughput_img_s"] / gpus
+    if base is None:
+        table["baseline_gpus"] = math.nan
+        table["scale_factor"] = math.nan
+        for column in SCALING_COLUMNS:
+            if column not in table:
+                table[column] = math.nan
+    else:
+        _add_relative_metrics(table, base, group_notes)
+
+    table["note"] = [
+        "; ".join(group_notes + notes) for notes in table.pop("notes")
+    ]
+    return table
+
+
+def _add_relative_metrics(table: pd.DataFrame, base: int, group_notes: list[str]) -> None:
+    """Everything measured against the group's baseline row `base` (in place)."""
+    gpus = table["gpus"].to_numpy(dtype=float)
+    base_gpus = gpus[base]
+    scale = gpus / base_gpus
+    table["baseline_gpus"] = int(base_gpus)
+    table["scale_factor"] = scale
+
+    time = table["time_s"].to_numpy(dtype=float)
+    thr = table["throughput_img_s"].to_numpy(dtype=float)
+    # Ideal only beside a measurement: at a failed GPU count it would look like a result.
+    table["ideal_throughput_img_s"] = np.where(np.isfinite(thr), thr[base] * scale, np.nan)
+    table["speedup"] = speedup(time[base], time)
+    table["efficiency_pct"] = efficiency_pct(table["speedup"], scale)
+    table["throughput_speedup"] = thr / thr[base]
+    table["karp_flatt"] = karp_flatt(table["speedup"], scale)
+    table["marginal_gain_img_s"], table["marginal_gain_pct"] = marginal_gain(gpus, thr)
+
+    total = table["total_time_s"].to_numpy(dtype=float)
+    table["tts_speedup"] = speedup(total[base], total)
+    table["tts_efficiency_pct"] = efficiency_pct(table["tts_speedup"], scale)
+    table["tts_gain_vs_prev_pct"] = gain_vs_previous_pct(gpus, total)
+    table["tts_gain_vs_min_pct"] = time_gain_pct(total[base], total)
+    if not is_usable(total[base]) and np.isfinite(total).any():
+        group_notes.append(f"no total time at baseline N={int(base_gpus)}: "
+                           f"time-to-solution metrics NaN")
+
+
+def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per group x GPU count (gpus >= 1): medians over ok repeats and the scaling metrics.
+
+    Columns: the group keys, then SCALING_COLUMNS. `time_s` is the median steady epoch time,
+    `time_s_min`/`time_s_max` bound the ok repeats and `time_s_range` = max - min (NaN with a single
+    ok repeat); the same min/max for throughput and total time. `scale_factor` = N / N_min.
+    `speedup`, `efficiency_pct` and `karp_flatt` use steady epoch time; `throughput_speedup` =
+    thr(N) / thr(N_min); `tts_*` use total time (time to solution). `tts_gain_vs_prev_pct` compares
+    with the next smaller GPU count that has a total time.
+    """
+    runs = check_runs(runs)
+    keys = group_keys(runs)
+    pieces = []
+    for values, rows in iter_groups(runs[runs["gpus"] >= 1], keys):
+        piece = _group_scaling(rows)
+        for key in reversed(keys):
+            piece.insert(0, key, [values[key]] * len(piece))
+        pieces.append(piece)
+    if not pieces:
+        return pd.DataFrame(columns=[*keys, *SCALING_COLUMNS])
+    table = pd.concat(pieces, ignore_index=True)
+    return table[[*keys, *SCALING_COLUMNS]]
+
+
+# ----------------------------------------------------------------------------- CPU vs 1 GPU
+
+ACCELERATION_COLUMNS = (
+    "per_gpu_batch", "cpu_per_gpu_batch", "cpu_n_ok", "gpu_n_ok",
+    "cpu_time_s", "gpu_time_s", "acceleration",
+    "cpu_throughput_img_s", "gpu_throughput_img_s", "throughput_acceleration",
+    "cpu_total_time_s", "gpu_total_time_s", "tts_acceleration", "note",
+)
+
+
+def acceleration_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """CPU-only baseline (gpus 0) against 1 GPU, per group that has a CPU baseline.
+
+    `acceleration` = CPU steady epoch time / 1-GPU steady epoch time (x faster);
+    `throughput_acceleration` the throughput ratio, `tts_acceleration` the total-time ratio.
+    A CPU baseline usually runs a smaller batch than a GPU (REFERENCE.md §1: 256 vs 2048), so CPU
+    and GPU runs are matched on every key except per_gpu_batch: a 1-GPU run is compared with the
+    CPU run of its own batch when there is one, else with the fastest CPU batch (noted).
+    """
+    runs = check_runs(runs)
+    keys = group_keys(runs)
+    batch = "per_gpu_batch" if "per_gpu_batch" in keys else None
+    match_keys = [k for k in keys if k != batch]
+    rows_out = []
+    cpu_runs, gpu_runs = runs[runs["gpus"] == 0], runs[runs["gpus"] == 1]
+    gpu_by_group = {key_tuple(v, match_keys): r for v, r in iter_groups(gpu_runs, match_keys)}
+    for values, cpu_rows in iter_groups(cpu_runs, match_keys):
+        cpu = _by_batch(cpu_rows, batch)
+        gpu = _by_batch(gpu_by_group.get(key_tuple(values, match_keys), gpu_runs.iloc[:0]), batch)
+        if not gpu:
+            for cpu_batch, c in cpu.items():
+                rows_out.append({**values, **_acceleration_row(c, None, cpu_batch, math.nan,
+                                                               ["no 1-GPU run in this group"])})
+        for gpu_batch, g in gpu.items():
+            cpu_batch, notes = _matching_cpu_batch(cpu, gpu_batch)
+            rows_out.append({**values, **_acceleration_row(cpu[cpu_batch], g, cpu_batch,
+                                                           gpu_batch, notes)})
+    columns = [*match_keys, *ACCELERATION_COLUMNS]
+    return pd.DataFrame(rows_out, columns=columns)
+
+
+def _by_batch(rows: pd.DataFrame, batch: str | None) -> dict:
+    if batch is None:
+        return {math.nan: aggregate_count(rows)} if len(rows) else {}
+    return {b: aggregate_count(r) for b, r in rows.groupby(batch, dropna=False, sort=True)}
+
+
+def _matching_cpu_batch(cpu: dict, gpu_batch) -> tuple:
+    if gpu_batch in cpu or (pd.isna(gpu_batch) and len(cpu) == 1):
+        return (gpu_batch if gpu_batch in cpu else next(iter(cpu))), []
+    usable = {b: c for b, c in cpu.items() if is_usable(c["time_s"])}
+    choice = min(usable, key=lambda b: usable[b]["time_s"]) if usable else next(iter(cpu))
+    why = "fastest CPU batch" if len(cpu) > 1 else "the only CPU batch"
+    return choice, [f"CPU per_gpu_batch {format_value(choice)} ({why}) vs 1-GPU per_gpu_batch "
+                    f"{format_value(gpu_batch)}"]
+
+
+def _acceleration_row(cpu: dict, gpu: dict | None, cpu_batch, gpu_batch, notes: list[str]) -> dict:
+    gpu = gpu or {"n_ok": 0, "time_s": math.nan, "throughput_img_s": math.nan,
+                  "total_time_s": math.nan, "notes": []}
+    notes = [*(f"CPU: {n}" for n in cpu["notes"]), *(f"1 GPU: {n}" for n in gpu["notes"]), *notes]
+    return {
+        "per_gpu_batch": gpu_batch, "cpu_per_gpu_batch": cpu_batch,
+        "cpu_n_ok": cpu["n_ok"], "gpu_n_ok": gpu["n_ok"],
+        "cpu_time_s": cpu["time_s"], "gpu_time_s": gpu["time_s"],
+        "acceleration": cpu["time_s"] / gpu["time_s"],
+        "cpu_throughput_img_s": cpu["throughput_img_s"],
+        "gpu_throughput_img_s": gpu["throughput_img_s"],
+        "throughput_acceleration": gpu["throughput_img_s"] / cpu["throughput_img_s"],
+        "cpu_total_time_s": cpu["total_time_s"], "gpu_total_time_s": gpu["total_time_s"],
+        "tts_acceleration": cpu["total_time_s"] / gpu["total_time_s"],
+        "note": "; ".join(notes),
+    }
+
+
+# ----------------------------------------------------------------------------- side by side
+
+COMPARISON_METRICS = ("time_s", "throughput_img_s", "speedup", "efficiency_pct")
+
+
+def comparison_table(scaling: pd.DataFrame, by: str = "model",
+                     metrics=COMPARISON_METRICS) -> pd.DataFrame:
+    """Wide table: one row per GPU count (and per value of any other varying key), one column
+    `<metric>:<value of by>` per metric and value of `by`, e.g. `speedup:resnet50v2`.
+
+    Keys that `by` determines (each model has its own framework, or its own per-GPU batch as in
+    the reference) would otherwise put every model on its own row; they become columns like the
+    metrics (`per_gpu_batch:resnet50v2`). Keys constant over the table stay in the index.
+    """
+    keys = table_group_keys(scaling)
+    if by not in keys:
+        raise ValueError(f"comparison_table: {by!r} is not a group key of the scaling table "
+                         f"(keys: {', '.join(keys) or 'none'})")
+    missing = [m for m in metrics if m not in scaling.columns]
+    if missing:
+        raise ValueError(f"comparison_table: scaling table lacks {', '.join(map(repr, missing))}")
+    others = [k for k in keys if k != by]
+    determined = [k for k in others if _determined_by(scaling, by, k)]
+    index = [k for k in others if k not in determined] + ["gpus"]
+    values = [*determined, *metrics]
+    wide = scaling.pivot(index=index, columns=by, values=values)
+    wide.columns = [f"{metric}:{format_value(value)}" for metric, value in wide.columns]
+    return wide.reset_index()
+
+
+def _determined_by(table: pd.DataFrame, by: str, key: str) -> bool:
+    """True when `key` varies over the table but has one value per value of `by`."""
+    if table[key].nunique(dropna=False) <= 1:
+        return False
+    return bool((table.groupby(by, dropna=False)[key].nunique(dropna=False) <= 1).all())

@@ -1,0 +1,153 @@
+"""Figures: files written, and the plotted data is the table's."""
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.container import ErrorbarContainer
+
+from scalesweep.fits import fit_table
+from scalesweep.plots import FIGURE_NAMES, build_figures, plot_scaling, save_figures
+from scalesweep.scaling import scaling_table
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def runs_table():
+    """Two models; 1 GPU repeated three times, 2 and 4 once, 8 GPUs out of memory."""
+    rows = []
+    for model, factor in (("resnet50v2", 1.0), ("resnet152v2", 2.0)):
+        for gpus, times, total in ((1, [98.0, 100.0, 104.0], 1000.0), (2, [52.0], 560.0),
+                                   (4, [30.0], 330.0), (8, [math.nan], math.nan)):
+            for repeat, time in enumerate(times):
+                rows.append({
+                    "framework": "tensorflow", "model": model, "dataset": "cifar10", "gpus": gpus,
+                    "nodes": 1, "repeat": repeat, "per_gpu_batch": 64,
+                    "status": "oom" if gpus == 8 else "ok", "epochs": 5,
+                    "steady_epoch_time_s": time * factor,
+                    "throughput_img_s": 50_000 / (time * factor), "total_time_s": total * factor,
+                })
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def tables():
+    runs = runs_table()
+    return scaling_table(runs), fit_table(runs, n_bootstrap=20)
+
+
+@pytest.fixture(scope="module")
+def figures(tables):
+    built = build_figures(*tables)
+    for figure in built.values():
+        plt.close(figure.figure)  # off pyplot's list; the figure and its artists stay readable
+    return built
+
+
+def lines_xy(ax):
+    return [(tuple(line.get_xdata()), tuple(line.get_ydata())) for line in ax.get_lines()]
+
+
+def test_every_figure_is_a_png(tmp_path, tables):
+    scaling, fits = tables
+    paths = plot_scaling(scaling, tmp_path, fits=fits)
+    assert [p.name for p in paths] == [f"{name}.png" for name in FIGURE_NAMES]
+    for path in paths:
+        assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 5_000, path.name
+    assert plt.get_fignums() == []  # written figures are closed
+
+
+def test_time_all_plots_the_table_medians(figures, tables):
+    scaling, _ = tables
+    figure = figures["time_all"]
+    ok = scaling.dropna(subset=["time_s"])
+    assert sorted(zip(figure.data["label"], figure.data["gpus"], figure.data["value"])) == sorted(
+        zip(ok["model"], ok["gpus"], ok["time_s"]))
+    ax = figure.grid.ax
+    drawn = lines_xy(ax)
+    for model, rows in ok.groupby("model"):
+        assert (tuple(rows["gpus"]), tuple(rows["time_s"])) in drawn
+    assert ax.get_ylabel() == "Steady epoch time (s)" and ax.get_xlabel() == "GPUs"
+
+
+def test_gpu_axis_is_log2_with_the_measured_counts(figures):
+    ax = figures["time_all"].grid.ax
+    assert ax.get_xscale() == "log"
+    assert list(ax.get_xticks()) == [1, 2, 4, 8]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
+
+
+def test_repeats_get_min_max_error_bars(figures):
+    ax = figures["time_all"].grid.ax
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    # only 1 GPU had repeats: one bar per model, from 98 to 104 s (x2 for resnet152v2)
+    assert len(bars) == 2
+    segments = sorted(tuple(seg[:, 1]) for bar in bars for seg in bar.lines[2][0].get_segments())
+    assert segments == [(98.0, 104.0), (196.0, 208.0)]
+
+
+def test_throughput_has_the_ideal_line(figures, tables):
+    scaling, _ = tables
+    ax = figures["throughput_by_model"].grid.axes_dict["resnet50v2"]
+    rows = scaling[(scaling["model"] == "resnet50v2")].dropna(subset=["throughput_img_s"])
+    drawn = lines_xy(ax)
+    # ideal = thr(1) x N: 500 x (1, 2, 4)
+    assert (tuple(rows["gpus"]), tuple(rows["ideal_throughput_img_s"])) in drawn
+    assert rows["ideal_throughput_img_s"].tolist() == [500.0, 1000.0, 2000.0]
+    assert "images/s" in figures["throughput_by_model"].grid.axes.flat[0].get_ylabel()
+
+
+def test_speedup_carries_the_fitted_amdahl_curve(figures, tables):
+    _, fits = tables
+    figure = figures["speedup_by_model"]
+    fit = fits[(fits["model"] == "resnet50v2") & (fits["law"] == "amdahl")
+               & (fits["target"] == "throughput")].iloc[0]
+    curves = figure.curves[figure.curves["model"] == "resnet50v2"]
+    curve = curves[curves["kind"] == "curve"]
+    assert curve["speedup"].iloc[0] == pytest.approx(1.0)  # S(N_min) = 1 on every Amdahl curve
+    points = curves[curves["kind"] == "prediction"]
+    assert points["gpus"].tolist() == [8.0, 16.0]
+    assert points["speedup"].tolist() == pytest.approx([fit["pred_speedup_1"],
+                                                        fit["pred_speedup_2"]])
+    ax = figure.grid.axes_dict["resnet50v2"]
+    assert (tuple(points["gpus"]), tuple(points["speedup"])) in lines_xy(ax)
+    assert list(ax.get_xticks()) == [1, 2, 4, 8, 16]
+
+
+def test_derived_figures_plot_the_table_values(figures, tables):
+    scaling, _ = tables
+    gains = figures["marginal_gain"].data
+    expected = scaling.dropna(subset=["marginal_gain_pct"])
+    assert sorted(zip(gains["model"], gains["gpus"], gains["marginal_gain_pct"])) == sorted(
+        zip(expected["model"], expected["gpus"], expected["marginal_gain_pct"]))
+    kf = figures["karp_flatt"].data
+    assert len(kf) == 4 and kf["karp_flatt"].notna().all()  # N=2 and N=4 of each model
+    two_axes = figures["throughput_efficiency"].figure.axes
+    assert len(two_axes) == 4  # a throughput axis and its efficiency twin per model
+    assert any("%" in ax.get_ylabel() for ax in two_axes)
+    assert any("images/s" in ax.get_ylabel() for ax in two_axes)
+    assert "(%)" in figures["efficiency_all"].grid.ax.get_ylabel()
+
+
+def test_single_gpu_count_still_writes_every_figure_with_a_note(tmp_path):
+    runs = runs_table().query("gpus == 2 and model == 'resnet50v2'")
+    scaling = scaling_table(runs)
+    figures = build_figures(scaling, fit_table(runs))
+    texts = [t.get_text() for t in figures["time_all"].figure.texts]
+    assert any("single GPU count: no scaling" in t for t in texts)
+    assert "no doubling" in figures["marginal_gain"].note
+    paths = save_figures(figures, tmp_path)
+    assert len(paths) == len(FIGURE_NAMES) and all(p.stat().st_size > 0 for p in paths)
+
+
+def test_nan_rows_and_an_empty_table_do_not_crash(tmp_path):
+    runs = runs_table()
+    runs.loc[runs["gpus"] == 2, "status"] = "failed"
+    runs.loc[runs["gpus"] == 2, ["steady_epoch_time_s", "throughput_img_s"]] = np.nan
+    figures = build_figures(scaling_table(runs))
+    assert set(figures["time_all"].data["gpus"]) == {1, 4}
+    plt.close("all")
+    empty = plot_scaling(scaling_table(runs.iloc[:0]), tmp_path / "empty")
+    assert len(empty) == len(FIGURE_NAMES) and all(p.stat().st_size > 0 for p in empty)
