@@ -16,5 +16,5 @@ rule all:
     input:
         "results/tidy/epochs.csv",
         "results/tidy/runs.csv",
-        "results/tables/scaling.csv",
+        expand("results/tables/{table}.csv", table=stages.TABLES),
         "results/figures",

@@ -182,6 +182,9 @@ def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int 
             raise ValueError(f"{source} {where(position)}: column {column!r} holds "
                              f"{runs[column].iloc[position]!r}, not a number")
         runs[column] = numbers.astype(float)
+    # A failed run whose log never said its GPU count (an empty log, say) stays in runs.csv but
+    # has no place in a scaling series; an ok run without one is an error.
+    runs = runs[runs["gpus"].notna() | (runs["status"] == "ok")].reset_index(drop=True)
     gpus = runs["gpus"]
     bad = gpus.isna() | (gpus < 0) | (gpus != gpus.round())
     if bad.any():

@@ -1,6 +1,6 @@
 """File-to-file steps shared by the workflow's rules and `python -m scalesweep analyze`.
 
-Each reads its inputs, calls the pure functions of its stage module and writes its outputs, and
+Each reads its inputs, calls the pure functions of its stage module, writes its outputs and
 returns a one-line summary for the rule's log.
 """
 
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import plots, scaling, tidy
+from scalesweep import fits, plots, scaling, sweetspot, tidy
+
+TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
 
 
 def status_counts(runs):
@@ -24,15 +26,35 @@ def tidy_logs(items, outdir):
     return status_counts(runs)
 
 
-def scaling_csv(runs_csv, out_csv):
-    table = scaling.scaling_table(pd.read_csv(runs_csv))
-    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_csv, index=False)
-    return f"{len(table)} rows"
+def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None):
+    """Every table of the analysis, by name (TABLES), from a runs table."""
+    table = scaling.scaling_table(runs)
+    return {
+        "scaling": table,
+        "fits": fits.fit_table(runs),
+        "sweet_spot": sweetspot.sweet_spot_table(table, efficiency_floor, gpu_hour_budget),
+        "acceleration": scaling.acceleration_table(runs),
+        "compare_models": scaling.comparison_table(table, by="model"),
+        "compare_datasets": scaling.comparison_table(table, by="dataset"),
+    }
 
 
-def figures(scaling_csv_path, outdir):
-    written = plots.plot_scaling(pd.read_csv(scaling_csv_path), outdir)
+def write_tables(runs_csv, outdir, efficiency_floor=80.0, gpu_hour_budget=None):
+    """runs.csv -> outdir/<table>.csv for every table in TABLES."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    tables = analysis_tables(scaling.read_runs(runs_csv), efficiency_floor, gpu_hour_budget)
+    for name, table in tables.items():
+        table.to_csv(outdir / f"{name}.csv", index=False)
+    return ", ".join(f"{name}: {len(table)} rows" for name, table in tables.items())
+
+
+def figures(tables_dir, outdir):
+    """tables_dir/scaling.csv (+ fits.csv for the fitted curves) -> outdir/*.png."""
+    tables_dir = Path(tables_dir)
+    written = plots.plot_scaling(
+        pd.read_csv(tables_dir / "scaling.csv"), outdir, fits=pd.read_csv(tables_dir / "fits.csv")
+    )
     return f"{len(written)} figures: " + " ".join(Path(path).name for path in written)
 
 

@@ -1,14 +1,21 @@
-# Tidy runs -> scaling tables (speedup, efficiency, time to solution per group and GPU count).
+# Tidy runs -> tables: scaling (speedup, efficiency, time to solution, marginal gain, Karp-Flatt),
+# Amdahl/Gustafson fits, sweet spot per intent, CPU-vs-GPU acceleration, model/dataset comparisons.
 from scalesweep import stages
 
 
-rule scaling_table:
+rule tables:
     input:
         "results/tidy/runs.csv",
     output:
-        report("results/tables/scaling.csv", caption="../report/scaling.rst", category="Tables"),
+        **{
+            name: report(f"results/tables/{name}.csv", caption=f"../report/{name}.rst", category="Tables")
+            for name in stages.TABLES
+        },
+    params:
+        efficiency_floor=config["analysis"]["efficiency_floor_pct"],
+        gpu_hour_budget=config["analysis"]["gpu_hour_budget"],
     log:
-        "logs/scaling_table.log",
+        "logs/tables.log",
     localrule: True
     run:
-        stages.write_log(log[0], stages.scaling_csv(input[0], output[0]))
+        stages.write_log(log[0], stages.write_tables(input[0], "results/tables", **params))

@@ -1,10 +1,11 @@
-# Scaling tables -> seaborn figures (PNG), per model and with all models combined.
+# Tables -> seaborn figures (PNG), per model and with all models combined.
 from scalesweep import stages
 
 
 rule figures:
     input:
-        "results/tables/scaling.csv",
+        scaling="results/tables/scaling.csv",
+        fits="results/tables/fits.csv",
     output:
         report(
             directory("results/figures"),
@@ -16,4 +17,4 @@ rule figures:
         "logs/figures.log",
     localrule: True
     run:
-        stages.write_log(log[0], stages.figures(input[0], output[0]))
+        stages.write_log(log[0], stages.figures("results/tables", output[0]))

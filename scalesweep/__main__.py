@@ -1,0 +1,5 @@
+import sys
+
+from scalesweep.cli import main
+
+sys.exit(main())
