@@ -1,0 +1,96 @@
+"""`python -m scalesweep analyze`: logs and runs tables in, tidy/tables/figures out."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LOGS = REPO / "tests" / "data" / "logs"
+
+
+def analyze(*args, cwd=REPO):
+    return subprocess.run(
+        [sys.executable, "-m", "scalesweep", "analyze", *map(str, args)],
+        cwd=cwd, capture_output=True, text=True,
+    )
+
+
+def hand_made_runs():
+    """One group, 1/2/4 GPUs; 1000 images per epoch. Hand computations:
+    T = 10, 6, 4 s  -> speedup 1, 10/6 = 1.6667, 10/4 = 2.5
+    efficiency = speedup / N: 100 %, 83.33 %, 62.5 %
+    throughput = 100, 166.67, 250 img/s; ideal = 100, 200, 400 img/s
+    total time 60, 40, 32 s -> tts speedup 1, 1.5, 1.875
+    """
+    rows = []
+    for gpus, seconds, total in [(1, 10.0, 60.0), (2, 6.0, 40.0), (4, 4.0, 32.0)]:
+        rows.append({
+            "framework": "tensorflow", "model": "resnet50v2", "dataset": "cifar128",
+            "gpus": gpus, "nodes": 1, "repeat": 0, "per_gpu_batch": 256,
+            "global_batch": 256 * gpus, "world_size": gpus, "status": "ok", "reason": "",
+            "epochs": 3, "steady_epoch_time_s": seconds, "throughput_img_s": 1000 / seconds,
+            "throughput_per_gpu_img_s": 1000 / seconds / gpus, "total_time_s": total,
+            "memory_gb": None, "peak_host_rss_gb": 1.0, "protocol": "epochs",
+            "log_format": "scalesweep", "log": f"run{gpus}.log",
+        })
+    return pd.DataFrame(rows)
+
+
+def test_analyze_hand_made_table_gives_hand_checked_speedups(tmp_path):
+    runs_csv = tmp_path / "runs.csv"
+    hand_made_runs().to_csv(runs_csv, index=False)
+    result = analyze(runs_csv, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    table = pd.read_csv(tmp_path / "out" / "tables" / "scaling.csv").set_index("gpus")
+    assert table["speedup"].tolist() == pytest.approx([1.0, 10 / 6, 2.5])
+    assert table["efficiency_pct"].tolist() == pytest.approx([100.0, 83.3333, 62.5], rel=1e-4)
+    assert table["ideal_throughput_img_s"].tolist() == pytest.approx([100.0, 200.0, 400.0])
+    assert table["tts_speedup"].tolist() == pytest.approx([1.0, 1.5, 1.875])
+    for name in ("tidy/runs.csv", "tidy/epochs.csv", "tables/fits.csv", "tables/sweet_spot.csv",
+                 "figures/speedup_all.png", "figures/efficiency_by_model.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0, name
+
+
+def test_analyze_folder_of_reference_logs(tmp_path):
+    """The three reference Keras 2 logs (1/2/4 GPUs) make one scaling series."""
+    folder = tmp_path / "reference"
+    folder.mkdir()
+    for gpus in (1, 2, 4):
+        name = f"tf_keras2_resnet50_{gpus}gpus.log"
+        (folder / name).write_text((LOGS / name).read_text())
+    result = analyze(folder, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    table = pd.read_csv(tmp_path / "out" / "tables" / "scaling.csv")
+    assert table["gpus"].tolist() == [1, 2, 4]
+    assert table["speedup"].iloc[0] == 1.0
+    assert (table["speedup"].iloc[1:] > 1).all()
+
+
+def test_manifest_gives_the_world_size_of_ddp_logs(tmp_path):
+    folder = tmp_path / "ddp"
+    folder.mkdir()
+    (folder / "first.log").write_text((LOGS / "ddp_vit_4gpus.log").read_text())
+    (folder / "manifest.csv").write_text("file,gpus,nodes\nfirst.log,8,2\n")
+    result = analyze(folder, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    runs = pd.read_csv(tmp_path / "out" / "tidy" / "runs.csv")
+    assert runs.loc[0, "gpus"] == 8 and runs.loc[0, "nodes"] == 2
+
+
+def test_missing_path_is_a_clear_error(tmp_path):
+    result = analyze(tmp_path / "nope.log", "--out", tmp_path / "out")
+    assert result.returncode == 2
+    assert "nope.log" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_empty_and_truncated_logs_become_failed_rows_not_numbers(tmp_path):
+    result = analyze(LOGS / "empty.log", LOGS / "scalesweep_truncated.log",
+                     LOGS / "scalesweep_ok.log", "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    runs = pd.read_csv(tmp_path / "out" / "tidy" / "runs.csv")
+    failed = runs[runs["status"] != "ok"]
+    assert len(failed) == 2
+    assert failed["steady_epoch_time_s"].isna().all() and failed["reason"].notna().all()
