@@ -157,7 +157,7 @@ def slurm_resources(settings, cluster):
         resources["gres"] = f"gpu:{gpus_per_node}"
     if is_multinode(settings):
         resources["tasks"] = settings["nodes"]
-    if cluster["exclusive"]:
+    if cluster["exclusive"] == "always" or (cluster["exclusive"] == "multinode" and is_multinode(settings)):
         resources["slurm_extra"] = "--exclusive"
     return resources
 

@@ -1,0 +1,134 @@
+"""What `snakemake -n -p --profile mn5 --configfile config/mn5.yaml` would submit, checked without
+a cluster: container commands for a 1-node TF job, a 1-node PyTorch job and a 2-node PyTorch job,
+the SLURM resources of each, and the preview's GPU-hours."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+
+
+@pytest.fixture(scope="module")
+def mn5_dryrun(tmp_path_factory):
+    """The dry run as a user types it from the repository root; only the dataset paths point at
+    folders that exist here (the config's are MareNostrum 5 placeholders)."""
+    tmp = tmp_path_factory.mktemp("mn5")
+    config = yaml.safe_load((REPO / "config" / "mn5.yaml").read_text())
+    for name, spec in config["datasets"].items():
+        (tmp / name).mkdir()
+        spec["path"] = str(tmp / name)
+    override = tmp / "datasets.yaml"
+    override.write_text(yaml.safe_dump({"datasets": config["datasets"]}))
+    result = subprocess.run(
+        [str(SNAKEMAKE), "-n", "-p", "--profile", "mn5", "--configfile", "config/mn5.yaml",
+         str(override)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout + result.stderr, tmp
+
+
+def job_block(output, rule, wildcards):
+    """The dry-run block of one job: its resources line and its shell command."""
+    for block in output.split("rule ")[1:]:
+        if block.startswith(rule + ":") and f"wildcards: {wildcards}\n" in block:
+            return block
+    raise AssertionError(f"no {rule} job with wildcards {wildcards}")
+
+
+def shell_of(block):
+    return re.search(r"^Shell command: (.*)$", block, re.MULTILINE).group(1)
+
+
+def resources_of(block):
+    line = re.search(r"^\s+resources: (.*)$", block, re.MULTILINE).group(1)
+    return dict(item.split("=", 1) for item in line.split(", "))
+
+
+def test_tensorflow_one_node_runs_python_inside_the_tf_image(mn5_dryrun):
+    output, data = mn5_dryrun
+    block = job_block(output, "train_tensorflow", "model=resnet50v2, dataset=cifar128, gpus=4")
+    assert shell_of(block).startswith(
+        "module load singularity && singularity exec --nv "
+        f"--bind {REPO},{data}/cifar128 --pwd {REPO} "
+        "/gpfs/projects/YOUR_GROUP/images/tensorflow_23.03-tf2-py3.sif "
+        f"python {REPO}/scripts/train_tf.py --model resnet50v2 --data {data}/cifar128 "
+        "--dataset-name cifar128 --resolution 128 --gpus 4 --per-gpu-batch 2048 --base-lr 0.01 "
+        "--epochs 5"
+    )
+    resources = resources_of(block)
+    assert resources["nodes"] == "1" and resources["gres"] == "gpu:4"
+    assert resources["cpus_per_task"] == "80" and resources["runtime"] == "75"
+    assert resources["qos"] == "acc_debug" and resources["tasks_per_gpu"] == "0"
+    assert "mpi" not in resources
+
+
+def test_pytorch_one_node_runs_torchrun_standalone_inside_the_pytorch_image(mn5_dryrun):
+    output, data = mn5_dryrun
+    block = job_block(output, "train_pytorch", "model=vit_h_14, dataset=micro-224, gpus=4")
+    shell = shell_of(block)
+    assert shell.startswith(
+        "module load singularity && singularity exec --nv "
+        f"--bind {REPO},{data}/micro-224 --pwd {REPO} "
+        "/gpfs/projects/YOUR_GROUP/images/pytorch_24.07-py3.sif "
+        "python -m torch.distributed.run --standalone --nproc-per-node=4 "
+        f"{REPO}/scripts/train_torch.py --model vit_h_14"
+    )
+    assert "--precision bf16" in shell and "--per-gpu-batch 64" in shell
+    assert "srun" not in shell
+    resources = resources_of(block)
+    assert resources["gres"] == "gpu:4" and resources["nodes"] == "1"
+
+
+def test_pytorch_two_nodes_srun_starts_one_containerized_torchrun_per_node(mn5_dryrun):
+    output, data = mn5_dryrun
+    block = job_block(output, "train_pytorch_multinode", "model=vit_h_14, dataset=tiny-224, gpus=8")
+    shell = shell_of(block)
+    outer, inner = shell.split(" bash -c ", 1)
+    assert outer.startswith(
+        'module load singularity && MASTER_ADDR=$(scontrol show hostnames "$(squeue -h -j '
+        '"$SLURM_JOB_ID" -o %N)" | head -n 1)'
+    )
+    assert outer.endswith(
+        "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:4 --cpus-per-task=80 "
+        "--kill-on-bad-exit=1"
+    )
+    # srun is outside the container; each node's shell enters it and runs torchrun there.
+    assert inner.startswith(
+        f"'singularity exec --nv --bind {REPO},{data}/tiny-224 --pwd {REPO} "
+        "/gpfs/projects/YOUR_GROUP/images/pytorch_24.07-py3.sif python -m torch.distributed.run "
+        "--nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID --rdzv-id=$SLURM_JOB_ID "
+        "--rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT "
+        f"{REPO}/scripts/train_torch.py --model vit_h_14"
+    )
+    assert "--nodes 2" in inner
+    resources = resources_of(block)
+    assert resources["nodes"] == "2" and resources["tasks"] == "2" and resources["mpi"] == "srun"
+    assert resources["gres"] == "gpu:4" and resources["tasks_per_gpu"] == "0"
+    assert resources["slurm_extra"] == "--exclusive"
+
+
+def test_tensorflow_is_kept_on_one_node(mn5_dryrun):
+    output, _ = mn5_dryrun
+    assert "tensorflow-single-node: 6" in output
+    tf_gpus = {
+        int(re.search(r"gpus=(\d+)", block).group(1))
+        for block in output.split("rule ")[1:]
+        if block.startswith("train_tensorflow:")
+    }
+    assert tf_gpus == {1, 2, 4}
+
+
+def test_preview_sums_gpu_hours_before_anything_is_submitted(mn5_dryrun):
+    output, _ = mn5_dryrun
+    # TF: 2 models x {1,2,4}; PyTorch: 2 datasets x {1,2,4,8,16,32}; 75 min each.
+    gpus = 2 * (1 + 2 + 4) + 2 * (1 + 2 + 4 + 8 + 16 + 32)
+    assert "18 configurations to run" in output
+    assert f"GPUs in all: {gpus}; GPU-hours booked at the 75 min time limit: {gpus * 75 / 60:.1f}" in output
+    assert "2 nodes x 4 GPUs: 2" in output and "8 nodes x 4 GPUs: 2" in output
