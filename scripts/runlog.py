@@ -8,10 +8,13 @@ import datetime
 import json
 import math
 import os
+import re
 import resource
+import shutil
 import signal
 import socket
 import statistics
+import subprocess
 import sys
 
 SCHEMA = 1
@@ -20,8 +23,12 @@ PREFIX = ":::SCALESWEEP "
 # Failure injection for tests and the SLURM failure drills: both trainers read this variable.
 # "oom" raises the framework's out-of-memory error at the first training step (summary status
 # oom, exit 0); "crash" raises a RuntimeError there (summary status failed, exit non-zero).
+# "oom-once" runs out of memory in the first attempt only (the halve policy's retry then fits);
+# "oom-above:N" whenever the per-GPU batch exceeds N (a device with a known capacity, for the
+# maximum-batch finder). injected_failure() resolves a mode for one attempt.
 FAIL_INJECT_ENV = "SCALESWEEP_FAIL_INJECT"
-FAIL_INJECT_MODES = ("oom", "crash")
+FAIL_INJECT_MODES = ("oom", "crash", "oom-once", "oom-above:N")
+_OOM_ABOVE_RE = re.compile(r"^oom-above:(\d+)$")
 
 # Epoch 1 carries graph build / compilation / cache fill; steady state starts at epoch 2.
 FIRST_STEADY_EPOCH = 2
@@ -75,14 +82,80 @@ def utc_now_iso(timestamp: float | None = None) -> str:
 
 
 def provenance(start_timestamp: float | None = None, environ=None) -> dict:
-    """Header keys saying where and when the run happened (null where SLURM is absent)."""
+    """Header keys saying where and when the run happened (null where SLURM or a container is
+    absent)."""
     env = os.environ if environ is None else environ
     return {
         "hostname": socket.gethostname(),
         "slurm_job_id": env.get("SLURM_JOB_ID") or None,
         "slurm_nodelist": env.get("SLURM_JOB_NODELIST") or None,
+        "container_image": container_image(env),
         "start_time": utc_now_iso(start_timestamp),
     }
+
+
+def container_image(environ=None) -> str | None:
+    """The Apptainer/Singularity image this process runs in (both runtimes export its path)."""
+    env = os.environ if environ is None else environ
+    return env.get("APPTAINER_CONTAINER") or env.get("SINGULARITY_CONTAINER") or None
+
+
+NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits")
+
+
+def parse_nvidia_smi(text: str) -> list[dict]:
+    """Rows of NVIDIA_SMI_QUERY's output -> [{"name", "driver", "memory_mib"}], one per GPU."""
+    gpus = []
+    for line in text.splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) != 3 or not fields[0]:
+            continue
+        memory = int(fields[2]) if fields[2].isdigit() else None
+        gpus.append({"name": fields[0], "driver": fields[1] or None, "memory_mib": memory})
+    return gpus
+
+
+def nvidia_gpus(run=subprocess.run) -> list[dict]:
+    """The node's NVIDIA GPUs from nvidia-smi; [] without it (CPU nodes, containers without --nv)."""
+    if shutil.which(NVIDIA_SMI_QUERY[0]) is None:
+        return []
+    try:
+        done = run(list(NVIDIA_SMI_QUERY), capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return parse_nvidia_smi(done.stdout) if done.returncode == 0 else []
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The CPU's model name (Linux), or None."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return value.strip() or None
+    except OSError:
+        return None
+    return None
+
+
+def device_provenance(run=subprocess.run) -> dict:
+    """Header keys on the node's hardware: GPU models and driver (nvidia-smi), CPU model; the GPU
+    keys list every GPU of the node, `devices` the ones the run used."""
+    gpus = nvidia_gpus(run)
+    drivers = sorted({gpu["driver"] for gpu in gpus if gpu["driver"]})
+    return {
+        "gpu_models": [gpu["name"] for gpu in gpus],
+        "gpu_driver": ", ".join(drivers) or None,
+        "cpu_model": cpu_model(),
+    }
+
+
+def nccl_version_from_env(environ=None) -> str | None:
+    """NGC images export the NCCL they ship as NCCL_VERSION; frameworks without an API for it
+    (TensorFlow) record that."""
+    env = os.environ if environ is None else environ
+    return env.get("NCCL_VERSION") or None
 
 
 def python_version() -> str:
@@ -97,8 +170,37 @@ def peak_host_rss_gb() -> float:
     return round(peak_bytes / _GIB, 3)
 
 
-def epoch_record(epoch: int, images: int, seconds: float, loss=None, accuracy=None) -> dict:
-    """The `epoch` record of one finished epoch (1-based `epoch`)."""
+def window_timing(begins, ends, first_step: int, steps: int, warmup_steps: int = 0, started=None) -> dict:
+    """Seconds and step keys of `steps` consecutive steps from run-wide step `first_step`.
+
+    `begins`/`ends` are the clock readings at every step's begin and (device-synchronized) end,
+    0-based over the run. The window's seconds run from `started` (default: the begin of its
+    first step) to the end of its last step, so the host work between steps counts too.
+    """
+    last = first_step + steps - 1
+    if steps < 1 or first_step < 0 or last >= min(len(begins), len(ends)):
+        raise ValueError(f"steps {first_step}..{last} asked, {min(len(begins), len(ends))} steps recorded")
+    start = begins[first_step] if started is None else started
+    durations = [ends[index] - begins[index] for index in range(first_step, last + 1)]
+    return {"seconds": ends[last] - start, **step_statistics(durations, first_step, warmup_steps)}
+
+
+def epoch_record(
+    epoch: int,
+    images: int,
+    seconds: float,
+    loss=None,
+    accuracy=None,
+    *,
+    step_stats: dict | None = None,
+    phase: str | None = None,
+) -> dict:
+    """The `epoch` record of one finished epoch (1-based `epoch`).
+
+    `step_stats` is what step_statistics() returns (null step keys without it); `phase` names the
+    window of the steps protocol ("warmup" or "timed"), null for whole epochs.
+    """
+    stats = step_stats or {"steps": None, "step_time_median_s": None, "step_time_p90_s": None}
     return {
         "record": "epoch",
         "epoch": epoch,
@@ -107,6 +209,48 @@ def epoch_record(epoch: int, images: int, seconds: float, loss=None, accuracy=No
         "throughput_img_s": images / seconds if seconds > 0 else None,
         "loss": None if loss is None else float(loss),
         "accuracy": None if accuracy is None else float(accuracy),
+        "steps": stats["steps"],
+        "step_time_median_s": stats["step_time_median_s"],
+        "step_time_p90_s": stats["step_time_p90_s"],
+        "phase": phase,
+    }
+
+
+def percentile(values, fraction: float) -> float:
+    """The `fraction` quantile (0..1) with linear interpolation between order statistics.
+
+    The same definition as numpy's default (`method="linear"`), without numpy.
+    """
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"percentile fraction must be in 0..1, got {fraction}")
+    position = fraction * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
+def warmup_steps_in(first_step: int, steps: int, warmup_steps: int) -> int:
+    """How many of `steps` steps, the first of them run-wide step `first_step` (0-based), fall in
+    the run's first `warmup_steps` steps."""
+    return max(0, min(steps, warmup_steps - first_step))
+
+
+def step_statistics(durations, first_step: int = 0, warmup_steps: int = 0) -> dict:
+    """Step keys of an epoch record from its steps' durations in seconds.
+
+    `steps` counts every step of the epoch; the median and 90th percentile leave out the steps
+    that belong to the run's warm-up (the first `warmup_steps` steps of the run, this epoch's
+    first step being run-wide step `first_step`, 0-based). Null when no step is left.
+    """
+    durations = list(durations)
+    timed = durations[warmup_steps_in(first_step, len(durations), warmup_steps):]
+    return {
+        "steps": len(durations),
+        "step_time_median_s": statistics.median(timed) if timed else None,
+        "step_time_p90_s": percentile(timed, 0.9) if timed else None,
     }
 
 
@@ -128,11 +272,17 @@ def summarize(epochs: list[dict]) -> dict:
 def summary_record(
     status: str,
     epochs: list[dict],
-    total_time_s: float,
+    total_time_s: float | None,
     reason: str | None = None,
     memory_gb: float | None = None,
+    *,
+    oom_retries: int = 0,
 ) -> dict:
-    """The closing `summary` record; `reason` must be given unless status is ok."""
+    """The closing `summary` record; `reason` must be given unless status is ok.
+
+    `total_time_s` is None where no time to solution was measured (the steps protocol);
+    `oom_retries` counts the attempts given up for lack of memory (the halve policy).
+    """
     if status not in ("ok", "oom", "failed"):
         raise ValueError(f"summary status must be ok, oom or failed, not {status!r}")
     if status != "ok" and not reason:
@@ -145,6 +295,7 @@ def summary_record(
         "total_time_s": total_time_s,
         "memory_gb": memory_gb,
         "peak_host_rss_gb": peak_host_rss_gb(),
+        "oom_retries": oom_retries,
     }
 
 
@@ -161,11 +312,59 @@ def fail_inject_mode(environ=None) -> str | None:
     mode = env.get(FAIL_INJECT_ENV, "").strip().lower()
     if not mode:
         return None
-    if mode not in FAIL_INJECT_MODES:
+    if mode not in FAIL_INJECT_MODES[:-1] and not _OOM_ABOVE_RE.match(mode):
         raise ValueError(
             f"{FAIL_INJECT_ENV}={env[FAIL_INJECT_ENV]!r}: expected one of {', '.join(FAIL_INJECT_MODES)}"
+            " (N a whole number)"
         )
     return mode
+
+
+def injected_failure(mode: str | None, per_gpu_batch: int, attempt: int = 1) -> str | None:
+    """What an attempt (1-based) at `per_gpu_batch` must raise: "oom", "crash" or None."""
+    if mode in ("oom", "crash"):
+        return mode
+    if mode == "oom-once":
+        return "oom" if attempt == 1 else None
+    above = _OOM_ABOVE_RE.match(mode or "")
+    if above:
+        return "oom" if per_gpu_batch > int(above.group(1)) else None
+    return None
+
+
+def search_max_batch(fits, start: int, limit: int) -> dict:
+    """The largest batch for which `fits(batch)` holds: double from `start`, then bisect.
+
+    Doubles while batches fit (never past `limit`), then bisects between the last batch that fit
+    and the first that did not; starting too high bisects down from `start`. Assumes a bigger
+    batch never fits where a smaller one does not. Returns `per_gpu_batch` (None: not even 1
+    fits), `tried` ([batch, "ok" | "oom"] in order) and `limit_reached` (no failure up to `limit`).
+    """
+    if not 1 <= start <= limit:
+        raise ValueError(f"the search needs 1 <= start ({start}) <= limit ({limit})")
+    tried = []
+
+    def attempt(batch: int) -> bool:
+        ok = bool(fits(batch))
+        tried.append([batch, "ok" if ok else "oom"])
+        return ok
+
+    largest_fit, smallest_failure, batch = 0, None, start
+    while smallest_failure is None:
+        if not attempt(batch):
+            smallest_failure = batch
+        elif batch >= limit:
+            largest_fit = batch
+            break
+        else:
+            largest_fit, batch = batch, min(2 * batch, limit)
+    while smallest_failure is not None and smallest_failure - largest_fit > 1:
+        middle = (largest_fit + smallest_failure) // 2
+        if attempt(middle):
+            largest_fit = middle
+        else:
+            smallest_failure = middle
+    return {"per_gpu_batch": largest_fit or None, "tried": tried, "limit_reached": smallest_failure is None}
 
 
 class Terminated(Exception):
