@@ -12,8 +12,11 @@ include: "workflow/rules/analyze.smk"
 include: "workflow/rules/plot.smk"
 
 
+# Every run's result is a target itself: Snakemake does not rerun a missing intermediate file
+# whose consumers are up to date, and a missing run must always be run again.
 rule all:
     input:
+        all_run_logs(),
         "results/tidy/epochs.csv",
         "results/tidy/runs.csv",
         expand("results/tables/{table}.csv", table=stages.TABLES),

@@ -46,9 +46,14 @@ install_packages() {
 }
 
 ensure_localhost_resolves() {
-    getent hosts localhost >/dev/null && return 0
-    log "adding 'localhost' to /etc/hosts"
-    printf '127.0.0.1 localhost\n' >>/etc/hosts
+    # Node names must resolve as on a real cluster: torchrun's rendezvous endpoint is the first
+    # node of the allocation by name (scontrol show hostnames).
+    local name
+    for name in localhost node1 node2; do
+        getent hosts "$name" >/dev/null && continue
+        log "adding '$name' to /etc/hosts"
+        printf '127.0.0.1 %s\n' "$name" >>/etc/hosts
+    done
 }
 
 make_dirs() {

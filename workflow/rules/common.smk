@@ -75,13 +75,16 @@ def run_configs():
 
 
 def dataset_input(framework):
-    """A generated dataset is an input (so its rule runs first); a real one is only checked."""
+    """A generated dataset is an input (so its rule runs first); a real one is only checked.
+
+    ancient(): regenerating a dataset must not throw away the runs already measured on it.
+    """
 
     def dataset_of(wildcards):
         name = settings_of(framework, wildcards)["dataset"]
         if config["datasets"][name].get("synthetic") is None:
             return []
-        return matrix.dataset_path(name, config)
+        return ancient(matrix.dataset_path(name, config))
 
     return dataset_of
 
@@ -92,6 +95,18 @@ def trainer_command(framework):
         return launch.job_command(settings, config["container"], workflow.basedir, WORKDIR, PYTHON)
 
     return command_of
+
+
+def trainer_threads(framework):
+    """Locally a trainer takes every core given to Snakemake, so runs never share the machine and
+    their timings mean something; a cluster job gets its own CPUs (cpus_per_task)."""
+
+    def threads_of(wildcards):
+        if workflow._cores is not None:
+            return workflow.cores
+        return settings_of(framework, wildcards)["cpus_per_task"]
+
+    return threads_of
 
 
 def slurm_resource(framework, name, default=None):

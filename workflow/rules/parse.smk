@@ -19,7 +19,8 @@ rule tidy:
 
 # After a sweep with failures the tidy rule cannot run (its inputs are incomplete), yet the
 # user needs to see what was measured and why the rest failed: write the same tables with one
-# failed row per missing run. A rerun replaces them once the failed configurations succeed.
+# failed row per missing run. The next invocation runs the missing configurations (each run's
+# result is a target of rule all) and then rebuilds these tables from complete results.
 onerror:
     counts = stages.tidy_logs(zip(map(best_log, RUN_PATHS), run_configs()), "results/tidy")
     print(f"scalesweep: results/tidy/runs.csv lists what was measured and why runs failed: {counts}", file=sys.stderr)

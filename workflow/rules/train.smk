@@ -1,7 +1,6 @@
 # One job per configuration. The trainer's whole output goes to the log; the log is copied to the
 # run's result only when the trainer succeeds, so a failed run leaves no result that looks
 # complete, keeps its log for diagnosis, and is the only thing a rerun repeats.
-# Local runs take every core: timings from jobs sharing a machine would mean nothing.
 # On SLURM the resources below shape each job (scalesweep/launch.py: slurm_resources).
 
 TRAIN_SHELL = "{params.command} > {log} 2>&1 && cp {log} {output}"
@@ -16,7 +15,7 @@ rule train_tensorflow:
         f"logs/train/tensorflow/{RUN_PATTERN}.log",
     params:
         command=trainer_command("tensorflow"),
-    threads: workflow.cores
+    threads: trainer_threads("tensorflow")
     conda:
         "../../envs/tensorflow.yaml"
     resources:
@@ -39,6 +38,7 @@ use rule train_tensorflow as train_pytorch with:
         f"logs/train/pytorch/{RUN_PATTERN}.log",
     params:
         command=trainer_command("pytorch"),
+    threads: trainer_threads("pytorch")
     conda:
         "../../envs/pytorch.yaml"
     wildcard_constraints:

@@ -1,0 +1,128 @@
+"""The cluster path on a real SLURM (tests/cluster/: slurmctld, slurmdbd on mariadb, two slurmd
+with 4 fake GPUs each): the slurm executor plugin submits one job per configuration, a 2-node
+PyTorch DDP run spans node1 and node2, a configuration made to fail is recorded with its reason,
+and the same command again resubmits exactly that configuration.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Start (or find running) the test cluster; the script is idempotent."""
+    if os.geteuid() != 0 and subprocess.run(["sinfo"], capture_output=True).returncode != 0:
+        pytest.skip("starting the test cluster needs root: sudo bash tests/cluster/slurm-up.sh")
+    up = subprocess.run(["bash", str(REPO / "tests/cluster/slurm-up.sh")], capture_output=True,
+                        text=True, timeout=600)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+
+
+def sweep(workdir):
+    """The command a user types, run from the sweep's working directory. Returns the process and
+    Snakemake's complete log of that invocation (the plugin writes its submissions there)."""
+    before = set((workdir / ".snakemake" / "log").glob("*.log"))
+    result = subprocess.run(
+        [str(SNAKEMAKE), "--executor", "slurm", "--profile", str(REPO / "profiles/local-slurm"),
+         "--snakefile", str(REPO / "Snakefile"), "--configfile", str(REPO / "tests/configs/slurm.yaml")],
+        cwd=workdir, capture_output=True, text=True, timeout=900,
+    )
+    (log,) = set((workdir / ".snakemake" / "log").glob("*.log")) - before
+    return result, log.read_text() + result.stdout + result.stderr
+
+
+def submissions(output):
+    """{slurm job id: rule/wildcards} from the plugin's 'submitted with SLURM jobid' lines."""
+    found = re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/slurm_logs/(\S+)/\d+\.log\)", output)
+    return {int(jobid): where for jobid, where in found}
+
+
+def sacct(jobids):
+    """{job id: (state, node list)} of the jobs' allocations, from accounting."""
+    result = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "--format=JobID,State,NodeList",
+         "-j", ",".join(map(str, jobids))],
+        capture_output=True, text=True, check=True,
+    )
+    rows = [line.split("|") for line in result.stdout.splitlines() if line]
+    return {int(jobid): (state.split()[0], nodes) for jobid, state, nodes in rows}
+
+
+def header_of(log):
+    for line in Path(log).read_text().splitlines():
+        if ":::SCALESWEEP " in line and '"header"' in line:
+            return json.loads(line.split(":::SCALESWEEP ", 1)[1])
+    raise AssertionError(f"no header record in {log}")
+
+
+@pytest.fixture(scope="module")
+def first_sweep(cluster, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("slurm-sweep")
+    (workdir / "data" / "late-folder").mkdir(parents=True)
+    result, output = sweep(workdir)
+    return workdir, result, output
+
+
+def test_failed_configuration_fails_the_sweep_but_not_the_others(first_sweep):
+    workdir, result, output = first_sweep
+    assert result.returncode != 0, output[-3000:]
+    jobs = submissions(output)
+    trains = {jobid: where for jobid, where in jobs.items() if where.startswith("rule_train")}
+    assert len(trains) == 4, output[-3000:]
+    states = sacct(jobs)
+    failed = [trains[j] for j in trains if states[j][0] != "COMPLETED"]
+    assert failed == ["rule_train_pytorch/vit_tiny_late-folder_1"], (failed, states)
+    assert all(states[j][0] == "FAILED" for j in trains if "late-folder" in trains[j])
+    assert all(state == "COMPLETED" for j, (state, _) in states.items() if "late-folder" not in jobs[j])
+
+
+def test_two_node_run_spans_node1_and_node2_with_world_size_two(first_sweep):
+    workdir, _, output = first_sweep
+    jobs = submissions(output)
+    multinode = [j for j, where in jobs.items() if where.startswith("rule_train_pytorch_multinode")]
+    assert len(multinode) == 1
+    assert sacct(multinode)[multinode[0]] == ("COMPLETED", "node[1-2]")
+    header = header_of(workdir / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/train.log")
+    assert header["world_size"] == 2 and header["nodes"] == 2
+
+
+def test_failure_is_recorded_with_its_reason_in_runs_csv(first_sweep):
+    workdir, _, _ = first_sweep
+    runs = pd.read_csv(workdir / "results/tidy/runs.csv")
+    assert len(runs) == 4
+    failed = runs[runs["status"] != "ok"]
+    assert failed[["dataset", "gpus"]].values.tolist() == [["late-folder", 1]]
+    assert failed["status"].iloc[0] == "failed"
+    assert isinstance(failed["reason"].iloc[0], str) and failed["reason"].iloc[0]
+    assert failed["throughput_img_s"].isna().all()
+    assert not (workdir / "results/runs/pytorch/model~vit_tiny/dataset~late-folder/gpus~1/train.log").exists()
+
+
+def test_rerun_submits_exactly_the_failed_configuration(first_sweep):
+    workdir, _, first_output = first_sweep
+    fixed = workdir / "data" / "late-folder"
+    shutil.rmtree(fixed)
+    shutil.copytree(workdir / "resources/datasets/imagefolder/synth-folder", fixed)
+    result, output = sweep(workdir)
+    assert result.returncode == 0, output[-3000:]
+    jobs = submissions(output)
+    assert list(jobs.values()) == ["rule_train_pytorch/vit_tiny_late-folder_1"], jobs
+    assert set(jobs).isdisjoint(submissions(first_output))
+    assert [state for state, _ in sacct(jobs).values()] == ["COMPLETED"]
+    runs = pd.read_csv(workdir / "results/tidy/runs.csv")
+    assert len(runs) == 4 and (runs["status"] == "ok").all()
+    assert (workdir / "results/tables/scaling.csv").exists()
+    assert any((workdir / "results/figures").glob("*.png"))
