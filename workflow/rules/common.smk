@@ -20,7 +20,7 @@ validate(config, "../schemas/config.schema.yaml")
 try:
     RUNS, EXCLUDED = matrix.plan(config)
 except matrix.ConfigError as error:
-    raise WorkflowError(f"{error} (config file: {', '.join(workflow.configfiles)})")
+    raise WorkflowError(f"{error} (config files: {', '.join(map(str, workflow.configfiles))})")
 
 # One folder level per axis (model~vit_tiny/dataset~synth-folder/gpus~2/...), below the
 # framework: the two trainers are separate rules with their own commands and resources.

@@ -1,0 +1,127 @@
+"""The workflow end to end on this machine: a tiny sweep through Snakemake with the real trainers,
+then what a user does next (preview, rerun after losing a result), and bad configs stopped before
+any job runs."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+TINY = REPO / "tests" / "configs" / "tiny.yaml"
+
+
+def snakemake(workdir, *args, configfile=TINY, timeout=900):
+    return subprocess.run(
+        [str(SNAKEMAKE), "--snakefile", str(REPO / "Snakefile"), "--configfile", str(configfile),
+         "--replace-workflow-config", *args],
+        cwd=workdir, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def job_counts(dryrun_output):
+    """{rule: count} from the 'Job stats' table of a dry run."""
+    table = dryrun_output.split("Job stats:")[1].split("\n\n")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("sweep")
+    result = snakemake(workdir, "--cores", "2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    return workdir
+
+
+@pytest.mark.slow
+def test_sweep_leaves_tidy_tables_and_figures(tiny_sweep):
+    runs = pd.read_csv(tiny_sweep / "results/tidy/runs.csv")
+    assert sorted(zip(runs.framework, runs.model, runs.gpus)) == [
+        ("pytorch", "vit_tiny", 1), ("pytorch", "vit_tiny", 2),
+        ("tensorflow", "cnn_small", 1), ("tensorflow", "cnn_small", 2),
+    ]
+    assert (runs.status == "ok").all()
+    assert (runs.world_size == runs.gpus).all()
+    assert (runs.global_batch == runs.per_gpu_batch * runs.gpus).all()
+    assert (runs.steady_epoch_time_s > 0).all() and (runs.throughput_img_s > 0).all()
+    epochs = pd.read_csv(tiny_sweep / "results/tidy/epochs.csv")
+    assert len(epochs) == 4 * 2 and set(epochs.epoch) == {1, 2}
+    scaling = pd.read_csv(tiny_sweep / "results/tables/scaling.csv")
+    assert len(scaling) == 4
+    baseline = scaling[scaling.gpus == 1]
+    assert (baseline.speedup == 1.0).all() and (baseline.efficiency_pct == 100.0).all()
+    two = scaling[scaling.gpus == 2].set_index("framework")
+    one = scaling[scaling.gpus == 1].set_index("framework")
+    assert two.speedup.to_dict() == pytest.approx((one.time_s / two.time_s).to_dict())
+    figures = sorted(p.name for p in (tiny_sweep / "results/figures").glob("*.png"))
+    for name in ("time_all.png", "throughput_by_model.png", "speedup_all.png", "efficiency_by_model.png"):
+        assert name in figures
+
+
+@pytest.mark.slow
+def test_preview_after_losing_one_result_lists_only_that_run_and_its_dependents(tiny_sweep):
+    assert "Nothing to be done" in snakemake(tiny_sweep, "-n").stdout
+    lost = tiny_sweep / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/train.log"
+    lost.unlink()
+    preview = snakemake(tiny_sweep, "-n")
+    assert preview.returncode == 0, preview.stderr
+    assert job_counts(preview.stdout) == {
+        "train_pytorch": 1, "tidy": 1, "tables": 1, "figures": 1, "all": 1, "total": 5,
+    }
+    assert "gpus=2" in preview.stdout.split("rule train_pytorch:")[1].split("\n\n")[0]
+
+
+@pytest.mark.slow
+def test_regenerating_a_dataset_does_not_rerun_measured_runs(tiny_sweep):
+    synthetic = tiny_sweep / "resources/datasets/cifar10/synth-cifar"
+    synthetic.touch()
+    preview = snakemake(tiny_sweep, "-n").stdout
+    assert "train_tensorflow" not in (job_counts(preview) if "Job stats" in preview else {})
+
+
+def test_dryrun_prints_the_plan_and_imports_no_framework(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "snakemake", "-n", "--snakefile",
+         str(REPO / "Snakefile")],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "snakemake" in imported
+    assert not imported & {"tensorflow", "torch", "keras"}
+    assert "scalesweep: 12 configurations to run, 36 combinations left out" in result.stderr
+    assert job_counts(result.stdout)["train_tensorflow"] == 6
+
+
+def bad_config(tmp_path, edit):
+    config = yaml.safe_load(TINY.read_text())
+    edit(config)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c["matrix"].update(framework=["jax"]), "'jax' is not one of"),
+        (lambda c: c["matrix"].update(model=["resnet5"]), "config key 'matrix.model[0]': unknown model 'resnet5'"),
+        (lambda c: c["matrix"].update(gpus=[0, -2]), "-2 is less than the minimum of 0"),
+        (lambda c: c["matrix"].update(gpus=[1.5]), "1.5 is not of type 'integer'"),
+        (lambda c: c["matrix"].update(dataset=["imagenet"]), "config key 'matrix.dataset[0]'"),
+        (lambda c: c["datasets"].update(real={"format": "imagefolder", "resolution": 32, "path": "no/such"})
+         or c["matrix"].update(dataset=["real"]), "config key 'datasets.real.path': 'no/such' does not exist"),
+    ],
+)
+def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path, edit, message):
+    result = snakemake(tmp_path, "-n", configfile=bad_config(tmp_path, edit), timeout=120)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert "Job stats" not in result.stdout
+    assert not (tmp_path / "results").exists()
