@@ -3,6 +3,7 @@ then what a user does next (preview, rerun after losing a result), and bad confi
 any job runs."""
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,31 +12,13 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = Path(sys.executable).with_name("snakemake")
-TINY = REPO / "tests" / "configs" / "tiny.yaml"
-
-
-def snakemake(workdir, *args, configfile=TINY, timeout=900):
-    return subprocess.run(
-        [str(SNAKEMAKE), "--snakefile", str(REPO / "Snakefile"), "--configfile", str(configfile),
-         "--replace-workflow-config", *args],
-        cwd=workdir, capture_output=True, text=True, timeout=timeout,
-    )
+from conftest import REPO, TINY, snakemake
 
 
 def job_counts(dryrun_output):
     """{rule: count} from the 'Job stats' table of a dry run."""
     table = dryrun_output.split("Job stats:")[1].split("\n\n")[0]
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
-
-
-@pytest.fixture(scope="module")
-def tiny_sweep(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("sweep")
-    result = snakemake(workdir, "--cores", "2")
-    assert result.returncode == 0, result.stderr[-4000:]
-    return workdir
 
 
 @pytest.mark.slow
@@ -63,8 +46,17 @@ def test_sweep_leaves_tidy_tables_and_figures(tiny_sweep):
         assert name in figures
 
 
+@pytest.fixture
+def sweep_copy(tiny_sweep, tmp_path):
+    """A copy of the finished sweep (times and Snakemake's metadata kept) that a test may damage."""
+    copy = tmp_path / "sweep"
+    shutil.copytree(tiny_sweep, copy, symlinks=True)
+    return copy
+
+
 @pytest.mark.slow
-def test_preview_after_losing_one_result_lists_only_that_run_and_its_dependents(tiny_sweep):
+def test_preview_after_losing_one_result_lists_only_that_run_and_its_dependents(sweep_copy):
+    tiny_sweep = sweep_copy
     assert "Nothing to be done" in snakemake(tiny_sweep, "-n").stdout
     lost = tiny_sweep / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/train.log"
     lost.unlink()
@@ -77,7 +69,8 @@ def test_preview_after_losing_one_result_lists_only_that_run_and_its_dependents(
 
 
 @pytest.mark.slow
-def test_regenerating_a_dataset_does_not_rerun_measured_runs(tiny_sweep):
+def test_regenerating_a_dataset_does_not_rerun_measured_runs(sweep_copy):
+    tiny_sweep = sweep_copy
     synthetic = tiny_sweep / "resources/datasets/cifar10/synth-cifar"
     synthetic.touch()
     preview = snakemake(tiny_sweep, "-n").stdout
