@@ -150,7 +150,7 @@ def slurm_resources(settings, cluster):
     resources = {
         "nodes": settings["nodes"],
         "cpus_per_task": settings["cpus_per_task"],
-        "runtime": cluster["time_limit_min"],
+        "runtime": settings["time_limit_min"],
         "tasks_per_gpu": 0,
     }
     if gpus_per_node >= 1:
@@ -162,6 +162,6 @@ def slurm_resources(settings, cluster):
     return resources
 
 
-def gpu_hours(settings, cluster):
+def gpu_hours(settings):
     """GPU-hours a job books: its GPUs times its time limit (what the allocation is charged)."""
-    return settings["gpus"] * cluster["time_limit_min"] / 60
+    return settings["gpus"] * settings["time_limit_min"] / 60

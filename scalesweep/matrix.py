@@ -177,6 +177,7 @@ def run_settings(run, config):
         "cpus_per_task": config["cluster"]["cpus_per_gpu"] * max(1, min(run["gpus"], gpus_per_node)),
         "repeat": 0,
     }
+    settings.setdefault("time_limit_min", config["cluster"]["time_limit_min"])
     settings.update(run)
     return settings
 

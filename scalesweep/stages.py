@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import fits, plots, scaling, sweetspot, tidy
+from scalesweep import accounting, fits, plots, scaling, sweetspot, tidy
 
 TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
 
@@ -19,9 +19,15 @@ def status_counts(runs):
     return f"{len(runs)} runs: " + ", ".join(f"{n} {status}" for status, n in counts.items())
 
 
-def tidy_logs(items, outdir):
-    """(log path or None, run axes) pairs -> outdir/epochs.csv and outdir/runs.csv."""
+def tidy_logs(items, outdir, ask_slurm=False):
+    """(log path or None, run axes) pairs -> outdir/epochs.csv and outdir/runs.csv.
+
+    ask_slurm: give failed runs the status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...).
+    """
     epochs, runs = tidy.runs_table(items)
+    if ask_slurm and "slurm_job_id" in runs.columns:
+        failed = runs[runs["status"] != "ok"]
+        runs = accounting.refine_failures(runs, accounting.sacct_states(failed["slurm_job_id"]))
     tidy.write_tidy(epochs, runs, Path(outdir))
     return status_counts(runs)
 
@@ -31,7 +37,7 @@ def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None):
     table = scaling.scaling_table(runs)
     return {
         "scaling": table,
-        "fits": fits.fit_table(runs),
+        "fits": fits.fit_table(runs, scaling=table),
         "sweet_spot": sweetspot.sweet_spot_table(table, efficiency_floor, gpu_hour_budget),
         "acceleration": scaling.acceleration_table(runs),
         "compare_models": scaling.comparison_table(table, by="model"),

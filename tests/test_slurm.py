@@ -31,13 +31,13 @@ def cluster():
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
 
 
-def sweep(workdir):
+def sweep(workdir, config=REPO / "tests/configs/slurm.yaml"):
     """The command a user types, run from the sweep's working directory. Returns the process and
     Snakemake's complete log of that invocation (the plugin writes its submissions there)."""
     before = set((workdir / ".snakemake" / "log").glob("*.log"))
     result = subprocess.run(
         [str(SNAKEMAKE), "--executor", "slurm", "--profile", str(REPO / "profiles/local-slurm"),
-         "--snakefile", str(REPO / "Snakefile"), "--configfile", str(REPO / "tests/configs/slurm.yaml")],
+         "--snakefile", str(REPO / "Snakefile"), "--configfile", str(config)],
         cwd=workdir, capture_output=True, text=True, timeout=900,
     )
     (log,) = set((workdir / ".snakemake" / "log").glob("*.log")) - before
@@ -126,3 +126,15 @@ def test_rerun_submits_exactly_the_failed_configuration(first_sweep):
     assert len(runs) == 4 and (runs["status"] == "ok").all()
     assert (workdir / "results/tables/scaling.csv").exists()
     assert any((workdir / "results/figures").glob("*.png"))
+
+
+def test_time_limit_is_recorded_as_timeout_from_accounting(cluster, tmp_path):
+    config = REPO / "tests/configs/slurm-timeout.yaml"
+    result, output = sweep(tmp_path, config)
+    assert result.returncode != 0
+    (jobid,) = [j for j, where in submissions(output).items() if where.startswith("rule_train")]
+    assert sacct([jobid])[jobid][0] == "TIMEOUT"
+    runs = pd.read_csv(tmp_path / "results/tidy/runs.csv")
+    assert runs["status"].tolist() == ["timeout"]
+    assert runs["reason"].iloc[0].startswith("SLURM state TIMEOUT")
+    assert runs["throughput_img_s"].isna().all()

@@ -8,7 +8,12 @@ rule tables:
         "results/tidy/runs.csv",
     output:
         **{
-            name: report(f"results/tables/{name}.csv", caption=f"../report/{name}.rst", category="Tables")
+            name: report(
+                f"results/tables/{name}.csv",
+                caption=f"../report/{name}.rst",
+                category="Tables",
+                labels={"table": name},
+            )
             for name in stages.TABLES
         },
     params:

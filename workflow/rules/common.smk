@@ -136,5 +136,5 @@ def synthetic_options(wildcards):
 
 
 if workflow.is_main_process:
-    print(preview.summary(RUNS, EXCLUDED, SETTINGS.values(), config), file=sys.stderr)
+    print(preview.summary(RUNS, EXCLUDED, SETTINGS.values()), file=sys.stderr)
 

@@ -12,6 +12,7 @@ rule figures:
             patterns=["{name}.png"],
             caption="../report/figures.rst",
             category="Figures",
+            labels={"figure": "{name}"},
         ),
     log:
         "logs/figures.log",
