@@ -19,7 +19,7 @@ test: $(VENV)/.installed
 test-fast: $(VENV)/.installed
 	$(PYTHON) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
 
-$(VENV)/.installed: envs/requirements.txt envs/constraints.txt pyproject.toml
+$(VENV)/.installed: envs/requirements.txt envs/workflow.txt envs/constraints.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -r envs/requirements.txt -c envs/constraints.txt
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
