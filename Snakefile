@@ -10,6 +10,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/parse.smk"
 include: "workflow/rules/analyze.smk"
 include: "workflow/rules/plot.smk"
+include: "workflow/rules/max_batch.smk"
 
 
 # Every run's result is a target itself: Snakemake does not rerun a missing intermediate file

@@ -26,9 +26,15 @@ def trainer_args(settings):
         "--max-train-images", settings["max_train_images"],
         "--precision", settings["precision"],
         "--seed", settings["seed"] + settings["repeat"],
+        "--protocol", settings["protocol"],
+        "--warmup-steps", settings["warmup_steps"],
+        "--timed-steps", settings["timed_steps"],
+        "--oom-policy", settings["oom_policy"],
     ]
     if settings["compile"]:
         args.append("--compile")
+    if settings.get("find_max_batch"):
+        args += ["--find-max-batch", "--max-batch-limit", settings["max_batch_limit"]]
     if settings["framework"] == "pytorch":
         args += ["--nodes", settings["nodes"], "--num-workers", settings["num_workers"]]
         if settings["channels_last"]:
@@ -101,6 +107,11 @@ def quote_keeping_variables(argv):
 
 def module_load(container):
     return f"module load {container['module']} && " if container.get("module") else ""
+
+
+def max_batch_settings(settings):
+    """The same run as a search for the largest per-GPU batch that fits (one GPU is enough)."""
+    return {**settings, "find_max_batch": True}
 
 
 def job_command(settings, container, repo, workdir, host_python):

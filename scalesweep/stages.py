@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import accounting, fits, plots, scaling, sweetspot, tidy
+from scalesweep import accounting, fits, maxbatch, plots, scaling, sweetspot, tidy
 
 TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
 
@@ -62,6 +62,12 @@ def figures(tables_dir, outdir):
         pd.read_csv(tables_dir / "scaling.csv"), outdir, fits=pd.read_csv(tables_dir / "fits.csv")
     )
     return f"{len(written)} figures: " + " ".join(Path(path).name for path in written)
+
+
+def max_batch_csv(items, out_csv):
+    table = maxbatch.max_batch_table(items)
+    table.to_csv(out_csv, index=False)
+    return f"{len(table)} configurations"
 
 
 def write_log(path, line):

@@ -118,3 +118,17 @@ def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path, edit, mess
     assert message in result.stdout + result.stderr
     assert "Job stats" not in result.stdout
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_find_max_batch_target_bisects_to_the_largest_batch_that_fits(tmp_path, monkeypatch):
+    # CPUs rarely run out of memory: the trainers' injection hook makes every batch above 32 fail
+    # as a real out-of-memory error would, through the same code path.
+    monkeypatch.setenv("SCALESWEEP_FAIL_INJECT", "oom-above:32")
+    result = snakemake(tmp_path, "--cores", "2", "find_max_batch")
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "results/tables/max_batch.csv")
+    assert sorted(table.framework) == ["pytorch", "tensorflow"]
+    assert (table.gpus == 1).all() and (table.max_per_gpu_batch == 32).all()
+    assert (table.tried.str.startswith("16:ok 32:ok 64:oom")).all()
+    assert not (tmp_path / "results/runs").exists()

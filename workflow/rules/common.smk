@@ -109,6 +109,34 @@ def trainer_threads(framework):
     return threads_of
 
 
+def max_batch_command(framework):
+    def command_of(wildcards):
+        settings = launch.max_batch_settings(settings_of(framework, wildcards))
+        return launch.job_command(settings, config["container"], workflow.basedir, WORKDIR, PYTHON)
+
+    return command_of
+
+
+def max_batch_paths():
+    """One search per configuration on a single GPU (the per-GPU limit does not depend on the
+    GPU count) and its first repeat."""
+    first_repeat = min(run.get("repeat", 0) for run in RUNS)
+    return [
+        path
+        for path, run in zip(RUN_PATHS, RUNS)
+        if run["gpus"] == 1 and run.get("repeat", 0) == first_repeat
+    ]
+
+
+def max_batch_logs():
+    return [f"results/max_batch/{path}/max_batch.log" for path in max_batch_paths()]
+
+
+def max_batch_configs():
+    runs = dict(zip(RUN_PATHS, RUNS))
+    return [runs[path] for path in max_batch_paths()]
+
+
 def slurm_resource(framework, name, default=None):
     """One SLURM resource of a training job (the plugin reads them; local runs ignore them)."""
 

@@ -1,0 +1,52 @@
+"""The maximum viable per-GPU batch per configuration, from the trainers' `max_batch` records
+(`--find-max-batch`: doubling until out of memory, then bisecting)."""
+
+import json
+
+import pandas as pd
+
+from scalesweep.parse import RECORD_PREFIX
+
+MAX_BATCH_COLUMNS = ["max_per_gpu_batch", "limit_reached", "tried", "status", "reason", "log"]
+
+
+def records(text, kind):
+    """Every record of one kind in a log, in order."""
+    found = []
+    for line in text.splitlines():
+        position = line.find(RECORD_PREFIX)
+        if position >= 0:
+            record = json.loads(line[position + len(RECORD_PREFIX):])
+            if record.get("record") == kind:
+                found.append(record)
+    return found
+
+
+def max_batch_row(text, log):
+    """One table row from a finder's log: the batch found, or why there is none."""
+    found = records(text, "max_batch")
+    summary = (records(text, "summary") or [{}])[-1]
+    if not found:
+        reason = summary.get("reason") or "no max_batch record in the log"
+        return {"status": summary.get("status", "failed"), "reason": reason, "log": log}
+    result = found[-1]
+    tried = " ".join(f"{batch}:{verdict}" for batch, verdict in result.get("tried", []))
+    return {
+        "max_per_gpu_batch": result.get("per_gpu_batch"),
+        "limit_reached": result.get("limit_reached"),
+        "tried": tried,
+        "status": summary.get("status", "ok"),
+        "reason": summary.get("reason"),
+        "log": log,
+    }
+
+
+def max_batch_table(items):
+    """(log path, run axes) pairs -> one row per configuration."""
+    rows = []
+    for log, axes in items:
+        with open(log) as handle:
+            rows.append({**axes, **max_batch_row(handle.read(), str(log))})
+    frame = pd.DataFrame(rows)
+    axes_columns = [c for c in frame.columns if c not in MAX_BATCH_COLUMNS]
+    return frame.reindex(columns=axes_columns + MAX_BATCH_COLUMNS)

@@ -1,0 +1,40 @@
+# The maximum viable per-GPU batch of each configuration on one GPU (the reference's "find the
+# maximum viable batch size" task): `snakemake find_max_batch` -> results/tables/max_batch.csv.
+# It probes a few steps per batch size, so it costs minutes, not epochs.
+
+
+rule find_max_batch:
+    input:
+        "results/tables/max_batch.csv",
+
+
+use rule train_tensorflow as max_batch_tensorflow with:
+    output:
+        f"results/max_batch/tensorflow/{RUN_PATTERN}/max_batch.log",
+    log:
+        f"logs/max_batch/tensorflow/{RUN_PATTERN}.log",
+    params:
+        command=max_batch_command("tensorflow"),
+
+
+use rule train_pytorch as max_batch_pytorch with:
+    output:
+        f"results/max_batch/pytorch/{RUN_PATTERN}/max_batch.log",
+    log:
+        f"logs/max_batch/pytorch/{RUN_PATTERN}.log",
+    params:
+        command=max_batch_command("pytorch"),
+
+
+rule max_batch_table:
+    input:
+        logs=max_batch_logs(),
+    output:
+        report("results/tables/max_batch.csv", caption="../report/max_batch.rst", category="Tables"),
+    params:
+        configs=max_batch_configs(),
+    log:
+        "logs/max_batch_table.log",
+    localrule: True
+    run:
+        stages.write_log(log[0], stages.max_batch_csv(zip(input.logs, params.configs), output[0]))
