@@ -3,22 +3,44 @@
 Launched by torchrun, one process per GPU (options after the script path belong to the script):
 
     torchrun --standalone --nproc-per-node 2 scripts/train_torch.py --model vit_tiny \
-        --data DATASET --gpus 2 --resolution 32 --epochs 3 --per-gpu-batch 16
+        --data DATASET --gpus 2 --resolution 32 --epochs 3 --per-gpu-batch 16 [--protocol steps]
 
 `python scripts/train_torch.py ...` without torchrun is a one-process run (world size 1, no
 process group): the `--gpus 0` CPU baseline. Without CUDA, gloo processes on the CPU stand in for
 GPUs and run the same code. Rank 0 prints the reference's human log lines and the
 `:::SCALESWEEP` records of docs/records.md. Exit status: 0 when the run finished or ran out of
 memory (summary status ok / oom), non-zero on any other failure (summary status failed).
+
+Measurement (the same options as scripts/train_tf.py): every training step is timed from the
+fetch of its batch to its device-synchronized end; the run's first --warmup-steps steps are left
+out of the step statistics. --protocol epochs times whole epochs (time to solution included);
+--protocol steps runs --warmup-steps then --timed-steps steps and records them as two windows.
+--oom-policy halve retries an attempt that ran out of memory with half the per-GPU batch;
+--find-max-batch searches the largest per-GPU batch that trains instead of training.
+
+Out of memory under DDP: until the run's first epoch record (the steps in which the halve
+policy may still retry, whatever the policy), every step runs in three parts: the batch's copy to
+the device, the forward pass, and backward with the optimizer step. After each part the ranks
+all-reduce an out-of-memory flag, so all stop together and take the same way out (retry, or
+status oom written by rank 0), whichever rank ran out. The three small all-reduces (each a host
+synchronization) are paid in epoch 1 or the warm-up window only, both outside the steady state.
+A rank-local out-of-memory error inside backward's gradient all-reduce, or after the first epoch
+record, leaves the other ranks waiting in a collective the failed rank never joins: that run ends
+when the process group's timeout or torchrun's teardown ends it (status failed, or a log without
+a summary; a rerun repeats it). Identical ranks run out at the same allocation, so in practice the
+agreement covers it.
 """
 
 import argparse
+import gc
+import itertools
 import math
 import os
 import sys
 import time
 import traceback
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 # OpenMP threads that spin while they wait make a CPU run 10-30x slower as soon as anything else
 # wants the same cores (measured: a laptop's 2 cores shared with data loader workers or another
@@ -33,7 +55,7 @@ import torch.distributed as dist  # noqa: E402
 import torchvision  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
-from torch.utils.data import DataLoader, DistributedSampler, Subset  # noqa: E402
+from torch.utils.data import DataLoader, DistributedSampler, Sampler, Subset  # noqa: E402
 from torchvision import datasets, transforms  # noqa: E402
 from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
 
@@ -52,6 +74,23 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # The reference's log prefix: `[11/14/2025 10:02:17 AM] INFO - `.
 LOG_DATE_FORMAT = "%m/%d/%Y %I:%M:%S %p"
 EXIT_FAILED = 1
+PROTOCOLS = ("epochs", "steps")
+OOM_POLICIES = ("fail", "halve")
+# The same defaults as scripts/train_tf.py, so one command builder drives both trainers. Here the
+# first steps hold torch.compile's tracing, cuDNN autotuning, the caching allocator's growth and
+# the loader's first fill.
+DEFAULT_WARMUP_STEPS = 5
+DEFAULT_TIMED_STEPS = 50
+# A probe of the maximum-batch finder trains this many steps: the first allocates activations,
+# gradients and the optimizer's state; the second runs with all of them resident, the steady peak.
+PROBE_STEPS = 2
+# On CPUs running out of host memory is a kernel OOM kill, not an exception: the search needs a
+# ceiling there.
+DEFAULT_MAX_BATCH_LIMIT = 65536
+# Batches each loader worker decodes ahead of the training step (torch's own default, made
+# explicit): with --num-workers W, 2W batches wait decoded while the device trains.
+PREFETCH_BATCHES_PER_WORKER = 2
+OUT_OF_MEMORY = (torch.OutOfMemoryError, MemoryError)
 
 
 # ---------------------------------------------------------------- distributed world and output
@@ -219,9 +258,53 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def ranks_flagging(flag: bool, device: torch.device) -> list[int]:
+    """The ranks on which `flag` is set, known to every rank (one all-reduce)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [0] if flag else []
+    flags = torch.zeros(dist.get_world_size(), dtype=torch.int32, device=device)
+    flags[dist.get_rank()] = int(flag)
+    dist.all_reduce(flags, op=dist.ReduceOp.SUM)
+    return [rank for rank, value in enumerate(flags.tolist()) if value]
+
+
+def agree_on_oom(action: Callable, device: torch.device):
+    """`action()` on every rank; when any rank runs out of memory in it, every rank raises
+    torch.OutOfMemoryError, so all take the same way out (retry, or status oom) and none waits
+    in a collective for a rank that left.
+
+    Every rank must call it at the same point, with no collective of its own pending inside
+    `action` on a rank that failed (see the module's docstring).
+    """
+    reason = None
+    try:
+        result = action()
+    except OUT_OF_MEMORY as error:
+        # Only the text is kept: the traceback would hold the failed step's tensors in memory.
+        result, reason = None, oom_text(error)
+    failed = ranks_flagging(reason is not None, device)
+    if not failed:
+        return result
+    if not (dist.is_available() and dist.is_initialized()):
+        raise torch.OutOfMemoryError(reason)
+    ranks = ("rank " if len(failed) == 1 else "ranks ") + ", ".join(map(str, failed))
+    if reason is None:
+        raise torch.OutOfMemoryError(f"out of memory on {ranks}; every rank stops with it")
+    raise torch.OutOfMemoryError(f"{reason} (out of memory on {ranks})")
+
+
+def oom_text(error: BaseException) -> str:
+    """One line on an out-of-memory error; the type is named unless it is torch's own."""
+    text = str(error) if isinstance(error, torch.OutOfMemoryError) else f"{type(error).__name__}: {error}"
+    return runlog.one_line(text)
+
+
 def gather_device_names(device: torch.device) -> list[str]:
-    """One entry per rank, in rank order."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    """One entry per rank, in rank order (GPU: `GPU:<local index> <model name>`)."""
+    if device.type == "cuda":
+        name = f"GPU:{device.index} {torch.cuda.get_device_name(device)}"
+    else:
+        name = "cpu"
     if not (dist.is_available() and dist.is_initialized()):
         return [name]
     names = [None] * dist.get_world_size()
@@ -236,15 +319,59 @@ def framework_versions(device: torch.device) -> dict:
         "torchvision": torchvision.__version__,
         "numpy": np.__version__,
         "cuda": None,
+        "cudnn": None,
         "nccl": None,
     }
-    # CUDA and NCCL are reported only when the run used them; a CUDA build of torch on a CPU run
-    # says nothing about the run.
+    # CUDA, cuDNN and NCCL are reported only when the run used them; a CUDA build of torch on a
+    # CPU run says nothing about the run.
     if device.type == "cuda":
         versions["cuda"] = torch.version.cuda
-        nccl = torch.cuda.nccl.version()
-        versions["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        versions["cudnn"] = torch.backends.cudnn.version()
+        versions["nccl"] = nccl_version()
     return versions
+
+
+def nccl_version() -> str | None:
+    """The NCCL torch runs with ("2.21.5"), or None where this build cannot tell."""
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - provenance must never fail a run
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+class StepClock:
+    """Begin and end time of every training step, 0-based over the trainer's life.
+
+    On CUDA every reading first waits for the device: kernels run asynchronously, so without the
+    wait a step would end when its kernels are queued, not done. Steps are timed per rank, with no
+    barrier (that would serialize the ranks each step); DDP's gradient all-reduce already makes a
+    step wait for the slowest rank.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.begins: list[float] = []
+        self.ends: list[float] = []
+
+    def read(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def begin(self) -> None:
+        self.begins.append(self.read())
+
+    def end(self) -> None:
+        self.ends.append(self.read())
+
+    @property
+    def finished(self) -> int:
+        return len(self.ends)
+
+    @property
+    def durations(self) -> list[float]:
+        return [end - begin for begin, end in zip(self.begins, self.ends)]
 
 
 # ---------------------------------------------------------------- data
@@ -286,6 +413,21 @@ def subset_indices(total: int, max_images: int, seed: int) -> list[int]:
     return sorted(int(index) for index in picked)
 
 
+@dataclass(frozen=True)
+class TrainData:
+    """The training images of the run, read once: every attempt and probe samples from them."""
+
+    train_set: object  # ImageFolder, or a Subset of it
+    classes: list
+
+
+def load_train_data(args: argparse.Namespace) -> TrainData:
+    full = load_split(args.data, "train", args.resolution)
+    indices = subset_indices(len(full), args.max_train_images, args.seed)
+    train_set = full if len(indices) == len(full) else Subset(full, indices)
+    return TrainData(train_set, full.classes)
+
+
 def make_train_sampler(dataset, world: World, seed: int) -> DistributedSampler:
     # drop_last=True: every rank and every epoch get the same number of images, none repeated
     # (without it the sampler pads the last rank's share with duplicates).
@@ -300,6 +442,24 @@ def epoch_order(sampler: DistributedSampler, epoch: int) -> list[int]:
     return list(iter(sampler))
 
 
+class RepeatingSampler(Sampler):
+    """The passes of a DistributedSampler one after another, endlessly, each under its own
+    set_epoch (a new shuffle and shard): one loader iterator serves any number of steps, with
+    batches that may span passes, so no pipeline restart falls between the steps protocol's
+    windows and a probe's batch may exceed the data set."""
+
+    def __init__(self, sampler: DistributedSampler):
+        super().__init__()
+        if len(sampler) == 0:
+            raise ValueError("the sampler gives this rank no image: fewer images than processes")
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[int]:
+        for epoch in itertools.count(1):
+            self.sampler.set_epoch(epoch)
+            yield from self.sampler
+
+
 def steps_per_epoch(num_images: int, world_size: int, per_gpu_batch: int) -> int:
     """Optimizer steps per epoch: the sampler drops the tail that does not split evenly over ranks,
     the loader drops each rank's last partial batch."""
@@ -307,13 +467,17 @@ def steps_per_epoch(num_images: int, world_size: int, per_gpu_batch: int) -> int
 
 
 def make_loader(dataset, batch_size: int, sampler, num_workers: int, device: torch.device, train: bool):
+    """The loader of one split. ImageFolder reads and decodes a JPEG in __getitem__, so with
+    workers the decoding and the transforms run in the worker processes, off the training loop."""
     return DataLoader(
         dataset,
         batch_size=batch_size,
         sampler=sampler,
         num_workers=num_workers,
+        # Pinned host batches let the copy to the GPU run asynchronously (non_blocking=True).
         pin_memory=device.type == "cuda",
         drop_last=train,
+        prefetch_factor=PREFETCH_BATCHES_PER_WORKER if num_workers > 0 else None,
         # Validation runs once; keeping its workers alive would only hold memory.
         persistent_workers=train and num_workers > 0,
     )
@@ -356,62 +520,96 @@ def count_parameters(model: nn.Module) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 
 
-def inject_failure(mode: str | None) -> None:
-    """Raise what the SCALESWEEP_FAIL_INJECT hook resolved to ("oom", "crash" or None)."""
+def inject_failure(mode: str | None, setting: str | None = None) -> None:
+    """Raise what the SCALESWEEP_FAIL_INJECT hook resolved to ("oom", "crash" or None); `setting`
+    is the variable's value ("oom-once", "oom-above:64"), for the message."""
+    source = f"{runlog.FAIL_INJECT_ENV}={setting or mode}"
     if mode == "oom":
-        raise torch.OutOfMemoryError(f"injected out-of-memory error ({runlog.FAIL_INJECT_ENV}=oom)")
+        raise torch.OutOfMemoryError(f"injected out-of-memory error ({source})")
     if mode == "crash":
-        raise RuntimeError(f"injected crash ({runlog.FAIL_INJECT_ENV}=crash)")
+        raise RuntimeError(f"injected crash ({source})")
 
 
 def device_memory_gb(device: torch.device) -> float | None:
+    """Peak device memory the caching allocator reserved since the attempt began, in GiB."""
     if device.type != "cuda":
         return None
     return round(torch.cuda.max_memory_reserved(device) / 2**30, 3)
+
+
+def release_memory(device: torch.device, compiled: bool) -> None:
+    """Give a failed attempt's or a finished probe's memory back before the next one."""
+    # Model, optimizer, DDP reducer and loader workers hang together in reference cycles.
+    gc.collect()
+    if compiled:
+        torch._dynamo.reset()  # compiled graphs hold on to the old model's parameters
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 # ---------------------------------------------------------------- training
 
 
 class Trainer:
-    """Holds the run's data, model and optimizer; fit() trains, evaluate() validates."""
+    """One attempt: the loader and the model at one per-GPU batch. fit() runs the epochs protocol,
+    fit_steps() the steps protocol, probe() one probe of the maximum-batch finder, evaluate()
+    validates."""
 
-    def __init__(self, args: argparse.Namespace, world: World, device: torch.device, console: Console):
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        world: World,
+        device: torch.device,
+        console: Console,
+        data: TrainData,
+        per_gpu_batch: int,
+        attempt: int = 1,
+        endless: bool = False,
+    ):
         self.args, self.world, self.device, self.console = args, world, device, console
-        self.epochs: list[dict] = []
-        # Resolved once per run: "oom-above:N" depends on the per-GPU batch, "oom-once" on the
-        # attempt (this trainer makes one).
-        self.injected = runlog.injected_failure(runlog.fail_inject_mode(), args.per_gpu_batch)
+        self.classes = data.classes
+        self.per_gpu_batch = per_gpu_batch
+        # "oom-above:N" depends on the per-GPU batch, "oom-once" on the attempt (1-based).
+        self.inject_setting = runlog.fail_inject_mode()
+        self.injected = runlog.injected_failure(self.inject_setting, per_gpu_batch, attempt)
         self.memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
         self.dtype = autocast_dtype(args.precision)
-        self.global_batch = args.per_gpu_batch * world.world_size
+        self.global_batch = per_gpu_batch * world.world_size
         self.lr = scaled_learning_rate(args.base_lr, world.world_size)
-        self._build_data()
+        self.clock = StepClock(device)
+        # Until the run's first epoch record every step agrees on out-of-memory across the ranks
+        # (the module's docstring says why, and what it costs).
+        self.guarding_oom = True
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)  # the summary reports the attempt used
+        self._build_data(data.train_set, endless)
         self._build_model()
 
-    def _build_data(self) -> None:
-        full = load_split(self.args.data, "train", self.args.resolution)
-        self.classes = full.classes
-        indices = subset_indices(len(full), self.args.max_train_images, self.args.seed)
-        self.train_set = full if len(indices) == len(full) else Subset(full, indices)
-        self.steps = steps_per_epoch(len(self.train_set), self.world.world_size, self.args.per_gpu_batch)
-        if self.steps == 0:
+    def _build_data(self, train_set, endless: bool) -> None:
+        """The epochs protocol's loader runs epoch by epoch; the endless one (steps protocol,
+        probes) runs one iterator across passes."""
+        self.train_set = train_set
+        self.steps = steps_per_epoch(len(train_set), self.world.world_size, self.per_gpu_batch)
+        if self.steps == 0 and not self.args.find_max_batch:
             raise ValueError(
-                f"{len(self.train_set)} training images in {self.args.data} give no full step of "
-                f"{self.args.per_gpu_batch} images on each of {self.world.world_size} processes: "
+                f"{len(train_set)} training images in {self.args.data} give no full step of "
+                f"{self.per_gpu_batch} images on each of {self.world.world_size} processes: "
                 "lower --per-gpu-batch or use more images"
             )
-        self.sampler = make_train_sampler(self.train_set, self.world, self.args.seed)
+        self.sampler = make_train_sampler(train_set, self.world, self.args.seed)
+        sampler = RepeatingSampler(self.sampler) if endless else self.sampler
         self.loader = make_loader(
-            self.train_set, self.args.per_gpu_batch, self.sampler, self.args.num_workers,
-            self.device, train=True,
+            train_set, self.per_gpu_batch, sampler, self.args.num_workers, self.device, train=True
         )
 
     def _build_model(self) -> None:
         # Same seed on every rank; DDP also broadcasts rank 0's weights when it wraps the model.
         torch.manual_seed(self.args.seed)
         model = build_model(self.args.model, len(self.classes), self.args.resolution)
-        self.module = model.to(self.device, memory_format=self.memory_format)
+        # Agreed before DDP's constructor: its broadcast would wait for a rank that failed here.
+        self.module = agree_on_oom(
+            lambda: model.to(self.device, memory_format=self.memory_format), self.device
+        )
         self.num_parameters = count_parameters(self.module)
         wrapped = self.module
         if self.world.distributed:
@@ -429,18 +627,72 @@ class Trainer:
         images = images.to(self.device, non_blocking=True, memory_format=self.memory_format)
         return images, labels.to(self.device, non_blocking=True)
 
-    def _train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """One optimizer step; returns [loss sum, correct, images] of the batch, still on device."""
+    def _forward(self, images: torch.Tensor, labels: torch.Tensor):
+        """(logits, loss) of one batch already on the device."""
+        if self.clock.finished == 0:
+            inject_failure(self.injected, self.inject_setting)
         with self._autocast():
             logits = self.model(images)
             loss = self.criterion(logits, labels)
+        return logits, loss
+
+    def _update(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
+
+    def _train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """One optimizer step; returns [loss sum, correct, images] of the batch, still on device."""
+        if self.guarding_oom:
+            # Three agreed parts: DDP's forward begins with a broadcast of the model's buffers, its
+            # backward all-reduces gradients; a rank out of memory in the part before must not
+            # leave the others waiting there.
+            images, labels = agree_on_oom(lambda: self._to_device(images, labels), self.device)
+            logits, loss = agree_on_oom(lambda: self._forward(images, labels), self.device)
+            agree_on_oom(lambda: self._update(loss), self.device)
+        else:
+            images, labels = self._to_device(images, labels)
+            logits, loss = self._forward(images, labels)
+            self._update(loss)
         correct = (logits.argmax(dim=1) == labels).sum()
         count = labels.new_tensor(labels.numel())
         return torch.stack([loss.detach().double() * labels.numel(), correct.double(), count.double()])
+
+    def _run_steps(self, batches: Iterator, count: int) -> torch.Tensor:
+        """`count` timed steps, each from the fetch of its batch to its synchronized end;
+        [loss sum, correct, images] over them, on the device."""
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+        for _ in range(count):
+            self.clock.begin()
+            images, labels = next(batches)
+            totals += self._train_step(images, labels)
+            self.clock.end()
+        return totals
+
+    def _window(self, number: int, steps: int, open_batches: Callable[[], Iterator], phase=None) -> dict:
+        """The epoch record of `steps` steps. Its seconds run between two barriers after the
+        device work, so rank 0's time covers every rank; its step statistics leave out the run's
+        first --warmup-steps steps."""
+        self.model.train()
+        first_step = self.clock.finished
+        synchronize(self.device)
+        started = time.perf_counter()
+        totals = self._run_steps(open_batches(), steps)
+        synchronize(self.device)
+        seconds = time.perf_counter() - started
+        # Loss and accuracy over all ranks' images, reduced after the clock stopped.
+        loss_sum, correct, count = all_reduce_sum(totals).tolist()
+        stats = runlog.step_statistics(self.clock.durations[first_step:], first_step, self.args.warmup_steps)
+        return runlog.epoch_record(
+            number, steps * self.global_batch, seconds, loss_sum / count, correct / count,
+            step_stats=stats, phase=phase,
+        )
+
+    def _commit(self, log: "RunLog", record: dict) -> None:
+        log.epoch(record)
+        # The run is now committed to this batch: no retry, so no agreement is needed any more.
+        self.guarding_oom = False
 
     def epoch_batches(self, epoch: int):
         """The epoch's batches. set_epoch first, or every epoch repeats the first one's order
@@ -448,35 +700,33 @@ class Trainer:
         self.sampler.set_epoch(epoch)
         return iter(self.loader)
 
-    def _train_epoch(self, epoch: int) -> dict:
-        self.model.train()
-        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
-        steps = 0
-        synchronize(self.device)
-        start = time.perf_counter()
-        for images, labels in self.epoch_batches(epoch):
-            if epoch == 1 and steps == 0:
-                inject_failure(self.injected)
-            totals += self._train_step(*self._to_device(images, labels))
-            steps += 1
-        synchronize(self.device)
-        seconds = time.perf_counter() - start
-        # Loss and accuracy over all ranks' images, reduced after the clock stopped.
-        loss_sum, correct, count = all_reduce_sum(totals).tolist()
-        images = steps * self.global_batch
-        return runlog.epoch_record(epoch, images, seconds, loss_sum / count, correct / count)
-
-    def fit(self) -> list[dict]:
+    def fit(self, log: "RunLog") -> None:
+        """The epochs protocol: one epoch record per epoch."""
         for epoch in range(1, self.args.epochs + 1):
             self.console.info(f"[EPOCH: {epoch}] Starting training loop...")
-            record = self._train_epoch(epoch)
-            self.epochs.append(record)
-            self.console.record(record)
+            record = self._window(epoch, self.steps, lambda: self.epoch_batches(epoch))
+            self._commit(log, record)
             rate = record["throughput_img_s"]
             self.console.info(f"[EPOCH: {epoch}] Training throughput: {rate:.3f} imgs/s")
-        return self.epochs
 
-    def evaluate(self) -> dict:
+    def fit_steps(self, log: "RunLog") -> None:
+        """The steps protocol: --warmup-steps steps as epoch record 1, then --timed-steps steps as
+        record 2, from one loader iterator (no pipeline restart between or inside the windows)."""
+        stream = iter(self.loader)
+        windows = ((1, "warmup", self.args.warmup_steps), (2, "timed", self.args.timed_steps))
+        for number, phase, steps in windows:
+            record = self._window(number, steps, lambda: stream, phase)
+            self._commit(log, record)
+            self.console.info(window_line(record))
+
+    def probe(self, steps: int) -> None:
+        """`steps` training steps, agreed on out-of-memory: torch.OutOfMemoryError on every rank
+        when any rank ran out."""
+        self.model.train()
+        self._run_steps(iter(self.loader), steps)
+        synchronize(self.device)
+
+    def evaluate(self, epoch: int) -> dict:
         """Accuracy on the val split, each rank on its own interleaved shard, without padding.
 
         The unwrapped module runs it: no DDP collectives, so shards of unequal length cannot hang.
@@ -503,7 +753,7 @@ class Trainer:
         synchronize(self.device)
         seconds = time.perf_counter() - start
         loss_sum, correct, count = all_reduce_sum(totals).tolist()
-        return eval_record(self.args.epochs, int(count), seconds, loss_sum / count, correct / count)
+        return eval_record(epoch, int(count), seconds, loss_sum / count, correct / count)
 
 
 def eval_record(epoch: int, images: int, seconds: float, loss: float, accuracy: float) -> dict:
@@ -518,13 +768,100 @@ def eval_record(epoch: int, images: int, seconds: float, loss: float, accuracy: 
     }
 
 
+def window_line(record: dict) -> str:
+    """The human line of a steps-protocol window (the same as scripts/train_tf.py prints)."""
+    line = f"{record['phase']} window: {record['steps']} steps, {record['seconds']:.2f} s"
+    if record["phase"] == "warmup":
+        return line + " (left out of the step statistics)"
+    return (
+        line + f", {record['throughput_img_s']:.1f} img/s, step median {record['step_time_median_s']:.4f} s, "
+        f"p90 {record['step_time_p90_s']:.4f} s"
+    )
+
+
+# ---------------------------------------------------------------- records
+
+
+class RunLog:
+    """The run's records in contract order, whatever attempt or failure produces them (the rules
+    of scripts/train_tf.py's RunLog).
+
+    The header is built per attempt and stays pending until the run is committed to it: before
+    fit with --oom-policy fail, at the first epoch record with halve (an attempt that runs out of
+    memory before that leaves only an `oom_retry` record), or before the summary. Every rank keeps
+    this state, so all ranks take the same retry decision; `emit` prints on rank 0 only.
+    """
+
+    def __init__(self, emit: Callable[[dict], None]):
+        self.emit = emit
+        self.header: dict | None = None
+        self.header_emitted = False
+        self.epochs: list[dict] = []
+        self.oom_retries = 0
+
+    def expect(self, header: dict) -> None:
+        if self.header_emitted:
+            raise RuntimeError("the header record is already out; a run has one header")
+        self.header = header
+
+    def open(self) -> None:
+        if self.header is not None and not self.header_emitted:
+            self.emit(self.header)
+            self.header_emitted = True
+
+    def epoch(self, record: dict) -> None:
+        self.open()
+        self.epochs.append(record)
+        self.emit(record)
+
+    def close(self, status: str, total_time_s, reason=None, memory_gb=None) -> dict:
+        self.open()
+        summary = runlog.summary_record(
+            status, self.epochs, total_time_s, reason, memory_gb, oom_retries=self.oom_retries
+        )
+        self.emit(summary)
+        return summary
+
+
+def run_facts(world: World, device: torch.device, start_timestamp: float) -> dict:
+    """Header keys that hold for the whole run. Every rank takes part in gathering the device
+    names (a collective); the look-ups (nvidia-smi among them) run on rank 0, the one that prints."""
+    names = gather_device_names(device)
+    if not is_primary(world.rank):
+        return {"devices": names}
+    return {
+        "versions": framework_versions(device),
+        "devices": names,
+        **runlog.device_provenance(),
+        **runlog.provenance(start_timestamp),
+    }
+
+
+def protocol_fields(args: argparse.Namespace, global_batch: int, steps: int) -> dict:
+    """Header keys that depend on the measurement protocol (`steps`: steps per epoch)."""
+    if args.find_max_batch:
+        return {"protocol": "max_batch", "epochs": 0, "images_per_epoch": None, "warmup_steps": 0,
+                "timed_steps": PROBE_STEPS, "max_batch_limit": args.max_batch_limit}
+    if args.protocol == "steps":
+        # Two epoch records, the windows: the parser's "epochs asked" check counts them.
+        return {"protocol": "steps", "epochs": 2, "images_per_epoch": args.timed_steps * global_batch,
+                "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps}
+    return {"protocol": "epochs", "epochs": args.epochs, "images_per_epoch": steps * global_batch,
+            "warmup_steps": args.warmup_steps, "timed_steps": None}
+
+
 def header_record(
     args: argparse.Namespace,
-    trainer: Trainer,
     world: World,
-    device_names: list[str],
-    start_timestamp: float,
+    device: torch.device,
+    data: TrainData,
+    facts: dict,
+    per_gpu_batch: int,
 ) -> dict:
+    """The header of an attempt at `per_gpu_batch` (the batch the run trains with, once it is
+    committed to it)."""
+    global_batch = per_gpu_batch * world.world_size
+    steps = steps_per_epoch(len(data.train_set), world.world_size, per_gpu_batch)
     return {
         "record": "header",
         "framework": "pytorch",
@@ -532,29 +869,29 @@ def header_record(
         "dataset": args.dataset_name or os.path.basename(os.path.normpath(args.data)),
         "resolution": args.resolution,
         "gpus": args.gpus,
-        "device_kind": "gpu" if trainer.device.type == "cuda" else "cpu",
+        "device_kind": "gpu" if device.type == "cuda" else "cpu",
         "world_size": world.world_size,
         "nodes": args.nodes or max(1, world.world_size // world.local_world_size),
-        "per_gpu_batch": args.per_gpu_batch,
-        "global_batch": trainer.global_batch,
-        "learning_rate": trainer.lr,
+        "per_gpu_batch": per_gpu_batch,
+        "global_batch": global_batch,
+        "requested_per_gpu_batch": args.per_gpu_batch,
+        "oom_policy": args.oom_policy,
+        "learning_rate": scaled_learning_rate(args.base_lr, world.world_size),
         "precision": args.precision,
-        "epochs": args.epochs,
-        "images_per_epoch": trainer.steps * trainer.global_batch,
-        "protocol": "epochs",
-        "versions": framework_versions(trainer.device),
-        "devices": device_names,
-        **runlog.provenance(start_timestamp),
-        **runlog.device_provenance(),
+        "compile": args.compile,
+        "channels_last": args.channels_last,
+        "num_workers": args.num_workers,
+        **protocol_fields(args, global_batch, steps),
+        **facts,
     }
 
 
-def announce(console: Console, args: argparse.Namespace, trainer: Trainer, world: World) -> None:
+def announce(console: Console, args: argparse.Namespace, trainer: Trainer) -> None:
     """The reference's `###` lines; `Total training samples (batches)` is per rank, as there."""
     console.info(f"### model_name: {args.model}")
-    console.info(f"### batch_size: {args.per_gpu_batch}")
+    console.info(f"### batch_size: {trainer.per_gpu_batch}")
     console.info(f"### global_batch_size: {trainer.global_batch}")
-    console.info(f"### world_size: {world.world_size}")
+    console.info(f"### world_size: {trainer.world.world_size}")
     console.info(f"### learning_rate: {trainer.lr}")
     console.info(f"### mixed_precision: {args.precision}")
     console.info(f"### Total number of parameters {trainer.num_parameters}")
@@ -563,7 +900,9 @@ def announce(console: Console, args: argparse.Namespace, trainer: Trainer, world
 
 def finish_lines(console: Console, summary: dict) -> None:
     console.info("Training finished!")
-    console.info(f"Complete training Time: {summary['total_time_s']:.0f} s")
+    # The steps protocol measures no time to solution.
+    if summary["total_time_s"] is not None:
+        console.info(f"Complete training Time: {summary['total_time_s']:.0f} s")
     # The reference's final throughput leaves epoch 1 out; with one epoch there is none to print.
     if summary["throughput_img_s"] is not None:
         console.info(f"Training throughput:    {summary['throughput_img_s']:.0f} imgs/s")
@@ -590,62 +929,184 @@ def start_process(args: argparse.Namespace, console: Console) -> tuple[World, to
     return world, device
 
 
-def train_and_report(
-    args: argparse.Namespace, console: Console, trainer: Trainer, start: float, start_timestamp: float
-) -> None:
-    announce(console, args, trainer, trainer.world)
-    names = gather_device_names(trainer.device)
-    console.record(header_record(args, trainer, trainer.world, names, start_timestamp))
-    epochs = trainer.fit()
+@dataclass(frozen=True)
+class RunContext:
+    """What every attempt and probe of the run shares."""
+
+    args: argparse.Namespace
+    console: Console
+    world: World
+    device: torch.device
+    data: TrainData
+    facts: dict
+    log: RunLog
+
+
+def train_attempt(ctx: RunContext, per_gpu_batch: int, attempt: int) -> Trainer:
+    """One training run at `per_gpu_batch`; its records go to the run's log."""
+    args, log = ctx.args, ctx.log
+    # Pending before the model build: an out-of-memory error there still gets its header.
+    log.expect(header_record(args, ctx.world, ctx.device, ctx.data, ctx.facts, per_gpu_batch))
+    endless = args.protocol == "steps"
+    trainer = Trainer(args, ctx.world, ctx.device, ctx.console, ctx.data, per_gpu_batch, attempt, endless)
+    announce(ctx.console, args, trainer)
+    if args.oom_policy == "fail":
+        log.open()
+    if args.protocol == "steps":
+        trainer.fit_steps(log)
+    else:
+        trainer.fit(log)
+    return trainer
+
+
+def train_with_oom_policy(ctx: RunContext) -> Trainer:
+    """Train; with --oom-policy halve, an attempt that runs out of memory before its first epoch
+    record is retried at half the per-GPU batch, down to 1."""
+    args, log = ctx.args, ctx.log
+    batch, attempt = args.per_gpu_batch, 1
+    while True:
+        try:
+            return train_attempt(ctx, batch, attempt)
+        except OUT_OF_MEMORY as error:
+            if not may_retry(args, log, batch):
+                raise
+            reason = runlog.one_line(f"{type(error).__name__}: {error}")
+        # Retried outside the except block: the traceback, and the failed model with it, is gone.
+        release_memory(ctx.device, args.compile)
+        log.emit({"record": "oom_retry", "per_gpu_batch": batch, "next_per_gpu_batch": batch // 2,
+                  "reason": reason})
+        ctx.console.info(
+            f"Out of memory at per-GPU batch {batch}; retrying with {batch // 2} (--oom-policy halve)"
+        )
+        log.oom_retries += 1
+        batch, attempt = batch // 2, attempt + 1
+
+
+def may_retry(args: argparse.Namespace, log: RunLog, batch: int) -> bool:
+    return args.oom_policy == "halve" and batch > 1 and not log.header_emitted
+
+
+def probe_fits(ctx: RunContext, per_gpu_batch: int, attempt: int) -> bool:
+    """Whether PROBE_STEPS training steps at `per_gpu_batch` run on every rank without running out
+    of memory."""
+    try:
+        run_probe(ctx, per_gpu_batch, attempt)
+        note = "fits"
+    except OUT_OF_MEMORY as error:
+        note = f"runs out of memory ({runlog.one_line(f'{type(error).__name__}: {error}')})"
+    release_memory(ctx.device, ctx.args.compile)
+    ctx.console.info(f"max batch: per-GPU batch {per_gpu_batch} {note}")
+    return note == "fits"
+
+
+def run_probe(ctx: RunContext, per_gpu_batch: int, attempt: int) -> None:
+    """One probe; its model and loader go with this frame, before the next probe builds its own."""
+    trainer = Trainer(
+        ctx.args, ctx.world, ctx.device, ctx.console, ctx.data, per_gpu_batch, attempt, endless=True
+    )
+    trainer.probe(PROBE_STEPS)
+
+
+def find_max_batch(ctx: RunContext) -> dict:
+    """Search the largest per-GPU batch that trains; emits the `max_batch` record."""
+    args, log = ctx.args, ctx.log
+    log.expect(header_record(args, ctx.world, ctx.device, ctx.data, ctx.facts, args.per_gpu_batch))
+    log.open()
+    attempts = itertools.count(1)
+    result = runlog.search_max_batch(
+        lambda batch: probe_fits(ctx, batch, next(attempts)), args.per_gpu_batch, args.max_batch_limit
+    )
+    log.emit({"record": "max_batch", **result, "max_batch_limit": args.max_batch_limit,
+              "probe_steps": PROBE_STEPS, "resolution": args.resolution, "precision": args.precision,
+              "compile": args.compile})
+    limit_note = ""
+    if result["limit_reached"]:
+        limit_note = f" (the --max-batch-limit {args.max_batch_limit} was reached)"
+    ctx.console.info(f"max batch: largest per-GPU batch that trains: {result['per_gpu_batch']}{limit_note}")
+    return result
+
+
+def time_to_solution(args: argparse.Namespace, start: float) -> float | None:
+    """Seconds since the run started; None under the steps protocol, which measures throughput."""
+    if args.protocol == "steps" and not args.find_max_batch:
+        return None
+    return time.perf_counter() - start
+
+
+def train_and_report(ctx: RunContext, start: float) -> None:
+    trainer = train_with_oom_policy(ctx)
     # Time to solution ends with the last epoch: validation is reported beside it, not inside it.
-    total_time_s = time.perf_counter() - start
-    if args.eval:
-        result = trainer.evaluate()
-        console.record(result)
-        console.info(
-            f"[EPOCH: {args.epochs}] Accuracy: {result['accuracy']:.3f} | "
+    total_time_s = time_to_solution(ctx.args, start)
+    if ctx.args.eval:
+        result = trainer.evaluate(len(ctx.log.epochs))
+        ctx.log.emit(result)
+        ctx.console.info(
+            f"[EPOCH: {result['epoch']}] Accuracy: {result['accuracy']:.3f} | "
             f"Validation throughput: {result['throughput_img_s']:.3f} imgs/s"
         )
-    memory_gb = device_memory_gb(trainer.device)
-    summary = runlog.summary_record("ok", epochs, total_time_s, memory_gb=memory_gb)
-    console.record(summary)
-    finish_lines(console, summary)
+    summary = ctx.log.close("ok", total_time_s, memory_gb=peak_memory_or_none(ctx.device))
+    finish_lines(ctx.console, summary)
+
+
+def search_and_report(ctx: RunContext, start: float) -> None:
+    args = ctx.args
+    status, reason = "ok", None
+    if find_max_batch(ctx)["per_gpu_batch"] is None:
+        status = "oom"
+        reason = f"no per-GPU batch fits, not even 1 ({args.resolution} px, {args.precision})"
+    ctx.log.close(status, time_to_solution(args, start), reason, peak_memory_or_none(ctx.device))
 
 
 def run(args: argparse.Namespace, console: Console, start: float, start_timestamp: float) -> int:
-    """Set up, train, report. Returns the exit status; out-of-memory is a measured outcome (0)."""
-    device = trainer = None
+    """Set up, train (or search the maximum batch), report; always close the log with a summary.
+    Returns the exit status; out-of-memory is a measured outcome (0)."""
+    log = RunLog(console.record)
+    device = None
     try:
         world, device = start_process(args, console)
-        trainer = Trainer(args, world, device, console)
-        train_and_report(args, console, trainer, start, start_timestamp)
+        data = load_train_data(args)
+        facts = run_facts(world, device, start_timestamp)
+        ctx = RunContext(args, console, world, device, data, facts, log)
+        if args.find_max_batch:
+            search_and_report(ctx, start)
+        else:
+            train_and_report(ctx, start)
         return 0
-    except (torch.OutOfMemoryError, MemoryError) as error:
-        close_with(console, "oom", error, trainer, device, start)
+    except OUT_OF_MEMORY as error:
+        reason = oom_reason(args, log, error)
+        close_early(console, log, "oom", reason, device, time_to_solution(args, start))
         return 0
     except Exception as error:
         console.print_traceback()
-        close_with(console, "failed", error, trainer, device, start)
+        reason = f"{type(error).__name__}: {error}"
+        close_early(console, log, "failed", reason, device, time_to_solution(args, start))
         return EXIT_FAILED
     finally:
         teardown()
 
 
-def close_with(
-    console: Console,
-    status: str,
-    error: BaseException,
-    trainer: Trainer | None,
-    device: torch.device | None,
-    start: float,
+def oom_reason(args: argparse.Namespace, log: RunLog, error: BaseException) -> str:
+    batch = log.header["per_gpu_batch"] if log.header else args.per_gpu_batch
+    halvings = f" after {log.oom_retries} halving(s) from {args.per_gpu_batch}" if log.oom_retries else ""
+    return (f"out of memory at per-GPU batch {batch}{halvings} ({args.resolution} px, {args.precision}): "
+            f"{type(error).__name__}: {error}")
+
+
+def close_early(
+    console: Console, log: RunLog, status: str, reason: str, device: torch.device | None, total_time_s
 ) -> None:
     """The summary of a run that stopped early, with the epochs it finished."""
-    epochs = trainer.epochs if trainer is not None else []
-    reason = f"{type(error).__name__}: {error}"
-    memory = device_memory_gb(device) if device is not None else None
-    console.record(runlog.summary_record(status, epochs, time.perf_counter() - start, reason, memory))
+    log.close(status, total_time_s, reason, peak_memory_or_none(device))
     outcome = "ran out of memory" if status == "oom" else "failed"
     console.info(f"Training {outcome}: {runlog.one_line(reason)}")
+
+
+def peak_memory_or_none(device: torch.device | None) -> float | None:
+    # The summary must get out even when the failure left the device unusable.
+    try:
+        return device_memory_gb(device) if device is not None else None
+    except Exception:  # noqa: BLE001 - any error here would hide the run's own failure
+        return None
 
 
 def teardown() -> None:
@@ -678,6 +1139,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--optimizer", choices=OPTIMIZERS, default="sgd", help="sgd (momentum 0.9) or adamw")
     add("--seed", type=int, default=0, help="random seed (default 0)")
     add("--eval", action="store_true", help="run validation after the last epoch")
+    add("--protocol", choices=PROTOCOLS, default="epochs",
+        help="epochs: time whole epochs; steps: --warmup-steps then --timed-steps steps")
+    add("--warmup-steps", type=int, default=DEFAULT_WARMUP_STEPS,
+        help=f"first steps of the run, left out of the step statistics (default {DEFAULT_WARMUP_STEPS})")
+    add("--timed-steps", type=int, default=DEFAULT_TIMED_STEPS,
+        help=f"timed steps of the steps protocol (default {DEFAULT_TIMED_STEPS})")
+    add("--oom-policy", choices=OOM_POLICIES, default="fail",
+        help="out of memory: fail (status oom) or halve the per-GPU batch and retry, down to 1")
+    add("--find-max-batch", action="store_true",
+        help="search the largest per-GPU batch that trains, from --per-gpu-batch up")
+    add("--max-batch-limit", type=int, default=DEFAULT_MAX_BATCH_LIMIT,
+        help=f"largest per-GPU batch the search tries (default {DEFAULT_MAX_BATCH_LIMIT})")
     add("--list-models", action="store_true", help="print the model names and exit")
     args = parser.parse_args(argv)
     if args.list_models:
@@ -693,14 +1166,29 @@ def parse_args(argv=None) -> argparse.Namespace:
         ("--epochs", args.epochs, 1),
         ("--max-train-images", args.max_train_images, 0),
         ("--num-workers", args.num_workers, 0),
+        ("--warmup-steps", args.warmup_steps, 0),
+        ("--timed-steps", args.timed_steps, 1),
+        ("--max-batch-limit", args.max_batch_limit, 1),
     ):
         if value < least:
             parser.error(f"{flag} must be >= {least}, got {value}")
+    _check_measurement_args(parser, args)
     if args.nodes is not None and args.nodes < 1:
         parser.error(f"--nodes must be >= 1, got {args.nodes}")
     if not math.isfinite(args.base_lr) or args.base_lr <= 0:
         parser.error(f"--base-lr must be a positive number, got {args.base_lr}")
     return args
+
+
+def _check_measurement_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.protocol == "steps" and args.warmup_steps < 1:
+        parser.error("--protocol steps needs --warmup-steps of at least 1: the first step holds "
+                     "the model's first allocations, compilation and the loader's first fill")
+    if args.find_max_batch and args.max_batch_limit < args.per_gpu_batch:
+        parser.error(f"--max-batch-limit {args.max_batch_limit} is below the starting "
+                     f"--per-gpu-batch {args.per_gpu_batch}")
+    if args.find_max_batch and args.eval:
+        parser.error("--eval does not go with --find-max-batch: the search trains no model to validate")
 
 
 def main(argv=None) -> int:

@@ -1,11 +1,15 @@
-"""scripts/train_torch.py: rank layout, sampling, models, and real DDP runs under torchrun (gloo, CPU)."""
+"""scripts/train_torch.py: rank layout, sampling, models, measurement options, and real DDP runs
+under torchrun (gloo, CPU)."""
 
+import ast
 import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,7 +31,7 @@ import torch  # noqa: E402
 import make_imagefolder  # noqa: E402
 import runlog  # noqa: E402
 import train_torch  # noqa: E402
-from scalesweep import catalog  # noqa: E402
+from scalesweep import catalog, parse  # noqa: E402
 
 CLASSES, TRAIN_PER_CLASS, VAL_PER_CLASS = 4, 26, 3  # 104 train images, 12 val
 
@@ -123,12 +127,16 @@ def test_each_epoch_has_its_own_order_and_ranks_split_the_images():
     assert len(ranks[0]) == len(ranks[1]) == 51  # the odd image is dropped, never padded
 
 
-def one_process_trainer(dataset: Path, *options: str) -> "train_torch.Trainer":
+def one_process_trainer(dataset: Path, *options: str, endless: bool = False) -> "train_torch.Trainer":
     """A world-size-1 CPU Trainer on the dataset, silenced (it believes it is rank 1)."""
     argv = ["--model", "vit_tiny", "--data", str(dataset), "--resolution", "32", "--num-workers", "0",
             *options]
+    args = train_torch.parse_args(argv)
     world = train_torch.World(0, 0, 1, 1)
-    return train_torch.Trainer(train_torch.parse_args(argv), world, torch.device("cpu"), train_torch.Console(1))
+    data = train_torch.load_train_data(args)
+    return train_torch.Trainer(
+        args, world, torch.device("cpu"), train_torch.Console(1), data, args.per_gpu_batch, endless=endless
+    )
 
 
 def test_trainer_reshuffles_every_epoch(dataset):
@@ -163,6 +171,40 @@ def test_max_train_images_picks_a_seeded_subset_across_classes():
     assert max(picked) >= 50  # images are ordered by class: not just the first classes
     with pytest.raises(ValueError, match="--max-train-images"):
         train_torch.subset_indices(100, -1, seed=0)
+
+
+def test_repeating_sampler_runs_the_passes_back_to_back_each_reshuffled():
+    world = train_torch.World(1, 1, 2, 2)
+    sampler = train_torch.make_train_sampler(range(10), world, 0)
+    passes = [train_torch.epoch_order(sampler, epoch) for epoch in (1, 2, 3)]
+    endless = iter(train_torch.RepeatingSampler(train_torch.make_train_sampler(range(10), world, 0)))
+    assert [next(endless) for _ in range(15)] == passes[0] + passes[1] + passes[2]
+    assert passes[0] != passes[1]
+    with pytest.raises(ValueError, match="fewer images than processes"):
+        train_torch.RepeatingSampler(train_torch.make_train_sampler(range(1), world, 0))
+
+
+def test_endless_loader_serves_batches_larger_than_the_data(dataset):
+    # A max-batch probe may ask for more images per step than the data set holds.
+    trainer = one_process_trainer(dataset, "--per-gpu-batch", "128", "--find-max-batch", endless=True)
+    images, labels = next(iter(trainer.loader))
+    assert tuple(images.shape) == (128, 3, 32, 32)
+    assert set(labels.tolist()) == set(range(CLASSES))
+
+
+def test_too_few_images_for_one_step_names_the_data(dataset):
+    for protocol in ("epochs", "steps"):
+        with pytest.raises(ValueError, match=f"104 training images in {dataset}"):
+            one_process_trainer(dataset, "--per-gpu-batch", "128", "--protocol", protocol, endless=True)
+
+
+def test_loader_decodes_in_workers_and_pins_only_for_cuda(dataset):
+    train = train_torch.load_split(str(dataset), "train", 32)
+    loader = train_torch.make_loader(train, 8, None, 2, torch.device("cpu"), train=True)
+    assert loader.num_workers == 2 and loader.persistent_workers and not loader.pin_memory
+    assert loader.prefetch_factor == train_torch.PREFETCH_BATCHES_PER_WORKER
+    evaluation = train_torch.make_loader(train, 8, None, 0, torch.device("cpu"), train=False)
+    assert evaluation.num_workers == 0 and not evaluation.persistent_workers
 
 
 def test_load_split_reads_the_generated_folder(dataset):
@@ -223,6 +265,14 @@ def test_learning_rate_scales_with_the_world():
         (["--model", "vit_tiny", "--data", "x", "--per-gpu-batch", "0"], "--per-gpu-batch must be >= 1"),
         (["--model", "vit_tiny", "--data", "x", "--base-lr", "0"], "--base-lr"),
         (["--model", "vit_tiny", "--data", "x", "--per-gpu"], "unrecognized arguments"),
+        (["--model", "vit_tiny", "--data", "x", "--protocol", "steps", "--warmup-steps", "0"],
+         "--protocol steps needs --warmup-steps of at least 1"),
+        (["--model", "vit_tiny", "--data", "x", "--timed-steps", "0"], "--timed-steps must be >= 1"),
+        (["--model", "vit_tiny", "--data", "x", "--protocol", "minutes"], "invalid choice: 'minutes'"),
+        (["--model", "vit_tiny", "--data", "x", "--oom-policy", "retry"], "invalid choice: 'retry'"),
+        (["--model", "vit_tiny", "--data", "x", "--find-max-batch", "--per-gpu-batch", "64",
+          "--max-batch-limit", "32"], "--max-batch-limit 32 is below the starting --per-gpu-batch 64"),
+        (["--model", "vit_tiny", "--data", "x", "--find-max-batch", "--eval"], "--eval does not go with"),
     ],
 )
 def test_bad_command_lines_are_refused(argv, message, capsys):
@@ -254,6 +304,105 @@ def test_injected_failures_raise_the_real_error_types():
         train_torch.inject_failure("oom")
     with pytest.raises(RuntimeError, match="injected crash"):
         train_torch.inject_failure("crash")
+
+
+# ---------------------------------------------------------------- measurement options
+
+
+def module_constants(path: Path) -> dict:
+    """Module-level NAME = <literal> assignments of a Python file, without importing it."""
+    constants = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                constants[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return constants
+
+
+def command_line_options(path: Path) -> set[str]:
+    """The `--options` a trainer's argparse declares (parser.add_argument or an alias of it)."""
+    options = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ("add_argument", "add") and str(node.args[0].value).startswith("--"):
+                options.add(node.args[0].value)
+    return options
+
+
+MEASUREMENT_OPTIONS = {"--protocol", "--warmup-steps", "--timed-steps", "--oom-policy", "--find-max-batch",
+                       "--max-batch-limit"}
+
+
+def test_measurement_options_are_the_tensorflow_trainers():
+    # One command builder (scalesweep/launch.py) drives both trainers: same names, same defaults.
+    # train_tf.py is read, not imported: tensorflow and torch must not share a process.
+    tf_script = ROOT / "scripts" / "train_tf.py"
+    assert MEASUREMENT_OPTIONS <= command_line_options(tf_script) & command_line_options(TRAINER)
+    tf_constants = module_constants(tf_script)
+    for name in ("PROTOCOLS", "OOM_POLICIES", "DEFAULT_WARMUP_STEPS", "DEFAULT_TIMED_STEPS", "PROBE_STEPS",
+                 "DEFAULT_MAX_BATCH_LIMIT"):
+        assert getattr(train_torch, name) == tf_constants[name], name
+    args = train_torch.parse_args(["--model", "vit_tiny", "--data", "x"])
+    assert (args.protocol, args.oom_policy, args.find_max_batch) == ("epochs", "fail", False)
+    assert (args.warmup_steps, args.timed_steps) == (tf_constants["DEFAULT_WARMUP_STEPS"],
+                                                     tf_constants["DEFAULT_TIMED_STEPS"])
+
+
+def test_step_statistics_leave_out_the_runs_warmup_steps(dataset):
+    # 104 images in batches of 16: 6 steps per epoch; the run's first 8 steps are warm-up.
+    trainer = one_process_trainer(dataset, "--per-gpu-batch", "16", "--epochs", "2", "--warmup-steps", "8")
+    written = []
+    trainer.fit(train_torch.RunLog(written.append))
+    first, second = written
+    assert (first["steps"], second["steps"]) == (6, 6)
+    assert first["step_time_median_s"] is None and first["step_time_p90_s"] is None
+    durations = trainer.clock.durations
+    assert len(durations) == 12 and all(duration > 0 for duration in durations)
+    assert second["step_time_median_s"] == statistics.median(durations[8:])
+    assert second["step_time_p90_s"] == pytest.approx(runlog.percentile(durations[8:], 0.9))
+    assert first["phase"] is None and second["images"] == 96
+    # A step spans its batch's fetch and its work: the epoch holds its steps and little else.
+    assert sum(durations[6:]) <= second["seconds"]
+    assert not trainer.guarding_oom  # committed after the first epoch record
+
+
+def test_without_a_process_group_any_out_of_memory_error_becomes_torchs():
+    device = torch.device("cpu")
+    assert train_torch.agree_on_oom(lambda: 7, device) == 7
+
+    def host_runs_out():
+        raise MemoryError("cannot allocate 3 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError, match="^MemoryError: cannot allocate 3 GiB$"):
+        train_torch.agree_on_oom(host_runs_out, device)
+    with pytest.raises(RuntimeError, match="not memory"):
+        train_torch.agree_on_oom(lambda: (_ for _ in ()).throw(RuntimeError("not memory")), device)
+
+
+def launch_env_cleared(monkeypatch) -> None:
+    for key in list(os.environ):
+        if key in {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"} or key.startswith("SLURM_"):
+            monkeypatch.delenv(key)
+
+
+def test_halve_policy_gives_up_at_batch_one(dataset, monkeypatch, capsys):
+    launch_env_cleared(monkeypatch)
+    monkeypatch.setenv(runlog.FAIL_INJECT_ENV, "oom")
+    args = train_torch.parse_args(["--model", "vit_tiny", "--data", str(dataset), "--resolution", "32",
+                                   "--num-workers", "0", "--per-gpu-batch", "4", "--oom-policy", "halve"])
+    assert train_torch.run(args, train_torch.Console(0), 0.0, 0.0) == 0
+    recs = records(capsys.readouterr().out)
+    assert [rec["record"] for rec in recs] == ["oom_retry", "oom_retry", "header", "summary"]
+    assert [rec["per_gpu_batch"] for rec in recs[:3]] == [4, 2, 1]
+    assert [rec["next_per_gpu_batch"] for rec in recs[:2]] == [2, 1]
+    assert recs[2]["requested_per_gpu_batch"] == 4 and recs[2]["oom_policy"] == "halve"
+    summary = recs[-1]
+    assert summary["status"] == "oom" and summary["oom_retries"] == 2 and summary["epochs"] == 0
+    expected = "out of memory at per-GPU batch 1 after 2 halving(s) from 4 (32 px, fp32)"
+    assert summary["reason"].startswith(expected)
 
 
 # ---------------------------------------------------------------- real runs in subprocesses
@@ -311,11 +460,19 @@ def test_ddp_run_with_two_processes(dataset):
     assert header["global_batch"] == 32 and header["learning_rate"] == pytest.approx(0.02)
     steps = (CLASSES * TRAIN_PER_CLASS // 2) // 16
     assert header["images_per_epoch"] == steps * 32 == 96
+    assert (header["protocol"], header["warmup_steps"], header["timed_steps"]) == ("epochs", 5, None)
+    assert (header["requested_per_gpu_batch"], header["oom_policy"], header["compile"]) == (16, "fail", False)
+    assert header["versions"]["torch"] == torch.__version__ and header["versions"]["nccl"] is None
+    assert {"gpu_models", "gpu_driver", "cpu_model", "container_image", "slurm_job_id"} <= set(header)
     assert [rec["epoch"] for rec in of_kind(recs, "epoch")] == [1, 2, 3]
     for epoch in of_kind(recs, "epoch"):
-        assert epoch["images"] == steps * 32
+        assert epoch["images"] == steps * 32 and epoch["steps"] == steps and epoch["phase"] is None
         assert epoch["throughput_img_s"] == pytest.approx(epoch["images"] / epoch["seconds"])
         assert 0 <= epoch["accuracy"] <= 1 and epoch["loss"] > 0
+    # 3 steps per epoch, the run's first 5 are warm-up: epoch 1 has no step left, epoch 2 one.
+    medians = [rec["step_time_median_s"] for rec in of_kind(recs, "epoch")]
+    assert medians[0] is None and medians[1] is not None and medians[2] is not None
+    assert of_kind(recs, "epoch")[1]["step_time_p90_s"] == medians[1]
     assert of_kind(recs, "eval")[0]["images"] == CLASSES * VAL_PER_CLASS  # every val image once, no padding
     summary = recs[-1]
     assert summary["status"] == "ok" and summary["epochs"] == 3 and summary["reason"] is None
@@ -349,7 +506,112 @@ def test_injected_oom_is_a_measured_outcome(dataset):
     recs = records(run.stdout)
     assert [rec["record"] for rec in recs] == ["header", "summary"]
     assert recs[-1]["status"] == "oom" and "OutOfMemoryError" in recs[-1]["reason"]
-    assert recs[-1]["epochs"] == 0
+    assert recs[-1]["reason"].startswith("out of memory at per-GPU batch 16 (32 px, fp32)")
+    assert "out of memory on ranks 0, 1" in recs[-1]["reason"]  # both ranks agreed, rank 0 wrote it
+    assert recs[-1]["epochs"] == 0 and recs[-1]["oom_retries"] == 0
+
+
+@pytest.mark.slow
+def test_steps_protocol_records_a_warmup_and_a_timed_window(dataset):
+    # 52 images per rank: 2 + 5 steps of 16 run across three passes of the sampler.
+    run = launch(dataset, 2, "--model", "vit_tiny", "--gpus", "2", "--per-gpu-batch", "16",
+                 "--protocol", "steps", "--warmup-steps", "2", "--timed-steps", "5")
+    assert run.returncode == 0, run.stderr[-3000:]
+    recs = records(run.stdout)
+    assert [rec["record"] for rec in recs] == ["header", "epoch", "epoch", "summary"]
+    header, warmup, timed, summary = recs
+    assert (header["protocol"], header["warmup_steps"], header["timed_steps"]) == ("steps", 2, 5)
+    assert header["epochs"] == 2 and header["images_per_epoch"] == 5 * 32
+    assert (warmup["epoch"], warmup["phase"], warmup["steps"], warmup["images"]) == (1, "warmup", 2, 2 * 32)
+    assert warmup["step_time_median_s"] is None and warmup["step_time_p90_s"] is None
+    assert (timed["epoch"], timed["phase"], timed["steps"], timed["images"]) == (2, "timed", 5, 5 * 32)
+    assert 0 < timed["step_time_median_s"] <= timed["step_time_p90_s"]
+    assert timed["throughput_img_s"] == pytest.approx(timed["images"] / timed["seconds"])
+    assert summary["status"] == "ok" and summary["epochs"] == 2 and summary["total_time_s"] is None
+    assert summary["throughput_img_s"] == timed["throughput_img_s"]
+    assert run.stdout.count("timed window: 5 steps") == 1
+    # The records' reader takes the timed window as the steady state, without knowing the protocol.
+    (parsed,) = parse.parse_log(run.stdout)
+    assert parsed.summary["status"] == "ok"
+    assert [e["phase"] for e in parsed.epochs if e["epoch"] >= parse.FIRST_STEADY_EPOCH] == ["timed"]
+
+
+@pytest.mark.slow
+def test_halve_policy_retries_at_half_the_batch_on_every_rank(dataset):
+    run = launch(dataset, 2, "--model", "vit_tiny", "--gpus", "2", "--epochs", "2", "--per-gpu-batch", "16",
+                 "--oom-policy", "halve", **{runlog.FAIL_INJECT_ENV: "oom-once"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    recs = records(run.stdout)
+    assert [rec["record"] for rec in recs] == ["oom_retry", "header", "epoch", "epoch", "summary"]
+    retry, header = recs[:2]
+    assert (retry["per_gpu_batch"], retry["next_per_gpu_batch"]) == (16, 8)
+    injected = f"OutOfMemoryError: injected out-of-memory error ({runlog.FAIL_INJECT_ENV}=oom-once)"
+    assert retry["reason"].startswith(injected)
+    assert (header["per_gpu_batch"], header["global_batch"], header["requested_per_gpu_batch"]) == (8, 16, 16)
+    assert header["oom_policy"] == "halve" and header["images_per_epoch"] == 6 * 16  # 52 per rank, 6 x 8
+    assert [rec["images"] for rec in of_kind(recs, "epoch")] == [96, 96]
+    assert recs[-1]["status"] == "ok" and recs[-1]["oom_retries"] == 1
+    assert run.stdout.count("retrying with 8 (--oom-policy halve)") == 1
+
+
+@pytest.mark.slow
+def test_max_batch_finder_bisects_to_the_injected_capacity(dataset):
+    run = launch(dataset, None, "--model", "vit_tiny", "--per-gpu-batch", "8", "--find-max-batch",
+                 "--max-batch-limit", "1024", **{runlog.FAIL_INJECT_ENV: "oom-above:64"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    recs = records(run.stdout)
+    assert [rec["record"] for rec in recs] == ["header", "max_batch", "summary"]
+    header, found, summary = recs
+    assert (header["protocol"], header["epochs"], header["max_batch_limit"]) == ("max_batch", 0, 1024)
+    assert header["timed_steps"] == train_torch.PROBE_STEPS and header["images_per_epoch"] is None
+    assert found["per_gpu_batch"] == 64 and found["limit_reached"] is False
+    # Doubling to the first failure (128 > the 104 images: probes draw endless batches), then bisection.
+    assert found["tried"] == [[8, "ok"], [16, "ok"], [32, "ok"], [64, "ok"], [128, "oom"], [96, "oom"],
+                              [80, "oom"], [72, "oom"], [68, "oom"], [66, "oom"], [65, "oom"]]
+    assert (found["probe_steps"], found["resolution"], found["precision"]) == (2, 32, "fp32")
+    assert summary["status"] == "ok" and summary["epochs"] == 0
+    assert "largest per-GPU batch that trains: 64" in run.stdout
+
+
+AGREEMENT_PROBE = """
+import sys
+import torch
+import torch.distributed as dist
+sys.path.insert(0, {scripts!r})
+import train_torch
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+
+def runs_out_on_rank_1():
+    if rank == 1:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    return "fine"
+
+try:
+    train_torch.agree_on_oom(runs_out_on_rank_1, torch.device("cpu"))
+    print(f"rank {{rank}} went on", flush=True)
+except torch.OutOfMemoryError as error:
+    print(f"rank {{rank}} stopped: {{error}}", flush=True)
+print(f"rank {{rank}} next:", train_torch.agree_on_oom(lambda: rank + 10, torch.device("cpu")), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_rank_local_out_of_memory_stops_every_rank(tmp_path):
+    probe = tmp_path / "agreement_probe.py"
+    probe.write_text(textwrap.dedent(AGREEMENT_PROBE.format(scripts=str(ROOT / "scripts"))))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               str(probe)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=180, env=clean_env(), cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "rank 0 stopped: out of memory on rank 1; every rank stops with it" in run.stdout
+    own = "CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert f"rank 1 stopped: {own} (out of memory on rank 1)" in run.stdout
+    assert "went on" not in run.stdout
+    # The ranks are still in step: the next agreement passes on both.
+    assert "rank 0 next: 10" in run.stdout and "rank 1 next: 11" in run.stdout
 
 
 @pytest.mark.slow

@@ -1,0 +1,315 @@
+"""The Snakemake HTML report of the tiny sweep: every figure and table in it, each with its caption,
+and the figures rendered by a real browser (Debian's headless chromium).
+
+The report is a React app with every result embedded as a data URI. The browser tests load a copy
+with tests/report/drive_report.js added, which clicks through the report's own menus and buttons
+(headless chromium takes no clicks and the app has no URL routing) and writes what it saw into the
+DOM; `chromium --dump-dom` and `--screenshot` then show the state after it ran.
+"""
+
+import base64
+import html
+import json
+import re
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from conftest import snakemake
+from scalesweep.plots import FIGURE_NAMES
+from scalesweep.scaling import group_keys
+from scalesweep.stages import TABLES
+
+HERE = Path(__file__).resolve().parent
+ENSURE_CHROMIUM = HERE / "report" / "ensure-chromium.sh"
+DRIVER = HERE / "report" / "drive_report.js"
+CHROMIUM = "/usr/bin/chromium"
+NOT_ROOT = 3  # ensure-chromium.sh: chromium missing and installing it needs root
+CAPTIONS = HERE.parent / "workflow" / "report"
+SHOWN_LAST = "throughput_by_model"  # the figure the driver leaves on screen for the screenshot
+SCREEN = (1600, 1000)
+
+# What each figure's caption must open with: the per-figure part of figures.rst was chosen.
+FIGURE_TOPICS = {
+    "time": "Steady-state epoch time",
+    "throughput": "Global throughput",
+    "speedup": "Speedup",
+    "tts_speedup": "Time-to-solution speedup",
+    "efficiency": "Parallel efficiency",
+    "marginal_gain": "Marginal gain per doubling",
+    "karp_flatt": "Karp-Flatt experimental serial fraction",
+    "throughput_efficiency": "Throughput and efficiency together",
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def figure_stem(name):
+    """The metric of a figure name: tts_speedup_all -> tts_speedup."""
+    return re.sub(r"_(by_model|all)$", "", name)
+
+
+def figure_topic(name):
+    return FIGURE_TOPICS[figure_stem(name)]
+
+
+def report_variable(page, name):
+    """The JSON the report assigns to `var <name> = ...;` in its <script id="<name>">."""
+    match = re.search(rf'<script id="{name}">\s*var {name} = (.*?);\s*</script>', page, re.S)
+    assert match, f"report.html: no <script id=\"{name}\"> with var {name}"
+    return json.loads(match.group(1))
+
+
+def decode_data_uri(uri):
+    head, _, data = uri.partition(",")
+    assert head.endswith(";base64"), f"not a base64 data URI: {head}"
+    return base64.b64decode(data)
+
+
+def text_of(caption_html):
+    """Plain text of a caption's HTML, whitespace collapsed."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", caption_html)).split())
+
+
+def undocumented_columns(columns, caption_html, keys):
+    """Columns a table caption does not name. `metric:value` columns count as `metric`, numbered
+    ones (pred_gpus_1) as `pred_gpus_k`, and a `_min`/`_max`/`_range` column is named by its own
+    name or its measurement's; group keys (the sweep's configuration axes) need no caption."""
+    text = text_of(caption_html)
+    missing = []
+    for column in columns:
+        name = re.sub(r"_\d+$", "_k", column.split(":")[0])
+        if name in keys:
+            continue
+        forms = {name, re.sub(r"_(min|max|range)$", "", name)}
+        if not any(re.search(rf"(?<!\w){re.escape(form)}(?!\w)", text) for form in forms):
+            missing.append(column)
+    return missing
+
+
+def without_spaces(text):
+    return re.sub(r"\s+", "", text)
+
+
+class ElementText(HTMLParser):
+    """Text of the element with a given id (script contents are not parsed as tags)."""
+
+    def __init__(self, element_id):
+        super().__init__()
+        self.element_id, self.depth, self.parts = element_id, 0, []
+
+    def handle_starttag(self, tag, attrs):
+        if self.depth:
+            self.depth += 1
+        elif dict(attrs).get("id") == self.element_id:
+            self.depth = 1
+
+    def handle_endtag(self, tag):
+        if self.depth:
+            self.depth -= 1
+
+    def handle_data(self, data):
+        if self.depth:
+            self.parts.append(data)
+
+
+def element_text(page, element_id):
+    parser = ElementText(element_id)
+    parser.feed(page)
+    return "".join(parser.parts)
+
+
+def chromium(url, profile, *args, timeout=180):
+    """Headless chromium on a closed network: no sandbox (root), no GPU, no background fetches."""
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={profile}", "--virtual-time-budget=30000",
+         "--hide-scrollbars", *args, url],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def with_driver(page, show_figure):
+    """The report page with the driver script added at the end of its body."""
+    driver = (f'<script id="render-driver" data-show-figure="{show_figure}">'
+              f"{DRIVER.read_text()}</script>")
+    end = page.rindex("</body>")
+    return page[:end] + driver + page[end:]
+
+
+def rgb_pixels(image):
+    return np.asarray(image.convert("RGB"), dtype=np.int32).reshape(-1, 3)
+
+
+def packed(pixels):
+    """One int per RGB pixel: np.unique on rows is far slower than on ints."""
+    return (pixels[:, 0] << 16) | (pixels[:, 1] << 8) | pixels[:, 2]
+
+
+def near_colour_count(image, colour, tolerance=40):
+    """Pixels of an image within `tolerance` (max over channels) of the RGB `colour`."""
+    return int((np.abs(rgb_pixels(image) - np.array(colour)).max(axis=1) <= tolerance).sum())
+
+
+def line_colours(image, n=2):
+    """The `n` most frequent strongly saturated colours of a figure: its data lines and bars."""
+    pixels = rgb_pixels(image)
+    saturated = packed(pixels[pixels.max(axis=1) - pixels.min(axis=1) > 80])
+    colours, counts = np.unique(saturated, return_counts=True)
+    return [(int(c) >> 16, (int(c) >> 8) & 255, int(c) & 255)
+            for c in colours[np.argsort(counts)[::-1][:n]]]
+
+
+# ----------------------------------------------------------------------------- no sweep needed
+
+def test_every_table_and_the_figures_have_a_caption_file():
+    # The rules name these files; a missing one stops `snakemake --report` after the whole sweep.
+    for name in (*TABLES, "figures", "workflow"):
+        assert (CAPTIONS / f"{name}.rst").read_text().strip(), name
+
+
+def test_a_caption_names_columns_literally_or_by_their_pattern():
+    caption = ("<p><tt>time_s</tt>: epoch time; <tt>pred_gpus_k</tt> (k = 1, 2); "
+               "<tt>speedup:&lt;model&gt;</tt></p>")
+    columns = ["framework", "time_s", "time_s_min", "time_s_range", "pred_gpus_1", "pred_gpus_2",
+               "speedup:cnn_small", "framework:cnn_small", "efficiency_pct", "speedup_k"]
+    assert undocumented_columns(columns, caption, keys={"framework"}) == [
+        "efficiency_pct", "speedup_k"]
+
+
+def test_figure_topics_cover_every_figure():
+    assert {figure_stem(name) for name in FIGURE_NAMES} == set(FIGURE_TOPICS)
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module")
+def report(tiny_sweep):
+    result = snakemake(tiny_sweep, "--report", "results/report.html")
+    assert result.returncode == 0, result.stderr[-4000:]
+    page = (tiny_sweep / "results/report.html").read_text()
+    return {"page": page, "results": report_variable(page, "results"),
+            "categories": report_variable(page, "categories"), "workdir": tiny_sweep}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium, installed with apt when missing and we are root; else skip."""
+    result = subprocess.run(["sh", str(ENSURE_CHROMIUM)], capture_output=True, text=True,
+                            timeout=900)
+    if result.returncode == NOT_ROOT:
+        pytest.skip(result.stderr.strip())
+    assert result.returncode == 0, (f"{ENSURE_CHROMIUM.name} failed:\n"
+                                    f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def driven(report, browser, tmp_path_factory):
+    """The driver's record of the report as the browser showed it, and a screenshot of its end
+    state (SHOWN_LAST on screen, with its caption)."""
+    folder = tmp_path_factory.mktemp("report")
+    page = folder / "driven.html"
+    page.write_text(with_driver(report["page"], SHOWN_LAST))
+    dom = chromium(page.as_uri(), folder / "profile-dom", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-3000:]
+    record = element_text(dom.stdout, "render-check")
+    assert record, f"the driver left no record: chromium said {dom.stderr[-3000:]}"
+    screenshot = folder / "screenshot.png"
+    shot = chromium(page.as_uri(), folder / "profile-shot",
+                    f"--window-size={SCREEN[0]},{SCREEN[1]}", f"--screenshot={screenshot}")
+    assert shot.returncode == 0 and screenshot.exists(), shot.stderr[-3000:]
+    return {"record": json.loads(record), "screenshot": screenshot}
+
+
+# ----------------------------------------------------------------------------- the report file
+
+@pytest.mark.slow
+def test_report_embeds_every_figure_and_table_from_the_results(report):
+    results, workdir = report["results"], report["workdir"]
+    expected = {f"results/figures/{name}.png" for name in FIGURE_NAMES}
+    expected |= {f"results/tables/{name}.csv" for name in TABLES}
+    assert set(results) == expected
+    for path, entry in results.items():
+        assert decode_data_uri(entry["data_uri"]) == (workdir / path).read_bytes(), path
+    categories = report["categories"]
+    figures = {path for paths in categories["Figures"].values() for path in paths}
+    tables = {path for paths in categories["Tables"].values() for path in paths}
+    assert figures == {p for p in expected if p.endswith(".png")}
+    assert tables == {p for p in expected if p.endswith(".csv")}
+
+
+@pytest.mark.slow
+def test_every_figure_has_its_own_caption(report):
+    for name in FIGURE_NAMES:
+        entry = report["results"][f"results/figures/{name}.png"]
+        assert entry["labels"] == {"figure": name}
+        caption = text_of(entry["caption"])
+        # docutils puts rst errors into the HTML; an unrendered Jinja tag would show as {{ / {%
+        assert "System Message" not in caption and "{" not in caption, (name, caption)
+        assert caption.startswith(figure_topic(name)), (name, caption)
+        assert "GPU" in caption
+
+
+@pytest.mark.slow
+def test_every_table_caption_names_every_column(report):
+    keys = group_keys(pd.read_csv(report["workdir"] / "results/tidy/runs.csv"))
+    for name in TABLES:
+        entry = report["results"][f"results/tables/{name}.csv"]
+        assert entry["labels"] == {"table": name}
+        assert "System Message" not in entry["caption"] and "{" not in text_of(entry["caption"])
+        columns = pd.read_csv(report["workdir"] / f"results/tables/{name}.csv").columns
+        missing = undocumented_columns(columns, entry["caption"], keys)
+        assert not missing, f"{CAPTIONS / (name + '.rst')} does not describe columns {missing}"
+
+
+# ----------------------------------------------------------------------------- in the browser
+
+@pytest.mark.slow
+def test_browser_shows_every_figure_at_its_size_with_its_caption(report, driven):
+    record = driven["record"]
+    assert record["error"] is None, record["error"]
+    assert set(record["figures"]) == set(FIGURE_NAMES)
+    for name, seen in record["figures"].items():
+        with Image.open(report["workdir"] / f"results/figures/{name}.png") as png:
+            assert (seen["image"]["width"], seen["image"]["height"]) == png.size, name
+        assert seen["image"]["src"].startswith("data:image/png;")
+        assert f"filename={name}.png;" in seen["image"]["src"]
+        assert " ".join(seen["caption"].split()).startswith(figure_topic(name)), name
+
+
+@pytest.mark.slow
+def test_browser_offers_every_table_for_download_with_its_caption(report, driven):
+    record = driven["record"]
+    assert record["error"] is None, record["error"]
+    assert set(record["tables"]) == set(TABLES)
+    for name, seen in record["tables"].items():
+        path = report["workdir"] / f"results/tables/{name}.csv"
+        assert seen["download"] == f"{name}.csv"
+        assert decode_data_uri(seen["href"]) == path.read_bytes()
+        embedded = report["results"][f"results/tables/{name}.csv"]["caption"]
+        # The browser lays text out (spaces around inline code, line breaks): compare the text
+        # without whitespace.
+        assert seen["caption"], name
+        assert without_spaces(seen["caption"]) == without_spaces(text_of(embedded)), name
+
+
+@pytest.mark.slow
+def test_screenshot_shows_the_figure_drawn(report, driven):
+    with Image.open(driven["screenshot"]) as shot, \
+            Image.open(report["workdir"] / f"results/figures/{SHOWN_LAST}.png") as figure:
+        assert shot.size == SCREEN
+        # The navbar and page have no saturated colours of the plot: its lines only are drawn
+        # in them, so finding them proves the PNG was decoded and painted, not just loaded.
+        colours = line_colours(figure)
+        assert len(colours) == 2, f"{SHOWN_LAST}.png has no coloured lines to look for"
+        for colour in colours:
+            assert near_colour_count(shot, colour) >= 150, f"no RGB {colour} of the plot on screen"
+        distinct = len(np.unique(packed(rgb_pixels(shot))))
+        assert distinct > 200, f"screenshot looks blank: {distinct} colours"
