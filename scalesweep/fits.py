@@ -122,6 +122,71 @@ def predicted_speedup(law: str, p: float, gpus, baseline_gpus: float):
     return LAWS[law](np.asarray(gpus, float) / baseline_gpus, p)
 
 
+def fit_law_batch(law: str, scale, speedups) -> np.ndarray:
+    """p in [0, 1] of `law` for every row of `speedups` (all at the N' of `scale`): the least
+    squares of fit_law (relative residuals) for many data sets at once. The bootstrap refits
+    every group hundreds of times; one curve_fit call each made that most of the analysis of a
+    large sweep. NaN for a row with a value that is not finite and > 0.
+
+    Gustafson is linear in p, so its weighted least-squares p clipped to the bounds is exact.
+    Amdahl is not: the best p of a grid over [0, 1], refined by golden-section search between the
+    grid points beside it (the objective is smooth; the grid finds the best basin, as curve_fit
+    from p0 = 0.5 does on data that follow the law).
+    """
+    x = np.asarray(scale, float)
+    y = np.atleast_2d(np.asarray(speedups, float))
+    valid = np.all(np.isfinite(y) & (y > 0), axis=1)
+    y = np.where(valid[:, None], y, 1.0)
+    if law == "gustafson":
+        # residual (1 - p + p x - y) / y = c + p d
+        c, d = (1.0 - y) / y, (x - 1.0) / y
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.clip(-np.sum(c * d, axis=1) / np.sum(d * d, axis=1), 0.0, 1.0)
+    else:
+        p = _amdahl_batch(x, y)
+    return np.where(valid, p, np.nan)
+
+
+_GRID = np.linspace(0.0, 1.0, 101)
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def _amdahl_objective(x: np.ndarray, y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Sum of squared relative residuals of Amdahl's law; p broadcasts against y's rows."""
+    predicted = 1.0 / ((1.0 - p) + p / x)
+    return np.sum(((predicted - y) / y) ** 2, axis=-1)
+
+
+def _amdahl_batch(x: np.ndarray, y: np.ndarray, tolerance: float = 1e-9) -> np.ndarray:
+    if not len(y):
+        return np.empty(0)
+    on_grid = _amdahl_objective(x, y[:, None, :], _GRID[None, :, None])  # rows x grid
+    best = _GRID[np.argmin(on_grid, axis=1)]
+    step = _GRID[1] - _GRID[0]
+    low, high = np.maximum(best - step, 0.0), np.minimum(best + step, 1.0)
+    left, right = high - _GOLDEN * (high - low), low + _GOLDEN * (high - low)
+    at_left, at_right = _objective_at(x, y, left), _objective_at(x, y, right)
+    while np.max(high - low) > tolerance:
+        # Keep the side of the lower point; its other interior point is reused, one new one added.
+        keep_left = at_left <= at_right
+        high, low = np.where(keep_left, right, high), np.where(keep_left, low, left)
+        kept, at_kept = np.where(keep_left, left, right), np.where(keep_left, at_left, at_right)
+        new = np.where(keep_left, high - _GOLDEN * (high - low), low + _GOLDEN * (high - low))
+        at_new = _objective_at(x, y, new)
+        left, at_left = np.where(keep_left, new, kept), np.where(keep_left, at_new, at_kept)
+        right, at_right = np.where(keep_left, kept, new), np.where(keep_left, at_kept, at_new)
+    p = (low + high) / 2.0
+    # A minimum on a bound (p = 0: no speedup at all) is the bound itself, not a point beside it.
+    for bound in (0.0, 1.0):
+        at_bound = _objective_at(x, y, np.full(len(y), bound))
+        p = np.where(at_bound <= _objective_at(x, y, p), bound, p)
+    return p
+
+
+def _objective_at(x: np.ndarray, y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    return _amdahl_objective(x, y, p[:, None])
+
+
 def bootstrap_interval(law: str, samples: dict, baseline_gpus: int, higher_is_better: bool,
                        n_resamples: int, seed: int) -> tuple[float, float, int]:
     """Percentile interval of p from resampling the runs within each GPU count.
@@ -133,30 +198,35 @@ def bootstrap_interval(law: str, samples: dict, baseline_gpus: int, higher_is_be
     rng = np.random.default_rng(seed)
     counts = sorted(samples)
     scale = np.array(counts, float) / baseline_gpus
-    ps = []
-    for _ in range(n_resamples):
-        medians = {g: np.median(rng.choice(samples[g], size=len(samples[g]))) for g in counts}
-        ratio = np.array([medians[g] / medians[baseline_gpus] for g in counts])
+    # resamples x GPU counts: the median of each count's runs drawn with replacement
+    medians = np.column_stack([
+        np.median(values[rng.integers(0, len(values), size=(n_resamples, len(values)))], axis=1)
+        for values in (np.asarray(samples[g], float) for g in counts)
+    ])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = medians / medians[:, [counts.index(baseline_gpus)]]
         speedups = ratio if higher_is_better else 1.0 / ratio
-        try:
-            ps.append(fit_law(law, scale, speedups).p)
-        except (RuntimeError, ValueError):
-            continue
-    if not ps:
+    ps = fit_law_batch(law, scale, speedups)
+    ps = ps[np.isfinite(ps)]
+    if not len(ps):
         return math.nan, math.nan, 0
     low, high = np.percentile(ps, CI_PERCENTILES)
     return float(low), float(high), len(ps)
 
 
-def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0) -> pd.DataFrame:
+def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0,
+              scaling: pd.DataFrame | None = None) -> pd.DataFrame:
     """Amdahl/Gustafson fits per group, from a runs table (with bootstrap intervals when there
     are repeats) or from a scaling table (no per-run data: no interval).
+
+    With a runs table, `scaling` may pass its scaling_table when the caller has it already: on a
+    large sweep it costs as much as the fits.
 
     Columns: the group keys, then FIT_COLUMNS; one row per group x FITS entry.
     """
     if "status" in data.columns:
         runs = check_runs(data)
-        scaling = scaling_table(runs)
+        scaling = scaling_table(runs) if scaling is None else scaling
         keys = table_group_keys(scaling)
         ok = runs[(runs["gpus"] >= 1) & (runs["status"] == "ok")]
         runs_by_group = {key_tuple(v, keys): r for v, r in iter_groups(ok, keys)}
@@ -217,10 +287,10 @@ def _add_bootstrap(row: dict, law: str, spec: Target, points: pd.DataFrame,
         return "fitted from a scaling table: no per-run data, no bootstrap interval"
     if n_bootstrap <= 0:
         return None
-    samples = {}
-    for gpus in points["gpus"].astype(int):
-        values = group_runs.loc[group_runs["gpus"] == gpus, spec.run_column]
-        samples[gpus] = values[values.map(is_usable)].to_numpy(float)
+    gpus_of_run = group_runs["gpus"].to_numpy()
+    values = group_runs[spec.run_column].to_numpy(float)
+    usable = np.isfinite(values) & (values > 0)  # is_usable, for a whole column at once
+    samples = {gpus: values[usable & (gpus_of_run == gpus)] for gpus in points["gpus"].astype(int)}
     if max(len(v) for v in samples.values()) < 2:
         return "one run per GPU count: no bootstrap interval"
     low, high, fitted = bootstrap_interval(law, samples, int(row["baseline_gpus"]),

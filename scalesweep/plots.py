@@ -6,6 +6,11 @@ Figures per metric come twice: `<metric>_by_model.png` (one panel per model, col
 varying configuration axes) and `<metric>_all.png` (every group in one panel). GPU counts sit on a
 log2 axis with the measured counts as ticks. A figure without data (e.g. no doubling for the
 marginal gain) is still written, with the reason in it, so a workflow's outputs always exist.
+
+When a figure would need more than MAX_COLOURS colours (a sweep of hundreds of groups), it colours
+by fewer axes (`colouring`) and draws, per colour, the median over its series with their range as
+a band: hundreds of lines and legend entries can neither be read nor drawn in reasonable time.
+The figure's data keeps every series.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
 
 from scalesweep.fits import N_DOUBLINGS, predicted_speedup  # noqa: E402
@@ -39,6 +45,8 @@ DASHES = {MEASURED: "", IDEAL: (4, 2)}
 HEIGHT = 3.2
 COL_WRAP = 3
 GROUP_NOTE_MARKERS = (SINGLE_COUNT_NOTE, NO_BASELINE_NOTE, "baseline is N=")
+MAX_COLOURS = 12
+DEFAULT_PALETTE_SIZE = 10  # seaborn's default palette repeats its colours after this many
 PLOT_VALUE_COLUMNS = (*SCALING_COLUMNS, "series", "label")  # plot_table adds the last two
 
 
@@ -63,12 +71,12 @@ def series_labels(table: pd.DataFrame, keys: list[str], fallback: str = "model")
         if fallback in table:
             return table[fallback].map(format_value)
         return pd.Series("all", table.index)
-
-    def label(row) -> str:
-        return ", ".join(format_value(row[k]) if k in PLAIN_KEYS
-                         else f"{k}={format_value(row[k])}" for k in keys)
-
-    return table.apply(label, axis=1).astype(str)
+    parts = [table[k].map(format_value).astype(str) for k in keys]
+    parts = [part if k in PLAIN_KEYS else f"{k}=" + part for k, part in zip(keys, parts)]
+    labels = parts[0]
+    for part in parts[1:]:
+        labels = labels + ", " + part
+    return labels
 
 
 def plot_table(scaling: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -86,9 +94,77 @@ def plot_table(scaling: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return data, varying
 
 
+@dataclass(frozen=True)
+class Colouring:
+    """How a figure colours its rows: by `column` (the legend title; `labels` holds its value per
+    row of the plot table). Fine: one colour and line per value of `units` ("series" or "label").
+    Coarse (column != units): several series per colour, drawn as their median and range."""
+
+    column: str
+    units: str
+    labels: pd.Series
+    n_series: int = 0
+    apart: str = ""  # coarse: the keys that tell the series of one colour apart
+
+    @property
+    def coarse(self) -> bool:
+        return self.column != self.units
+
+    def note(self, drawn: str) -> str:
+        """What a coarse figure shows (`drawn`: BANDS, MEDIANS or POINTS); empty when fine."""
+        if not self.coarse:
+            return ""
+        per_model = " per model" if self.units == "series" else ""
+        return (f"{self.n_series} series{per_model}, coloured by {self.column} (series of one "
+                f"colour differ in {self.apart}): {drawn}; every series is in tables/scaling.csv")
+
+
+BANDS = "a line is the median over the series of its colour, its band their range"
+MEDIANS = "a line is the median over the series of its colour"
+POINTS = "a point per series"
+
+
+def colouring(data: pd.DataFrame, by_model: bool) -> Colouring:
+    """A colour per series (by_model) or label, unless that takes more than MAX_COLOURS colours;
+    then a colour per value of the longest run of the varying keys (in column order) that fits,
+    at least one key, with a note saying what the lines and bands show."""
+    units = "series" if by_model else "label"
+    n_series = data[units].nunique()
+    keys = [k for k in table_group_keys(data, PLOT_VALUE_COLUMNS)
+            if data[k].nunique(dropna=False) > 1 and not (by_model and k == "model")]
+    if n_series <= MAX_COLOURS or not keys:  # no keys: the series are the models themselves
+        return Colouring(units, units, data[units])
+    chosen = next((keys[:end] for end in range(len(keys), 1, -1)
+                   if len(data[keys[:end]].drop_duplicates()) <= MAX_COLOURS), keys[:1])
+    apart = " x ".join(k for k in keys if k not in chosen)
+    return Colouring(", ".join(chosen), units, series_labels(data, chosen), n_series, apart)
+
+
 def _palette(labels) -> dict:
     ordered = sorted(pd.unique(pd.Series(labels, dtype=str)))
-    return dict(zip(ordered, sns.color_palette(n_colors=max(1, len(ordered)))))
+    palette = None if len(ordered) <= DEFAULT_PALETTE_SIZE else "husl"
+    return dict(zip(ordered, sns.color_palette(palette, n_colors=max(1, len(ordered)))))
+
+
+def _legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool = False) -> None:
+    """The legend right of the panels (savefig's tight bounding box keeps it in the file): the
+    colours of the labels in `shown`, and with `kinds` the measured/ideal line styles. Not
+    seaborn's add_legend: it renders the whole figure twice to size the legend, the costliest
+    step of a figure with hundreds of lines."""
+    present = set(shown)
+    labels = [label for label in colors if label in present]
+    handles = [plt.Line2D([], [], color=colors[label], marker="o") for label in labels]
+    if kinds:
+        handles += [plt.Line2D([], [], color="none"),
+                    plt.Line2D([], [], color="0.3", marker="o"),
+                    plt.Line2D([], [], color="0.3", marker="X", dashes=DASHES[IDEAL])]
+        labels += ["kind", MEASURED, IDEAL]
+    grid.figure.legend(handles, labels, title=title, loc="center left",
+                       bbox_to_anchor=(1.0, 0.5), frameon=False)
+
+
+def _join_notes(*notes: str) -> str:
+    return "\n".join(note for note in notes if note)
 
 
 def _group_notes(data: pd.DataFrame) -> str:
@@ -171,34 +247,45 @@ def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bo
 
     With `ideal`, that column is drawn dashed beside the measured one (long form: `kind`).
     """
-    hue = "series" if by_model else "label"
+    colour = colouring(data, by_model)
+    hue = colour.column
     columns = ["model", "series", "label", "gpus", "n_ok", y] + (list(error) if error else [])
     rows = data[columns + ([ideal] if ideal else [])].dropna(subset=[y])
     if rows.empty:
         return _placeholder(name, f"no {ylabel} to plot (see the note column of the scaling table)")
+    rows = rows.assign(**{hue: colour.labels})
     long = rows.rename(columns={y: "value"}).assign(kind=MEASURED)
     if ideal:
         long = pd.concat([long, rows.drop(columns=[y]).rename(columns={ideal: "value"})
                          .assign(kind=IDEAL)], ignore_index=True)
-    long = long[["model", "series", "label", "gpus", "n_ok", "kind", "value"]
-                + (list(error) if error else [])]
-    colors = _palette(data[hue])
+    long = long[list(dict.fromkeys(["model", "series", "label", hue, "gpus", "n_ok", "kind",
+                                    "value", *(error or ())]))]
+    colors = _palette(colour.labels)
     styles = {"style": "kind", "dashes": DASHES, "markers": {MEASURED: "o", IDEAL: "X"}}
     grid = sns.relplot(
-        data=long, x="gpus", y="value", hue=hue, palette=colors, kind="line", estimator=None,
-        **(styles if ideal else {"marker": "o"}),
+        data=long, x="gpus", y="value", hue=hue, palette=colors, kind="line",
+        **(styles if ideal else {"marker": "o"}), **_estimator(colour),
         col="model" if by_model else None, col_wrap=_col_wrap(data) if by_model else None,
-        height=HEIGHT, aspect=1.2, facet_kws={"sharey": False},
+        height=HEIGHT, aspect=1.2, facet_kws={"sharey": False}, legend=False,
     )
+    _legend(grid, colors, long[hue], hue, kinds=bool(ideal))
     for panel, ax in _axes_by_panel(grid, by_model).items():
         panel_rows = _panel_rows(rows, panel, by_model)
-        if error:
+        if error and not colour.coarse:  # coarse: the band is the spread between series
             _error_bars(ax, panel_rows, y, error[0], error[1], colors, hue)
         if reference_y is not None:
             ax.axhline(reference_y, color="grey", lw=0.8, ls=":")
-    _finish(grid, ylabel, data["gpus"], note)
+    _finish(grid, ylabel, data["gpus"], _join_notes(colour.note(BANDS), note))
     measured = long[long["kind"] == MEASURED].drop(columns="kind").reset_index(drop=True)
     return PlotFigure(name, grid.figure, measured, grid=grid)
+
+
+def _estimator(colour: Colouring) -> dict:
+    """seaborn line options: every row as it is, or (coarse) the median over the series of each
+    colour with their min-max range as a band."""
+    if colour.coarse:
+        return {"estimator": "median", "errorbar": ("pi", 100)}
+    return {"estimator": None}
 
 
 def speedup_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bool,
@@ -211,14 +298,13 @@ def speedup_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model:
     curves = amdahl_curves(data, fits, target)
     if curves.empty:
         return result
-    hue = "series" if by_model else "label"
-    colors = _palette(data[hue])
+    colour = colouring(data, by_model)
+    colors = _palette(colour.labels)
+    colour_of = dict(zip(data[colour.units], colour.labels))
+    draw = _draw_curves_together if colour.coarse else _draw_curves
     for panel, ax in _axes_by_panel(result.grid, by_model).items():
-        for label, curve in _panel_rows(curves, panel, by_model).groupby(hue):
-            line = curve[curve["kind"] == "curve"]
-            ax.plot(line["gpus"], line["speedup"], color=colors[label], lw=1, ls="-.")
-            points = curve[curve["kind"] == "prediction"]
-            ax.plot(points["gpus"], points["speedup"], "o", mfc="none", color=colors[label])
+        panel_curves = _panel_rows(curves, panel, by_model)
+        draw(ax, panel_curves, colour.units, {u: colors[colour_of[u]] for u in colour_of})
     predicted_gpus = curves.loc[curves["kind"] == "prediction", "gpus"]
     _log2_gpus(result.grid.axes.flat, [*data["gpus"], *predicted_gpus])
     result.grid.figure.text(
@@ -228,7 +314,37 @@ def speedup_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model:
     return result
 
 
+def _draw_curves(ax, curves: pd.DataFrame, units: str, colors: dict) -> None:
+    for unit, curve in curves.groupby(units):
+        line = curve[curve["kind"] == "curve"]
+        ax.plot(line["gpus"], line["speedup"], color=colors[unit], lw=1, ls="-.")
+        points = curve[curve["kind"] == "prediction"]
+        ax.plot(points["gpus"], points["speedup"], "o", mfc="none", color=colors[unit])
+
+
+def _draw_curves_together(ax, curves: pd.DataFrame, units: str, colors: dict) -> None:
+    """Hundreds of fitted curves as one collection and one scatter per panel: a line artist each
+    would cost more than the rest of the figure."""
+    lines = curves[curves["kind"] == "curve"]
+    segments, segment_colors = [], []
+    for unit, line in lines.groupby(units):
+        segments.append(line[["gpus", "speedup"]].to_numpy(float))
+        segment_colors.append(colors[unit])
+    if not segments:
+        return
+    # Limits from the points themselves: a collection's own data limits reach x = 0, which a
+    # log axis cannot show.
+    ax.add_collection(LineCollection(segments, colors=segment_colors, lw=0.6, ls="-.",
+                                     alpha=0.5), autolim=False)
+    ax.update_datalim(np.concatenate(segments))
+    points = curves[curves["kind"] == "prediction"]
+    ax.scatter(points["gpus"], points["speedup"], s=12, facecolors="none", linewidths=0.6,
+               edgecolors=[colors[unit] for unit in points[units]])
+    ax.autoscale_view()
+
+
 CURVE_COLUMNS = ("model", "series", "label", "kind", "gpus", "speedup")
+CURVE_POINTS = 60
 
 
 def amdahl_curves(data: pd.DataFrame, fits: pd.DataFrame, target: str) -> pd.DataFrame:
@@ -243,35 +359,51 @@ def amdahl_curves(data: pd.DataFrame, fits: pd.DataFrame, target: str) -> pd.Dat
         chosen = chosen.merge(labels, on=keys, how="inner", suffixes=("_fit", ""))
     elif len(chosen):
         chosen = chosen.assign(**labels.iloc[0][["model", "series", "label"]].to_dict())
-    pieces = []
-    for _, fit in chosen.iterrows():
-        predicted = [fit[f"pred_gpus_{k}"] for k in range(1, N_DOUBLINGS + 1)]
-        for kind, gpus in (("curve", np.geomspace(fit["baseline_gpus"], max(predicted), 60)),
-                           ("prediction", np.array(predicted, float))):
-            pieces.append(pd.DataFrame({
-                "model": fit["model"], "series": fit["series"], "label": fit["label"],
-                "kind": kind, "gpus": gpus,
-                "speedup": predicted_speedup("amdahl", fit["p"], gpus, fit["baseline_gpus"]),
-            }))
-    if not pieces:
+    if chosen.empty:
         return pd.DataFrame(columns=CURVE_COLUMNS)
-    return pd.concat(pieces, ignore_index=True)
+    # Every fit at once (a sweep has hundreds): fits x points arrays, then one long table.
+    base = chosen["baseline_gpus"].to_numpy(float)[:, None]
+    predicted = chosen[[f"pred_gpus_{k}" for k in range(1, N_DOUBLINGS + 1)]].to_numpy(float)
+    p = chosen["p"].to_numpy(float)[:, None]
+    pieces = []
+    for kind, gpus in (("curve", np.geomspace(base[:, 0], predicted.max(axis=1), CURVE_POINTS,
+                                              axis=1)),
+                       ("prediction", predicted)):
+        per_fit = gpus.shape[1]
+        pieces.append(pd.DataFrame({
+            **{column: np.repeat(chosen[column].to_numpy(), per_fit)
+               for column in ("model", "series", "label")},
+            "kind": kind, "gpus": gpus.ravel(),
+            "speedup": predicted_speedup("amdahl", p, gpus, base).ravel(),
+            "fit": np.repeat(np.arange(len(chosen)), per_fit),
+        }))
+    # Each fit's curve, then its predictions, fit after fit.
+    curves = pd.concat(pieces, ignore_index=True).sort_values("fit", kind="stable")
+    return curves.drop(columns="fit").reset_index(drop=True)
 
 
 def marginal_gain_figure(data: pd.DataFrame, note: str) -> PlotFigure:
-    """Bars: throughput gained by each doubling, in % of the throughput before it."""
+    """Bars (points per series when colours are shared): throughput gained by each doubling, in
+    % of the throughput before it."""
     name = "marginal_gain"
+    colour = colouring(data, by_model=True)
     rows = data[["model", "series", "gpus", "marginal_gain_pct", "marginal_gain_img_s"]].dropna()
     if rows.empty:
         return _placeholder(name, "no doubling of the GPU count with throughput on both sides: "
                                   "no marginal gain")
-    grid = sns.catplot(data=rows, x="gpus", y="marginal_gain_pct", hue="series", col="model",
-                       col_wrap=_col_wrap(data), kind="bar", palette=_palette(data["series"]),
-                       height=HEIGHT, aspect=1.2, sharey=False, errorbar=None)
+    rows = rows.assign(**{colour.column: colour.labels})
+    # Shared colours: one bar per colour would average series; points show every one of them.
+    kind = {"kind": "strip", "dodge": True} if colour.coarse else {"kind": "bar", "errorbar": None}
+    colors = _palette(colour.labels)
+    grid = sns.catplot(data=rows, x="gpus", y="marginal_gain_pct", hue=colour.column, col="model",
+                       col_wrap=_col_wrap(data), palette=colors, height=HEIGHT, aspect=1.2,
+                       sharey=False, legend=False, **kind)
+    _legend(grid, colors, rows[colour.column], colour.column)
     for ax in grid.axes.flat:
         ax.axhline(100.0, color="grey", lw=0.8, ls=":")  # a perfect doubling gains 100 %
         ax.axhline(0.0, color="black", lw=0.6)
     grid.set_axis_labels(f"{GPUS_LABEL} (after doubling)", "Marginal gain per doubling (%)")
+    note = _join_notes(colour.note(POINTS), note)
     if note:
         grid.figure.text(0.01, 0.0, note, fontsize=7, va="top")
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
@@ -279,48 +411,55 @@ def marginal_gain_figure(data: pd.DataFrame, note: str) -> PlotFigure:
 
 def karp_flatt_figure(data: pd.DataFrame, note: str) -> PlotFigure:
     name = "karp_flatt"
+    colour = colouring(data, by_model=True)
     rows = data[["model", "series", "label", "gpus", "n_ok", "karp_flatt"]].dropna()
     if rows.empty:
         return _placeholder(name, "Karp-Flatt needs at least two GPU counts with a usable time")
-    colors = _palette(data["series"])
-    grid = sns.relplot(data=rows, x="gpus", y="karp_flatt", hue="series", palette=colors,
+    rows = rows.assign(**{colour.column: colour.labels})
+    colors = _palette(colour.labels)
+    grid = sns.relplot(data=rows, x="gpus", y="karp_flatt", hue=colour.column, palette=colors,
                        col="model", col_wrap=_col_wrap(data), kind="line", marker="o",
-                       estimator=None,
-                       height=HEIGHT, aspect=1.2, facet_kws={"sharey": False})
+                       **_estimator(colour), height=HEIGHT, aspect=1.2,
+                       facet_kws={"sharey": False}, legend=False)
+    _legend(grid, colors, rows[colour.column], colour.column)
     for ax in grid.axes.flat:
         ax.axhline(0.0, color="grey", lw=0.8, ls=":")
-    _finish(grid, "Karp-Flatt serial fraction", data["gpus"], note)
+    _finish(grid, "Karp-Flatt serial fraction", data["gpus"],
+            _join_notes(colour.note(BANDS), note))
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
 
 
 def throughput_efficiency_figure(data: pd.DataFrame, note: str) -> PlotFigure:
     """Throughput (left axis, solid) and efficiency (right axis, dashed) per model panel."""
     name = "throughput_efficiency"
+    colour = colouring(data, by_model=True)
     rows = data[["model", "series", "gpus", "throughput_img_s", "efficiency_pct"]]
     rows = rows.dropna(subset=["throughput_img_s", "efficiency_pct"], how="all")
     if rows.empty:
         return _placeholder(name, "no throughput or efficiency to plot")
-    colors = _palette(data["series"])
+    rows = rows.assign(**{colour.column: colour.labels})
+    colors = _palette(colour.labels)
     grid = sns.FacetGrid(rows, col="model", col_wrap=_col_wrap(data), height=HEIGHT, aspect=1.3,
                          sharey=False)
+    # Coarse: the median per colour (no band: two of them on twin axes could not be told apart).
+    lines = colour.column if colour.coarse else "series"
     for panel, ax in grid.axes_dict.items():
         right = ax.twinx()
-        for label, part in rows[rows["model"] == panel].groupby("series"):
-            part = part.sort_values("gpus")
-            ax.plot(part["gpus"], part["throughput_img_s"], "o-", color=colors[label], label=label)
-            right.plot(part["gpus"], part["efficiency_pct"], "s--", color=colors[label])
+        for label, part in rows[rows["model"] == panel].groupby(lines):
+            color = colors[part[colour.column].iloc[0]]
+            part = part.groupby("gpus", as_index=False)[["throughput_img_s", "efficiency_pct"]]
+            part = part.median()
+            ax.plot(part["gpus"], part["throughput_img_s"], "o-", color=color, label=label)
+            right.plot(part["gpus"], part["efficiency_pct"], "s--", color=color)
         right.set_ylabel("Efficiency (%, dashed)")
         right.set_ylim(0, max(110.0, np.nanmax(rows["efficiency_pct"].to_numpy(float),
                                                initial=0.0) * 1.05))
     _log2_gpus(grid.axes.flat, data["gpus"])
     grid.set_axis_labels(GPUS_LABEL, "Throughput (images/s, solid)")
     grid.figure.tight_layout()  # after twinx: make room for each right-hand axis label
-    shown = [label for label in colors if label in set(rows["series"])]
-    # Outside the last twin axis (FacetGrid.add_legend would sit on its label); savefig's tight
-    # bounding box keeps it in the file.
-    grid.figure.legend([plt.Line2D([], [], color=colors[l], marker="o") for l in shown], shown,
-                       title="series", loc="center left", bbox_to_anchor=(1.0, 0.5),
-                       frameon=False)
+    # Outside the last twin axis (FacetGrid.add_legend would sit on its label).
+    _legend(grid, colors, rows[colour.column], colour.column)
+    note = _join_notes(colour.note(MEDIANS), note)
     if note:
         grid.figure.text(0.01, 0.0, note, fontsize=7, va="top")
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)

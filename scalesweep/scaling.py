@@ -255,17 +255,27 @@ def _unusable_note(rows: pd.DataFrame, column: str, label: str) -> str | None:
     return f"{len(unusable)} ok run(s) with {kind} {label}: not used"
 
 
-def aggregate_count(rows: pd.DataFrame) -> dict:
-    """Median (and min/max) over the ok repeats of ONE GPU count of one group, plus notes."""
+def cell_notes(rows: pd.DataFrame) -> list[str]:
+    """Notes on the runs of ONE GPU count of one group: failed runs, ok runs without a usable
+    time or throughput, mixed node counts."""
     ok = rows[rows["status"] == "ok"]
     notes = [n for n in (_status_note(rows),) if n]
-    time_s, time_min, time_max = _median_and_range(ok["steady_epoch_time_s"])
-    thr, thr_min, thr_max = _median_and_range(ok["throughput_img_s"])
     if not ok.empty:
         notes += [n for n in (
             _unusable_note(ok, "steady_epoch_time_s", "steady epoch time"),
             _unusable_note(ok, "throughput_img_s", "throughput"),
         ) if n]
+    if "nodes" in rows and rows["nodes"].nunique() > 1:
+        notes.append(f"mixed node counts {sorted(rows['nodes'].dropna().unique().tolist())}")
+    return notes
+
+
+def aggregate_count(rows: pd.DataFrame) -> dict:
+    """Median (and min/max) over the ok repeats of ONE GPU count of one group, plus notes."""
+    ok = rows[rows["status"] == "ok"]
+    notes = cell_notes(rows)
+    time_s, time_min, time_max = _median_and_range(ok["steady_epoch_time_s"])
+    thr, thr_min, thr_max = _median_and_range(ok["throughput_img_s"])
     if "total_time_s" in rows:
         total, total_min, total_max = _median_and_range(ok["total_time_s"])
     else:
@@ -273,8 +283,6 @@ def aggregate_count(rows: pd.DataFrame) -> dict:
     nodes = math.nan
     if "nodes" in rows and rows["nodes"].notna().any():
         nodes = float(rows["nodes"].min())
-        if rows["nodes"].nunique() > 1:
-            notes.append(f"mixed node counts {sorted(rows['nodes'].dropna().unique().tolist())}")
     has_epochs = "epochs" in ok and ok["epochs"].notna().any()
     epochs = float(ok["epochs"].median()) if has_epochs else math.nan
     return {
@@ -291,67 +299,120 @@ def aggregate_count(rows: pd.DataFrame) -> dict:
     }
 
 
-def _group_scaling(rows: pd.DataFrame) -> pd.DataFrame:
-    """Scaling rows of one group (gpus >= 1 only)."""
-    table = pd.DataFrame([aggregate_count(r) for _, r in rows.groupby("gpus", sort=True)])
-    gpus = table["gpus"].to_numpy(dtype=float)
-    usable_time = table["time_s"].map(is_usable).to_numpy()
+# (column of aggregate_count, runs.csv column it aggregates over the usable ok runs)
+_AGGREGATED = (
+    ("time_s", "steady_epoch_time_s"),
+    ("throughput_img_s", "throughput_img_s"),
+    ("total_time_s", "total_time_s"),
+)
+
+
+def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """aggregate_count of every group x GPU count: columns keys, then aggregate_count's, one row
+    per cell sorted by keys and gpus. One groupby for all cells instead of a call per cell (a
+    large sweep has thousands); the notes, for the few cells that need any, come from
+    cell_notes as in aggregate_count."""
+    cells = [*keys, "gpus"]
+    ok = runs["status"] == "ok"
+    missing = pd.Series(np.nan, index=runs.index)
+    frame = runs[cells].assign(
+        _ok=ok,
+        nodes=runs["nodes"] if "nodes" in runs else missing,
+        epochs=runs["epochs"].where(ok) if "epochs" in runs else missing,
+        # usable (finite, > 0) values of ok runs; NaN elsewhere, which median/min/max skip
+        **{name: runs[column].where(ok & np.isfinite(runs[column]) & (runs[column] > 0))
+           if column in runs else missing for name, column in _AGGREGATED},
+    )
+    grouped = frame.groupby(cells, dropna=False, sort=True)
+    aggregations = {"n_runs": ("_ok", "size"), "n_ok": ("_ok", "sum"), "nodes": ("nodes", "min"),
+                    "node_counts": ("nodes", "nunique"), "epochs": ("epochs", "median")}
+    for name, _ in _AGGREGATED:
+        aggregations.update({name: (name, "median"), f"{name}_min": (name, "min"),
+                             f"{name}_max": (name, "max"), f"_{name}_usable": (name, "count")})
+    table = grouped.agg(**aggregations).reset_index()
+    table["time_s_range"] = (table["time_s_max"] - table["time_s_min"]).where(table["n_ok"] > 1)
+    needs_notes = (
+        (table["n_runs"] > table["n_ok"]) | (table["node_counts"] > 1)
+        | (table["_time_s_usable"] < table["n_ok"])
+        | (table["_throughput_img_s_usable"] < table["n_ok"])
+    )
+    cell_of_run = grouped.ngroup().to_numpy()
+    order = np.argsort(cell_of_run, kind="stable")  # runs by cell, in their order within one
+    bounds = np.searchsorted(cell_of_run[order], np.arange(len(table) + 1))
+    table["notes"] = [
+        cell_notes(runs.iloc[order[bounds[cell]:bounds[cell + 1]]]) if needed else []
+        for cell, needed in enumerate(needs_notes)
+    ]
+    return table.drop(columns=["node_counts", *(f"_{name}_usable" for name, _ in _AGGREGATED)])
+
+
+# Columns _group_metrics derives from a group's aggregate_counts rows.
+_RELATIVE_COLUMNS = tuple(c for c in SCALING_COLUMNS if c not in (
+    "gpus", "nodes", "n_runs", "n_ok", "epochs", "time_s", "time_s_min", "time_s_max",
+    "time_s_range", "throughput_img_s", "throughput_img_s_min", "throughput_img_s_max",
+    "total_time_s", "total_time_s_min", "total_time_s_max", "throughput_per_gpu_img_s", "note"))
+
+
+def _group_metrics(cells: pd.DataFrame) -> dict:
+    """Scaling columns of one group (gpus >= 1 only) from its aggregate_counts rows, sorted by
+    gpus: arrays (plain numpy, a DataFrame column each would cost more than the arithmetic)."""
+    gpus = cells["gpus"].to_numpy(dtype=float)
+    time = cells["time_s"].to_numpy(dtype=float)
+    thr = cells["throughput_img_s"].to_numpy(dtype=float)
+    total = cells["total_time_s"].to_numpy(dtype=float)
+    usable_time = np.isfinite(time) & (time > 0)  # is_usable
     group_notes: list[str] = []
-    if len(table) == 1:
+    if len(cells) == 1:
         group_notes.append(SINGLE_COUNT_NOTE)
 
+    columns = {"throughput_per_gpu_img_s": thr / gpus}
     if not usable_time.any():
         group_notes.append(NO_BASELINE_NOTE)
-        base = None
+        columns.update({column: np.full(len(cells), math.nan) for column in _RELATIVE_COLUMNS})
     else:
         base = int(np.flatnonzero(usable_time)[0])
-        base_gpus = int(table["gpus"].iloc[base])
+        base_gpus = int(gpus[base])
         if base_gpus != 1:
             group_notes.append(
                 f"baseline is N={base_gpus}, not 1: speedups relative to N={base_gpus}")
+        columns.update(_relative_metrics(gpus, time, thr, total, base, group_notes))
 
-    table["throughput_per_gpu_img_s"] = table["throughput_img_s"] / gpus
-    if base is None:
-        table["baseline_gpus"] = math.nan
-        table["scale_factor"] = math.nan
-        for column in SCALING_COLUMNS:
-            if column not in table:
-                table[column] = math.nan
-    else:
-        _add_relative_metrics(table, base, group_notes)
-
-    table["note"] = [
-        "; ".join(group_notes + notes) for notes in table.pop("notes")
-    ]
-    return table
+    columns["note"] = ["; ".join(group_notes + notes) for notes in cells["notes"]]
+    return columns
 
 
-def _add_relative_metrics(table: pd.DataFrame, base: int, group_notes: list[str]) -> None:
-    """Everything measured against the group's baseline row `base` (in place)."""
-    gpus = table["gpus"].to_numpy(dtype=float)
+def _relative_metrics(gpus, time, thr, total, base: int, group_notes: list[str]) -> dict:
+    """Everything measured against the group's baseline row `base`."""
     base_gpus = gpus[base]
     scale = gpus / base_gpus
-    table["baseline_gpus"] = int(base_gpus)
-    table["scale_factor"] = scale
-
-    time = table["time_s"].to_numpy(dtype=float)
-    thr = table["throughput_img_s"].to_numpy(dtype=float)
-    # Ideal only beside a measurement: at a failed GPU count it would look like a result.
-    table["ideal_throughput_img_s"] = np.where(np.isfinite(thr), thr[base] * scale, np.nan)
-    table["speedup"] = speedup(time[base], time)
-    table["efficiency_pct"] = efficiency_pct(table["speedup"], scale)
-    table["throughput_speedup"] = thr / thr[base]
-    table["karp_flatt"] = karp_flatt(table["speedup"], scale)
-    table["marginal_gain_img_s"], table["marginal_gain_pct"] = marginal_gain(gpus, thr)
-
-    total = table["total_time_s"].to_numpy(dtype=float)
-    table["tts_speedup"] = speedup(total[base], total)
-    table["tts_efficiency_pct"] = efficiency_pct(table["tts_speedup"], scale)
-    table["tts_gain_vs_prev_pct"] = gain_vs_previous_pct(gpus, total)
-    table["tts_gain_vs_min_pct"] = time_gain_pct(total[base], total)
+    columns = {
+        "baseline_gpus": np.full(len(gpus), int(base_gpus)),
+        "scale_factor": scale,
+        # Ideal only beside a measurement: at a failed GPU count it would look like a result.
+        "ideal_throughput_img_s": np.where(np.isfinite(thr), thr[base] * scale, np.nan),
+        "speedup": speedup(time[base], time),
+        "throughput_speedup": thr / thr[base],
+        "tts_speedup": speedup(total[base], total),
+        "tts_gain_vs_prev_pct": gain_vs_previous_pct(gpus, total),
+        "tts_gain_vs_min_pct": time_gain_pct(total[base], total),
+    }
+    columns["efficiency_pct"] = efficiency_pct(columns["speedup"], scale)
+    columns["karp_flatt"] = karp_flatt(columns["speedup"], scale)
+    columns["marginal_gain_img_s"], columns["marginal_gain_pct"] = marginal_gain(gpus, thr)
+    columns["tts_efficiency_pct"] = efficiency_pct(columns["tts_speedup"], scale)
     if not is_usable(total[base]) and np.isfinite(total).any():
         group_notes.append(f"no total time at baseline N={int(base_gpus)}: "
                            f"time-to-solution metrics NaN")
+    return columns
+
+
+def _group_bounds(table: pd.DataFrame, keys: list[str]) -> list[tuple[int, int]]:
+    """(start, end) row positions of each group of a table sorted by its keys."""
+    if not keys:
+        return [(0, len(table))] if len(table) else []
+    group = table.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    return list(zip(starts.tolist(), [*starts[1:].tolist(), len(table)]))
 
 
 def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -366,16 +427,15 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     """
     runs = check_runs(runs)
     keys = group_keys(runs)
-    pieces = []
-    for values, rows in iter_groups(runs[runs["gpus"] >= 1], keys):
-        piece = _group_scaling(rows)
-        for key in reversed(keys):
-            piece.insert(0, key, [values[key]] * len(piece))
-        pieces.append(piece)
-    if not pieces:
+    counts = aggregate_counts(runs[runs["gpus"] >= 1], keys)
+    groups = [_group_metrics(counts.iloc[start:end]) for start, end in _group_bounds(counts, keys)]
+    if not groups:
         return pd.DataFrame(columns=[*keys, *SCALING_COLUMNS])
-    table = pd.concat(pieces, ignore_index=True)
-    return table[[*keys, *SCALING_COLUMNS]]
+    # One column at a time over all groups; an integer column stays integer unless a group has NaN.
+    derived = {column: np.concatenate([group[column] for group in groups]) for column in groups[0]}
+    table = pd.concat([counts.drop(columns="notes"), pd.DataFrame(derived, index=counts.index)],
+                      axis=1)
+    return table[[*keys, *SCALING_COLUMNS]].reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------- CPU vs 1 GPU

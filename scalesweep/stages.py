@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import accounting, fits, maxbatch, plots, scaling, sweetspot, tidy
+from scalesweep import accounting, maxbatch, scaling, sweetspot, tidy
+
+# fits (scipy) and plots (matplotlib, seaborn) are imported by the functions that use them: every
+# Snakemake run imports this module while it parses the workflow (for TABLES), each cluster job's
+# jobstep included, and they would add about a second to each.
 
 TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
 
@@ -34,6 +38,8 @@ def tidy_logs(items, outdir, ask_slurm=False):
 
 def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None):
     """Every table of the analysis, by name (TABLES), from a runs table."""
+    from scalesweep import fits
+
     table = scaling.scaling_table(runs)
     return {
         "scaling": table,
@@ -57,6 +63,8 @@ def write_tables(runs_csv, outdir, efficiency_floor=80.0, gpu_hour_budget=None):
 
 def figures(tables_dir, outdir):
     """tables_dir/scaling.csv (+ fits.csv for the fitted curves) -> outdir/*.png."""
+    from scalesweep import plots
+
     tables_dir = Path(tables_dir)
     written = plots.plot_scaling(
         pd.read_csv(tables_dir / "scaling.csv"), outdir, fits=pd.read_csv(tables_dir / "fits.csv")

@@ -166,3 +166,17 @@ def test_groups_are_fitted_separately():
 def test_unknown_table_is_refused():
     with pytest.raises(ValueError, match="expected a runs table"):
         fit_table(pd.DataFrame({"gpus": [1, 2]}))
+
+
+def test_batch_fit_matches_curve_fit():
+    from scalesweep.fits import amdahl, fit_law, fit_law_batch, gustafson
+
+    rng = np.random.default_rng(0)
+    n = np.array([1, 2, 4, 8, 16], float)
+    for law, function in (("amdahl", amdahl), ("gustafson", gustafson)):
+        data = np.array([function(n, p) * np.r_[1.0, rng.lognormal(0, 0.05, len(n) - 1)]
+                         for p in rng.uniform(0, 1, 50)])
+        batch = fit_law_batch(law, n, data)
+        single = np.array([fit_law(law, n, row).p for row in data])
+        assert batch == pytest.approx(single, abs=1e-4)
+    assert np.isnan(fit_law_batch("amdahl", n, [[1, 2, np.nan, 3, 4]])[0])

@@ -151,3 +151,19 @@ def test_nan_rows_and_an_empty_table_do_not_crash(tmp_path):
     plt.close("all")
     empty = plot_scaling(scaling_table(runs.iloc[:0]), tmp_path / "empty")
     assert len(empty) == len(FIGURE_NAMES) and all(p.stat().st_size > 0 for p in empty)
+
+
+def test_many_series_share_colours_and_keep_every_series_in_the_data():
+    from scalesweep.plots import MAX_COLOURS, build_figures
+    from scalesweep.scaling import scaling_table
+
+    rows = [{"model": model, "per_gpu_batch": batch, "gpus": gpus, "status": "ok",
+             "steady_epoch_time_s": 100.0 / gpus ** 0.9, "throughput_img_s": 500.0 * gpus ** 0.9,
+             "total_time_s": 1000.0 / gpus ** 0.8}
+            for model in ("a", "b") for batch in range(1, 21) for gpus in (1, 2, 4)]
+    figure = build_figures(scaling_table(pd.DataFrame(rows)))["time_all"]
+    assert figure.data["label"].nunique() == 40
+    legend = figure.figure.legends[0]
+    assert legend.get_title().get_text() == "model"
+    assert [t.get_text() for t in legend.get_texts()] == ["a", "b"] and MAX_COLOURS >= 2
+    assert "40 series, coloured by model" in " ".join(t.get_text() for t in figure.figure.texts)

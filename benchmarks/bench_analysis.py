@@ -1,0 +1,539 @@
+"""Benchmark of the analysis at scale (issue 4 "Scale"): `analyze` on 10,000 run logs and
+`snakemake -n` on a 1,000-configuration matrix.
+
+    .venv/bin/python benchmarks/bench_analysis.py [--runs 10000] [--configs 1000]
+
+Prints one line per figure, `name value unit`:
+
+    analyze_10k_runs_s <seconds> s          # wall time of `python -m scalesweep analyze`
+    dryrun_1000_configs_s <seconds> s       # wall time of `snakemake -n`
+
+Both are whole commands in a subprocess (interpreter start, imports, parsing, tables, figures,
+DAG building), as a user waits for them. The goals (30 s and 10 s on a 2-core laptop) are
+reported as ratios, never judged: the benchmark exits non-zero only when a step fails or its
+output is wrong (runs missing from runs.csv, another configuration count than asked).
+
+The logs are what the trainers print (docs/records.md, written by scripts/runlog.py, the
+trainers' own record writer): Keras / reference-DDP human lines and `:::SCALESWEEP` records, over
+264 groups (framework x model x dataset x per-GPU batch x precision) x GPU counts x repeats, with
+Amdahl-like epoch times, noise, and a few crashed, killed, timed-out and out-of-memory runs.
+A manifest.csv beside them gives each log's axes, as the workflow passes them to the tidy step.
+"""
+
+import argparse
+import copy
+import csv
+import math
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+import runlog  # noqa: E402  (scripts/: the trainers' record writer)
+
+from scalesweep import matrix  # noqa: E402
+
+PYTHON = sys.executable
+ANALYZE_GOAL_S = 30.0
+DRYRUN_GOAL_S = 10.0
+DEFAULT_RUNS = 10_000
+DEFAULT_CONFIGS = 1_000
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic run logs
+
+# (training images, resolution) of the datasets of the reference setups (REFERENCE.md §1-2) and
+# of their smaller siblings a user would sweep beside them.
+TF_DATASETS = {"cifar128": (50_000, 128), "cifar32": (50_000, 32)}
+TORCH_DATASETS = {
+    "tiny-224": (100_000, 224), "micro-224": (12_480, 224), "tiny-64": (100_000, 64),
+}
+TF_GPUS = (0, 1, 2, 4)  # MirroredStrategy: one node; 0 = the CPU-only baseline
+TORCH_GPUS = (1, 2, 4, 8, 16, 32)
+BATCHES = (32, 64, 128, 256)
+PRECISIONS = ("fp32", "bf16", "fp16")
+GPUS_PER_NODE = 4
+# (models, datasets, GPU counts, seconds per image at 224 px on one GPU) per framework.
+FRAMEWORKS = {
+    "tensorflow": (("resnet50v2", "resnet101v2", "resnet152v2", "mobilenetv3small", "cnn_small"),
+                   TF_DATASETS, TF_GPUS, 1.2e-3),
+    "pytorch": (("vit_h_14", "resnet50", "resnet18", "vit_tiny"),
+                TORCH_DATASETS, TORCH_GPUS, 1e-3),
+}
+# Time per image relative to ResNet-50.
+MODEL_COST = {
+    "resnet50v2": 1.0, "resnet101v2": 1.8, "resnet152v2": 2.6, "mobilenetv3small": 0.3,
+    "cnn_small": 0.1, "vit_h_14": 12.0, "resnet50": 1.0, "resnet18": 0.45, "vit_tiny": 0.2,
+}
+PRECISION_SPEED = {"fp32": 1.0, "bf16": 0.55, "fp16": 0.6}
+# Shares of runs that end badly, beside the configurations that never fit (out_of_memory).
+CRASHED, KILLED, TIMED_OUT, OOM = 0.006, 0.01, 0.004, 0.003
+
+
+def out_of_memory(config: dict) -> bool:
+    """ViT-H/14 at 256 images per GPU in fp32 does not fit an 80 GB card: every such run is oom."""
+    return (config["model"] == "vit_h_14" and config["per_gpu_batch"] == 256
+            and config["precision"] == "fp32")
+
+
+@dataclass(frozen=True)
+class Run:
+    file: str
+    config: dict  # the axes, as the workflow's run_configs() gives them (plus repeat)
+    outcome: str  # ok | crashed | killed | timeout | oom
+    serial_fraction: float
+    seconds_per_image: float
+
+    @property
+    def expected_status(self) -> str:
+        """What the parser must make of the log."""
+        return {"crashed": "failed", "killed": "failed"}.get(self.outcome, self.outcome)
+
+
+def sweep_configurations() -> list[dict]:
+    """Every group x GPU count of the synthetic sweep, in sweep order (without repeat)."""
+    configs = []
+    for framework, (models, datasets, gpu_counts, _) in FRAMEWORKS.items():
+        for model in models:
+            for dataset in datasets:
+                for batch in BATCHES:
+                    for precision in PRECISIONS:
+                        for gpus in gpu_counts:
+                            configs.append({
+                                "framework": framework, "model": model, "dataset": dataset,
+                                "gpus": gpus, "nodes": matrix.nodes_for(gpus, GPUS_PER_NODE),
+                                "per_gpu_batch": batch, "precision": precision,
+                            })
+    return configs
+
+
+def plan_runs(n_runs: int, seed: int = 0) -> list[Run]:
+    """n_runs runs: every configuration once per repeat, repeats until n_runs (the last partial)."""
+    rng = random.Random(seed)
+    configs = sweep_configurations()
+    # One serial fraction per group: the scaling of a group is a property of what it trains.
+    fractions = {}
+    runs = []
+    for index in range(n_runs):
+        repeat, config = divmod(index, len(configs))
+        config = {**configs[config], "repeat": repeat}
+        group = tuple(v for k, v in config.items() if k not in ("gpus", "nodes", "repeat"))
+        serial = fractions.setdefault(group, rng.uniform(0.01, 0.15))
+        cost = MODEL_COST[config["model"]] * PRECISION_SPEED[config["precision"]]
+        pixels = (dataset_spec(config)[1] / 224) ** 2
+        per_image = FRAMEWORKS[config["framework"]][3] * cost * pixels
+        per_image *= 30 if config["gpus"] == 0 else 1
+        outcome = draw_outcome(config, rng)
+        runs.append(Run(run_file_name(config), config, outcome, serial, per_image))
+    return runs
+
+
+def run_file_name(config: dict) -> str:
+    name = matrix.run_name(
+        {k: config[k] for k in ("framework", "model", "dataset", "gpus", "repeat", "per_gpu_batch",
+                                "precision")},
+        {},
+    )
+    return f"{name}.log"
+
+
+def draw_outcome(config: dict, rng: random.Random) -> str:
+    if out_of_memory(config):
+        return "oom"
+    draw = rng.random()
+    for outcome, share in (("crashed", CRASHED), ("killed", KILLED), ("timeout", TIMED_OUT),
+                           ("oom", OOM)):
+        if draw < share:
+            return outcome
+        draw -= share
+    return "ok"
+
+
+def dataset_spec(config: dict) -> tuple[int, int]:
+    return FRAMEWORKS[config["framework"]][1][config["dataset"]]
+
+
+def images_per_epoch(config: dict) -> int:
+    """Images an epoch trains: the dataset, less the last partial global batch (drop_last)."""
+    global_batch = config["per_gpu_batch"] * max(1, config["gpus"])
+    return dataset_spec(config)[0] // global_batch * global_batch
+
+
+def epoch_seconds(run: Run, images: int, epoch: int, rng: random.Random) -> float:
+    """Amdahl-like time of one epoch: a serial share that does not shrink with N, plus noise;
+    epoch 1 carries graph build / compilation / cache fill."""
+    gpus = max(1, run.config["gpus"])
+    ideal = images * run.seconds_per_image
+    seconds = ideal * (run.serial_fraction + (1 - run.serial_fraction) / gpus)
+    seconds *= rng.lognormvariate(0.0, 0.03)
+    return seconds * (1.6 if epoch == 1 else 1.0) + (8.0 if epoch == 1 else 0.0)
+
+
+def header_record(run: Run, images: int, epochs: int) -> dict:
+    config = run.config
+    gpus, framework = config["gpus"], config["framework"]
+    world = max(1, gpus)
+    kind = "cpu" if gpus == 0 else "gpu"
+    if framework == "tensorflow":
+        devices = [f"/job:localhost/replica:0/task:0/device:{kind.upper()}:{i}"
+                   for i in range(world)]
+    else:
+        devices = [f"cuda:{i % GPUS_PER_NODE}" for i in range(world)]
+    nodes = config["nodes"]
+    base_lr = 0.001 if config["model"] == "vit_h_14" else 0.01
+    versions = {"python": "3.11.2", "numpy": "2.4.0", "cuda": "12.8"}
+    versions.update({"tensorflow": "2.21.0", "keras": "3.12.0"} if framework == "tensorflow"
+                    else {"torch": "2.14.1"})
+    return {
+        "record": "header", "framework": framework, "model": config["model"],
+        "dataset": config["dataset"], "resolution": dataset_spec(config)[1],
+        "gpus": gpus, "device_kind": kind, "world_size": world, "nodes": config["nodes"],
+        "per_gpu_batch": config["per_gpu_batch"], "global_batch": config["per_gpu_batch"] * world,
+        "learning_rate": base_lr * world, "precision": config["precision"], "compile": False,
+        "epochs": epochs,
+        "images_per_epoch": images, "protocol": "epochs", "versions": versions,
+        "devices": devices, "hostname": "as01r1b05",
+        "slurm_job_id": str(4_000_000 + zlib.crc32(run.file.encode()) % 99_999),
+        "slurm_nodelist": "as01r1b05" if nodes == 1 else f"as01r1b[05-{4 + nodes:02d}]",
+        "start_time": "2025-11-14T10:00:00+00:00",
+    }
+
+
+class LogWriter:
+    """The lines one trainer prints: its human lines (Keras, or the reference DDP's INFO lines)
+    interleaved with the records."""
+
+    def __init__(self, framework: str):
+        self.framework = framework
+        self.lines: list[str] = []
+
+    def human(self, message: str) -> None:
+        if self.framework == "pytorch":
+            message = f"[11/14/2025 10:02:17 AM] INFO - {message}"
+        self.lines.append(message)
+
+    def record(self, record: dict) -> None:
+        # torchrun with --tee / srun --label put their own prefix before rank 0's lines.
+        prefix = "[rank0]: " if self.framework == "pytorch" else ""
+        self.lines.append(prefix + runlog.format_record(record))
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def log_text(run: Run, rng: random.Random) -> str:
+    """The whole log of one run, as its trainer would have printed it."""
+    config = run.config
+    images = images_per_epoch(config)
+    epochs = 5
+    header = header_record(run, images, epochs)
+    log = LogWriter(config["framework"])
+    _human_header(log, header)
+    log.record(header)
+    if run.outcome == "oom":
+        return _oom_ending(log, config)
+    epochs_done = epochs if run.outcome in ("ok", "crashed") else rng.randint(1, epochs - 1)
+    startup = rng.uniform(15.0, 45.0) + 2.0 * header["nodes"]
+    seconds = []
+    for epoch in range(1, epochs_done + 1):
+        seconds.append(epoch_seconds(run, images, epoch, rng))
+        _epoch_lines(log, header, epoch, seconds[-1], rng)
+    if run.outcome == "killed":
+        return log.text()  # log ends before the summary record
+    if run.outcome == "timeout":
+        log.lines.append(f"slurmstepd: error: *** JOB {header['slurm_job_id']} ON as01r1b05 "
+                         "CANCELLED AT 2025-11-14T11:15:02 DUE TO TIME LIMIT ***")
+        return log.text()
+    if run.outcome == "crashed":
+        return _crash_ending(log, epochs_done, startup + sum(seconds))
+    summary = {
+        "record": "summary", "status": "ok", "reason": None, "epochs": epochs_done,
+        "train_time_s": sum(seconds), "steady_epoch_time_s": statistics.median(seconds[1:]),
+        "throughput_img_s": statistics.median(images / s for s in seconds[1:]),
+        "total_time_s": startup + sum(seconds),
+        "memory_gb": None if header["device_kind"] == "cpu" else round(
+            2.0 + config["per_gpu_batch"] * MODEL_COST[config["model"]] * 0.05, 2),
+        "peak_host_rss_gb": round(rng.uniform(3.0, 9.0), 2), "oom_retries": 0,
+    }
+    _human_summary(log, summary)
+    log.record(summary)
+    return log.text()
+
+
+def _human_header(log: LogWriter, header: dict) -> None:
+    if header["framework"] == "tensorflow":
+        log.human(f" Model {header['model']} {header['gpus']} GPUs")
+        log.human("-----------------------")
+        log.human(f"Batch_size: {header['global_batch']}")
+        log.human(f"Num_replicas: {header['world_size']}")
+        return
+    steps = header["images_per_epoch"] // header["global_batch"]
+    for line in (f"### model_name: {header['model']}",
+                 f"### batch_size: {header['per_gpu_batch']}",
+                 f"### global_batch_size: {header['global_batch']}",
+                 f"### world_size: {header['world_size']}",
+                 f"### mixed_precision: {header['precision']}",
+                 f"### Total training samples (batches): "
+                 f"{header['images_per_epoch'] // header['world_size']} ({steps})"):
+        log.human(line)
+
+
+def _epoch_lines(log: LogWriter, header: dict, epoch: int, seconds: float, rng) -> None:
+    images = header["images_per_epoch"]
+    loss, accuracy = round(2.3 / epoch + rng.uniform(0, 0.1), 4), round(0.1 * epoch, 4)
+    if header["framework"] == "tensorflow":
+        steps = images // header["global_batch"]
+        log.human(f"Epoch {epoch}/{header['epochs']}")
+        log.human(f"{steps}/{steps} - {seconds:.0f}s - {seconds / steps * 1000:.0f}ms/step "
+                  f"- accuracy: {accuracy:.4f} - loss: {loss:.4f}")
+    else:
+        log.human(f"[EPOCH: {epoch}] Starting training loop...")
+        log.human(f"[EPOCH: {epoch}] Training throughput: {images / seconds:.3f} imgs/s")
+    steps = images // header["global_batch"]
+    step = seconds / steps
+    warm = epoch == 1 and steps <= 5  # every step of the epoch is a warm-up step
+    log.record({"record": "epoch", "epoch": epoch, "images": images, "seconds": seconds,
+                "throughput_img_s": images / seconds, "loss": loss, "accuracy": accuracy,
+                "steps": steps, "step_time_median_s": None if warm else step,
+                "step_time_p90_s": None if warm else step * 1.04, "phase": None})
+
+
+def _human_summary(log: LogWriter, summary: dict) -> None:
+    if log.framework == "tensorflow":
+        log.human(f"train_tf: steady epoch time {summary['steady_epoch_time_s']:.3f} s, "
+                  f"throughput {summary['throughput_img_s']:.1f} img/s")
+        return
+    log.human("Training finished!")
+    log.human(f"Complete training Time: {summary['total_time_s']:.0f} s")
+    log.human(f"Training throughput:    {summary['throughput_img_s']:.0f} imgs/s")
+
+
+def _oom_ending(log: LogWriter, config: dict) -> str:
+    reason = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+              if config["framework"] == "pytorch" else
+              "ResourceExhaustedError: OOM when allocating tensor with shape[256,64,64,256]")
+    log.human(f"out of memory at the first training step: {reason}")
+    log.record({"record": "summary", "status": "oom", "reason": reason, "epochs": 0,
+                "train_time_s": 0, "steady_epoch_time_s": None, "throughput_img_s": None,
+                "total_time_s": 41.2, "memory_gb": 79.1, "peak_host_rss_gb": 5.4,
+                "oom_retries": 0})
+    return log.text()
+
+
+def _crash_ending(log: LogWriter, epochs_done: int, total: float) -> str:
+    """A crash after the last epoch (writing a checkpoint): the trainer's own failed summary."""
+    reason = "OSError: [Errno 122] Disk quota exceeded: '/gpfs/scratch/ckpt'"
+    log.lines += ["Traceback (most recent call last):", '  File "train.py", line 600, in <module>',
+                  reason]
+    log.record({"record": "summary", "status": "failed", "reason": reason, "epochs": epochs_done,
+                "train_time_s": None, "steady_epoch_time_s": None, "throughput_img_s": None,
+                "total_time_s": total, "memory_gb": None, "peak_host_rss_gb": None,
+                "oom_retries": 0})
+    return log.text()
+
+
+MANIFEST_AXES = ("framework", "model", "dataset", "gpus", "nodes", "per_gpu_batch", "precision",
+                 "repeat")
+
+
+def write_logs(folder: Path, runs: list[Run], seed: int = 0) -> None:
+    """Every run's log, and folder/manifest.csv naming each log's axes."""
+    rng = random.Random(seed + 1)
+    folder.mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        (folder / run.file).write_text(log_text(run, rng))
+    with open(folder / "manifest.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["file", *MANIFEST_AXES])
+        for run in runs:
+            writer.writerow([run.file, *(run.config[axis] for axis in MANIFEST_AXES)])
+
+
+# ---------------------------------------------------------------------------------------------
+# The 1,000-configuration matrix
+
+DRYRUN_MATRIX = {
+    # 5 TensorFlow models x 3 GPU counts (one node) + 2 PyTorch models x 5 GPU counts = 25
+    # configurations per (repeat, batch, precision); the rest of the product is left out by the
+    # model-framework, dataset-format and tensorflow-single-node rules, as in a real sweep.
+    "framework": ["tensorflow", "pytorch"],
+    "model": ["resnet50v2", "resnet101v2", "resnet152v2", "mobilenetv3small", "cnn_small",
+              "resnet18", "vit_tiny"],
+    "dataset": ["synth-cifar", "synth-folder"],
+    "gpus": [1, 2, 4, 8, 16],
+    "per_gpu_batch": [32, 64, 128, 256],
+    "precision": ["fp32", "bf16"],
+}
+DRYRUN_BLOCK = 25
+
+
+def dryrun_config(n_configs: int) -> dict:
+    """config/config.yaml with a matrix that leaves exactly n_configs configurations (a multiple
+    of 25): repeats of the 200 configurations above, the last repeat's surplus excluded by
+    `exclude` patterns of 25 configurations each."""
+    if n_configs < DRYRUN_BLOCK or n_configs % DRYRUN_BLOCK:
+        raise ValueError(f"--configs must be a positive multiple of {DRYRUN_BLOCK}, "
+                         f"got {n_configs}")
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    blocks = [(b, p) for b in DRYRUN_MATRIX["per_gpu_batch"] for p in DRYRUN_MATRIX["precision"]]
+    per_repeat = DRYRUN_BLOCK * len(blocks)
+    repeats = math.ceil(n_configs / per_repeat)
+    surplus = (repeats * per_repeat - n_configs) // DRYRUN_BLOCK
+    config["matrix"] = {**copy.deepcopy(DRYRUN_MATRIX), "repeat": list(range(repeats))}
+    config["exclude"] = [{"repeat": repeats - 1, "per_gpu_batch": b, "precision": p}
+                         for b, p in blocks[len(blocks) - surplus:]]
+    return config
+
+
+def planned_configurations(config: dict) -> int:
+    """Configurations the workflow will plan (scalesweep.matrix, with the schema's defaults)."""
+    full = {"container": {"runtime": "none"}, **copy.deepcopy(config)}
+    full["cluster"] = {"gpus_per_node": GPUS_PER_NODE, **full.get("cluster", {})}
+    runs, _ = matrix.plan(full, check_paths=False)
+    return len(runs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+class BenchmarkFailure(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Timing:
+    wall_s: float
+    cpu_s: float  # user + system time of the command and its children
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: list[str], cwd=None) -> tuple[Timing, subprocess.CompletedProcess]:
+    """Run a command to its end: its wall time, and its CPU time, which other work on a shared
+    machine disturbs less."""
+    cpu, start = children_cpu_s(), time.perf_counter()
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    timing = Timing(time.perf_counter() - start, children_cpu_s() - cpu)
+    if result.returncode != 0:
+        raise BenchmarkFailure(f"{' '.join(command)} exited {result.returncode}:\n"
+                               f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return timing, result
+
+
+def bench_analyze(workdir: Path, n_runs: int) -> Timing:
+    runs = plan_runs(n_runs)
+    logs, out = workdir / "logs", workdir / "analysis"
+    write_logs(logs, runs)
+    timing, _ = timed([PYTHON, "-m", "scalesweep", "analyze", str(logs), "--out", str(out)],
+                      cwd=REPO)
+    check_analysis(out, runs)
+    return timing
+
+
+def check_analysis(out: Path, runs: list[Run]) -> None:
+    """runs.csv holds every run with the status its log implies; every table and figure exists."""
+    with open(out / "tidy" / "runs.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    expected = {str(run.file): run.expected_status for run in runs}
+    found = {Path(row["log"]).name: row["status"] for row in rows}
+    if len(rows) != len(runs) or found != expected:
+        wrong = [name for name in expected if found.get(name) != expected[name]][:5]
+        raise BenchmarkFailure(f"runs.csv has {len(rows)} rows for {len(runs)} logs; "
+                               f"wrong or missing status for e.g. {wrong}")
+    from scalesweep import plots, stages  # the package's own lists of what analyze writes
+
+    missing = [f"tables/{name}.csv" for name in stages.TABLES
+               if not (out / "tables" / f"{name}.csv").exists()]
+    missing += [f"figures/{name}.png" for name in plots.FIGURE_NAMES
+                if not (out / "figures" / f"{name}.png").exists()]
+    if missing:
+        raise BenchmarkFailure(f"analyze did not write {', '.join(missing)}")
+
+
+def bench_dryrun(workdir: Path, n_configs: int) -> Timing:
+    config = dryrun_config(n_configs)
+    planned = planned_configurations(config)
+    if planned != n_configs:
+        raise BenchmarkFailure(f"the dry-run matrix plans {planned} configurations, "
+                               f"not {n_configs}")
+    configfile = workdir / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config, sort_keys=False))
+    rundir = workdir / "dryrun"
+    rundir.mkdir()
+    timing, result = timed([
+        PYTHON, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(configfile),
+        "-d", str(rundir), "--snakefile", str(REPO / "Snakefile"),
+    ], cwd=REPO)
+    expected = f"scalesweep: {n_configs} configurations to run"
+    if expected not in result.stderr + result.stdout:
+        raise BenchmarkFailure(f"snakemake -n did not print '{expected}':\n"
+                               f"{result.stderr[-3000:]}")
+    return timing
+
+
+def count_label(n: int) -> str:
+    """10000 -> 10k (the issue's name for the figure), 1000 -> 1000."""
+    return f"{n // 1000}k" if n >= 10_000 and n % 1000 == 0 else str(n)
+
+
+def report(name: str, timing: Timing, goal_s: float | None) -> None:
+    """`name value unit` lines: wall time (the figure), CPU time, and the ratio to the goal."""
+    print(f"{name}_s {timing.wall_s:.2f} s", flush=True)
+    print(f"{name}_cpu_s {timing.cpu_s:.2f} s", flush=True)
+    if goal_s is not None:
+        print(f"{name}_goal_ratio {timing.wall_s / goal_s:.2f} x", flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="run logs to analyze")
+    parser.add_argument("--configs", type=int, default=DEFAULT_CONFIGS,
+                        help=f"configurations for snakemake -n (a multiple of {DRYRUN_BLOCK})")
+    parser.add_argument("--only", choices=("analyze", "dryrun"), help="time one figure only")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the generated logs, outputs and config (path on stderr)")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error(f"--runs must be at least 1, got {args.runs}")
+    if args.configs < DRYRUN_BLOCK or args.configs % DRYRUN_BLOCK:
+        parser.error(f"--configs must be a positive multiple of {DRYRUN_BLOCK}, got {args.configs}")
+    workdir = Path(tempfile.mkdtemp(prefix="scalesweep-bench-"))
+    try:
+        # The goals hold for the issue's sizes only; a quick check at other sizes has none.
+        if args.only in (None, "analyze"):
+            report(f"analyze_{count_label(args.runs)}_runs", bench_analyze(workdir, args.runs),
+                   ANALYZE_GOAL_S if args.runs == DEFAULT_RUNS else None)
+        if args.only in (None, "dryrun"):
+            report(f"dryrun_{count_label(args.configs)}_configs",
+                   bench_dryrun(workdir, args.configs),
+                   DRYRUN_GOAL_S if args.configs == DEFAULT_CONFIGS else None)
+    except (BenchmarkFailure, ValueError) as error:
+        print(f"bench_analysis: FAILED: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if args.keep:
+            print(f"bench_analysis: kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
