@@ -19,6 +19,10 @@ test: $(VENV)/.installed
 test-fast: $(VENV)/.installed
 	$(PYTHON) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
 
+# Benchmarks print `name value unit` lines (benchmarks/README.md); they measure, they do not judge.
+bench: $(VENV)/.installed
+	$(PYTHON) benchmarks/bench_analysis.py
+
 $(VENV)/.installed: envs/requirements.txt envs/workflow.txt envs/constraints.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -r envs/requirements.txt -c envs/constraints.txt
