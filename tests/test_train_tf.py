@@ -1,11 +1,10 @@
-"""TensorFlow trainer (scripts/train_tf.py) and the record writer (scripts/runlog.py).
+"""TensorFlow trainer (scripts/train_tf.py); its record writer has tests/test_runlog.py.
 
 TensorFlow runs only in subprocesses: importing tensorflow here and torch later in the same pytest
 process (another stage's tests) segfaults. Records are parsed with json directly, following
-docs/records.md, so these tests do not depend on scalesweep's parser.
+docs/records.md; one test feeds a log to scalesweep's parser, the records' reader.
 """
 
-import io
 import json
 import os
 import signal
@@ -61,73 +60,6 @@ def by_kind(records: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# runlog: stdlib only, tested in this process
-# ---------------------------------------------------------------------------------------------
-
-
-def test_emit_writes_one_prefixed_json_line_with_schema():
-    stream = io.StringIO()
-    runlog.emit({"record": "epoch", "loss": float("nan"), "nested": [float("inf"), 1.5]}, stream)
-    line = stream.getvalue()
-    assert line.startswith(PREFIX) and line.endswith("}\n") and line.count("\n") == 1
-    record = json.loads(line[len(PREFIX) :])
-    assert record == {"record": "epoch", "schema": 1, "loss": None, "nested": [None, 1.5]}
-
-
-def test_emit_refuses_a_record_without_kind():
-    with pytest.raises(ValueError, match="'record' kind"):
-        runlog.format_record({"loss": 1.0})
-
-
-def test_summarize_takes_medians_from_epoch_two_on():
-    epochs = [runlog.epoch_record(i, 100, seconds) for i, seconds in [(1, 30.0), (2, 2.0), (3, 4.0), (4, 3.0)]]
-    summary = runlog.summarize(epochs)
-    assert summary["epochs"] == 4
-    assert summary["train_time_s"] == pytest.approx(39.0)
-    assert summary["steady_epoch_time_s"] == pytest.approx(3.0)
-    assert summary["throughput_img_s"] == pytest.approx(100 / 3.0)
-
-
-def test_summarize_has_no_steady_state_with_one_epoch():
-    summary = runlog.summarize([runlog.epoch_record(1, 100, 5.0)])
-    assert summary["steady_epoch_time_s"] is None and summary["throughput_img_s"] is None
-    assert runlog.summarize([])["train_time_s"] == 0
-
-
-def test_summary_record_needs_a_reason_unless_ok():
-    with pytest.raises(ValueError, match="needs a reason"):
-        runlog.summary_record("failed", [], 1.0)
-    with pytest.raises(ValueError, match="ok, oom or failed"):
-        runlog.summary_record("crashed", [], 1.0, reason="x")
-    record = runlog.summary_record("oom", [], 1.0, reason="first line\nsecond line")
-    assert record["reason"] == "first line" and record["peak_host_rss_gb"] > 0
-
-
-def test_provenance_reads_slurm_variables():
-    found = runlog.provenance(0.0, {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "gpu[1-2]"})
-    assert (found["slurm_job_id"], found["slurm_nodelist"]) == ("42", "gpu[1-2]")
-    assert found["start_time"] == "1970-01-01T00:00:00+00:00"
-    assert runlog.provenance(environ={})["slurm_job_id"] is None
-
-
-def test_fail_inject_mode_rejects_unknown_values():
-    assert runlog.fail_inject_mode({}) is None
-    assert runlog.fail_inject_mode({runlog.FAIL_INJECT_ENV: "OOM"}) == "oom"
-    with pytest.raises(ValueError, match="SCALESWEEP_FAIL_INJECT='segfault'"):
-        runlog.fail_inject_mode({runlog.FAIL_INJECT_ENV: "segfault"})
-
-
-def test_sigterm_becomes_an_exception():
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
-        runlog.raise_on_sigterm()
-        with pytest.raises(runlog.Terminated, match="SIGTERM"):
-            os.kill(os.getpid(), signal.SIGTERM)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-# ---------------------------------------------------------------------------------------------
 # Trainer pieces, in a TensorFlow subprocess
 # ---------------------------------------------------------------------------------------------
 
@@ -159,6 +91,39 @@ def test_device_preprocessing_equals_the_reference_host_path():
         assert found["dtype"] == "float32"
         # One uint8 step is 1/255 = 0.0039: rounding anywhere in the path would show.
         assert found["alone"] < 1e-5 and found["in_model"] < 1e-5
+
+
+def test_device_preprocessing_equals_the_reference_input_path(cifar_256):
+    """Ours (pickles -> uint8 host tensors -> the model's resize layers) against the reference
+    script's own pipeline (benchmarks/reference_tf.py: per-image resize on the host, /255,
+    float32 cache), on the same pickles, image for image."""
+    result = tf_probe(
+        f"""
+        import json
+        import keras, numpy as np, tensorflow as tf
+        sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+        import reference_tf, train_tf
+        out = {{}}
+        for resolution in (64, 128):
+            reference_ds, _ = reference_tf.load_cifar(16, {str(cifar_256)!r} + "/cifar-10-batches-py", resolution)
+            reference_images, reference_labels = next(iter(reference_ds))
+            images, labels = train_tf.load_training_data({str(cifar_256)!r})
+            model = train_tf.build_model("cnn_small", resolution)
+            ours = keras.Model(model.input, model.get_layer("rescale").output)(images[:16])
+            out[resolution] = {{
+                "shapes": [list(ours.shape), list(reference_images.shape)],
+                "max_difference": float(tf.reduce_max(tf.abs(ours - reference_images))),
+                "labels_equal": bool(tf.reduce_all(labels[:16] == reference_labels)),
+                "host_dtype": images.dtype.name,
+            }}
+        print(json.dumps(out))
+        """
+    )
+    for resolution, found in result.items():
+        side = int(resolution)
+        assert found["shapes"] == [[16, side, side, 3]] * 2
+        assert found["labels_equal"] and found["host_dtype"] == "uint8"
+        assert found["max_difference"] < 1e-5  # one uint8 step is 1/255 = 0.0039
 
 
 def test_dataset_gives_whole_shuffled_uint8_batches():
@@ -230,10 +195,73 @@ def test_model_list_matches_the_catalog():
     assert tuple(done.stdout.split()) == MODELS["tensorflow"]
 
 
-def test_bad_arguments_exit_before_training(cifar_256):
-    done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", "-1")
-    assert done.returncode == 2 and "--gpus must be 0" in done.stderr
+def test_endless_datasets_pass_by_pass_and_as_a_stream():
+    """Training draws endless passes (each a fresh permutation, remainder dropped); the
+    maximum-batch probes draw a stream whose batches may exceed the data set."""
+    result = tf_probe(
+        """
+        import json
+        import numpy as np
+        import train_tf
+        images = np.arange(10, dtype=np.uint8)[:, None, None, None] * np.ones((1, 32, 32, 3), np.uint8)
+        labels = np.arange(10) % 10
+        def ids(repeat, global_batch, batches):
+            dataset = train_tf.make_dataset(images, labels, global_batch, seed=0, repeat=repeat)
+            return [x.numpy()[:, 0, 0, 0].tolist() for x, _ in dataset.take(batches)]
+        print(json.dumps({"passes": ids(train_tf.PASSES, 4, 6), "stream": ids(train_tf.STREAM, 25, 4)}))
+        """
+    )
+    passes, stream = result["passes"], result["stream"]
+    assert [len(batch) for batch in passes] == [4] * 6  # 10 images: 2 whole batches per pass
+    for first in range(0, 6, 2):
+        pass_ids = passes[first] + passes[first + 1]
+        assert len(set(pass_ids)) == 8  # no image twice within a pass
+    assert passes[0] + passes[1] != passes[2] + passes[3]  # every pass reshuffled
+    assert [len(batch) for batch in stream] == [25] * 4
+    ids = [image for batch in stream for image in batch]
+    assert [sorted(ids[start : start + 10]) for start in range(0, 100, 10)] == [list(range(10))] * 10
+
+
+def test_dataset_rejects_an_unknown_repeat_mode():
+    result = tf_probe(
+        """
+        import json
+        import numpy as np
+        import train_tf
+        try:
+            train_tf.make_dataset(np.zeros((4, 32, 32, 3), np.uint8), np.zeros(4), 2, 0, repeat="forever")
+        except ValueError as error:
+            print(json.dumps({"error": str(error)}))
+        """
+    )
+    assert "repeat must be one of" in result["error"] and "'forever'" in result["error"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpus", "-1"], "--gpus must be 0"),
+        (["--protocol", "steps", "--warmup-steps", "0"], "--protocol steps needs --warmup-steps of at least 1"),
+        (["--warmup-steps", "-1"], "--warmup-steps must be 0 or more"),
+        (["--timed-steps", "0"], "--timed-steps must be at least 1"),
+        (["--find-max-batch", "--per-gpu-batch", "64", "--max-batch-limit", "32"],
+         "--max-batch-limit 32 is below the starting --per-gpu-batch 64"),
+        (["--oom-policy", "retry"], "invalid choice: 'retry'"),
+    ],
+)
+def test_bad_arguments_exit_before_training(cifar_256, args, message):
+    done = run_trainer(cifar_256, "--model", "cnn_small", *args)
+    assert done.returncode == 2 and message in done.stderr
     assert parse_records(done.stdout) == []
+
+
+def test_xla_over_several_cpu_replicas_is_refused_with_the_reason(cifar_256):
+    done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 2, "--resolution", 32, "--compile")
+    assert done.returncode != 0
+    assert [r["record"] for r in parse_records(done.stdout)] == ["summary"]
+    summary = parse_records(done.stdout)[0]
+    assert summary["status"] == "failed"
+    assert summary["reason"].startswith("DeviceError: --compile over 2 CPU replicas: XLA cannot reach variables")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,9 +276,14 @@ def assert_finished_run(records: list[dict], epochs: int):
     assert [r["epoch"] for r in kinds["epoch"]] == list(range(1, epochs + 1))
     for epoch in kinds["epoch"]:
         assert epoch["images"] == header["images_per_epoch"]
+        assert epoch["steps"] == epoch["images"] // header["global_batch"]
+        assert epoch["phase"] is None
         assert epoch["seconds"] > 0
         assert epoch["throughput_img_s"] == pytest.approx(epoch["images"] / epoch["seconds"])
         assert 0 <= epoch["accuracy"] <= 1 and epoch["loss"] > 0
+        if epoch["step_time_median_s"] is not None:
+            assert 0 < epoch["step_time_median_s"] <= epoch["step_time_p90_s"]
+            assert epoch["step_time_median_s"] * epoch["steps"] < epoch["seconds"] * 1.5
     steady = kinds["epoch"][1:]
     assert summary["status"] == "ok" and summary["reason"] is None
     assert summary["epochs"] == epochs
@@ -278,8 +311,17 @@ def test_two_cpu_replicas_train_and_log_every_record(cifar_256):
     assert (header["per_gpu_batch"], header["global_batch"]) == (32, 64)
     assert header["learning_rate"] == pytest.approx(0.1)
     assert header["images_per_epoch"] == 256 and header["protocol"] == "epochs"
-    assert set(header["versions"]) >= {"python", "tensorflow", "keras", "numpy"}
+    assert (header["warmup_steps"], header["timed_steps"]) == (5, None)
+    assert (header["compile"], header["oom_policy"], header["requested_per_gpu_batch"]) == (False, "fail", 32)
+    assert set(header["versions"]) >= {"python", "tensorflow", "keras", "numpy", "cuda", "cudnn", "nccl"}
     assert header["start_time"].endswith("+00:00")
+    assert header["gpu_models"] == [] and header["container_image"] is None  # no GPU, no container here
+    # 4 steps per epoch, the run's first 5 steps warm-up: epoch 1 has no step statistics, epoch 2
+    # leaves out its first step, epoch 3 none.
+    epochs = by_kind(parse_records(done.stdout))["epoch"]
+    assert [e["steps"] for e in epochs] == [4, 4, 4]
+    assert epochs[0]["step_time_median_s"] is None and epochs[0]["step_time_p90_s"] is None
+    assert epochs[1]["step_time_median_s"] is not None and epochs[2]["step_time_median_s"] is not None
     # The human lines users know from the reference and from Keras.
     assert " Model CNNSmall 2 GPUs (CPU replicas)\n" in done.stdout
     assert "Batch_size: 64\nNum_replicas: 2\n" in done.stdout
@@ -357,3 +399,105 @@ def test_sigterm_mid_training_still_writes_a_failed_summary(cifar_256):
     assert summary["record"] == "summary" and summary["status"] == "failed"
     assert summary["reason"].startswith("Terminated: terminated by SIGTERM")
     assert summary["epochs"] == sum(r["record"] == "epoch" for r in records) >= 1
+
+
+@pytest.mark.slow
+def test_steps_protocol_with_xla_records_two_windows(cifar_256):
+    from scalesweep import parse
+
+    done = run_trainer(
+        cifar_256, "--model", "cnn_small", "--gpus", 1, "--resolution", 32, "--per-gpu-batch", 16,
+        "--protocol", "steps", "--warmup-steps", 3, "--timed-steps", 20, "--compile", "--epochs", 7,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = parse_records(done.stdout)
+    assert [r["record"] for r in records] == ["header", "epoch", "epoch", "summary"]
+    header, warmup, timed, summary = records
+    assert (header["protocol"], header["warmup_steps"], header["timed_steps"]) == ("steps", 3, 20)
+    assert header["compile"] is True and header["epochs"] == 2 and header["images_per_epoch"] == 20 * 16
+    assert (warmup["epoch"], warmup["phase"], warmup["steps"], warmup["images"]) == (1, "warmup", 3, 48)
+    assert warmup["step_time_median_s"] is None  # every warm-up step is left out
+    assert (timed["epoch"], timed["phase"], timed["steps"], timed["images"]) == (2, "timed", 20, 320)
+    assert 0 < timed["step_time_median_s"] <= timed["step_time_p90_s"]
+    # The window's wall time holds its 20 synchronized steps (and the host work between them).
+    assert timed["seconds"] >= 20 * timed["step_time_median_s"] * 0.5
+    assert summary["status"] == "ok" and summary["epochs"] == 2 and summary["total_time_s"] is None
+    assert summary["throughput_img_s"] == pytest.approx(320 / timed["seconds"])
+    assert summary["train_time_s"] == pytest.approx(warmup["seconds"] + timed["seconds"])
+    assert "timed window: 20 steps" in done.stdout
+    # The records' reader takes steady state = epochs >= 2: the timed window, unchanged.
+    (run,) = parse.parse_log(done.stdout)
+    assert run.summary["status"] == "ok"
+    assert [e for e in run.epochs if e["epoch"] >= parse.FIRST_STEADY_EPOCH] == [
+        {key: value for key, value in timed.items() if key not in ("record", "schema")}]
+
+
+@pytest.mark.slow
+def test_oom_policy_halve_retries_and_records_the_batch_used(cifar_256):
+    done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 2, "--resolution", 32, "--epochs", 2,
+                       "--per-gpu-batch", 32, "--oom-policy", "halve", inject="oom-once")
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = parse_records(done.stdout)
+    assert [r["record"] for r in records] == ["oom_retry", "header", "epoch", "epoch", "summary"]
+    retry, header = records[:2]
+    assert (retry["per_gpu_batch"], retry["next_per_gpu_batch"]) == (32, 16)
+    assert retry["reason"].startswith("ResourceExhaustedError: SCALESWEEP_FAIL_INJECT=oom-once")
+    assert (header["per_gpu_batch"], header["global_batch"], header["requested_per_gpu_batch"]) == (16, 32, 32)
+    assert header["oom_policy"] == "halve" and header["images_per_epoch"] == 256
+    assert [r["steps"] for r in records[2:4]] == [8, 8]  # 256 images in global batches of 32
+    assert records[-1]["status"] == "ok" and records[-1]["oom_retries"] == 1
+    assert "retrying with 16 (--oom-policy halve)" in done.stdout
+    # The records' reader sees one run, at the batch actually used.
+    from scalesweep import parse
+
+    (run,) = parse.parse_log(done.stdout)
+    assert run.header["per_gpu_batch"] == 16 and run.summary["status"] == "ok" and len(run.epochs) == 2
+
+
+@pytest.mark.slow
+def test_oom_policy_halve_gives_up_at_batch_one(cifar_256):
+    done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 1, "--resolution", 32,
+                       "--per-gpu-batch", 4, "--oom-policy", "halve", inject="oom")
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = parse_records(done.stdout)
+    assert [r["record"] for r in records] == ["oom_retry", "oom_retry", "header", "summary"]
+    assert [r["per_gpu_batch"] for r in records[:3]] == [4, 2, 1]
+    summary = records[-1]
+    assert summary["status"] == "oom" and summary["oom_retries"] == 2 and summary["epochs"] == 0
+    assert summary["reason"].startswith("out of memory at per-GPU batch 1 after 2 halving(s) from 4 (32 px, fp32)")
+
+
+@pytest.mark.slow
+def test_max_batch_finder_bisects_to_the_injected_capacity(cifar_256):
+    done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 2, "--resolution", 32,
+                       "--per-gpu-batch", 16, "--find-max-batch", "--max-batch-limit", 4096, inject="oom-above:100")
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = parse_records(done.stdout)
+    assert [r["record"] for r in records] == ["header", "max_batch", "summary"]
+    header, found, summary = records
+    assert (header["protocol"], header["epochs"], header["max_batch_limit"]) == ("max_batch", 0, 4096)
+    # The doubling overshoots 256 images (per-GPU 128 x 2 replicas): probes draw endless batches.
+    expected = runlog.search_max_batch(lambda batch: batch <= 100, 16, 4096)
+    assert found["per_gpu_batch"] == 100 and found["tried"] == expected["tried"]
+    assert found["limit_reached"] is False and found["probe_steps"] == 2
+    assert summary["status"] == "ok" and summary["epochs"] == 0
+    assert "largest per-GPU batch that trains: 100" in done.stdout
+
+
+@pytest.mark.slow
+def test_benchmark_input_path_figures(tmp_path):
+    """benchmarks/bench_trainer.py's memory figure on 1,000 images: it runs both sides and the
+    reference's float32 cache (1,000 x 128 x 128 x 3 x 4 B = 188 MiB) dwarfs our uint8 set."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_trainer.py"), "--only", "rss", "--rss-images", "1000",
+         "--rss-batch", "100"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = {name: (float(value), unit) for name, value, unit in (line.split() for line in done.stdout.splitlines())}
+    assert figures["float32_cache_size_mb"] == (pytest.approx(187.5), "MB")
+    assert figures["host_rss_reference_mb"][0] > 150
+    assert figures["host_rss_ratio"][1] == "x"
+    assert figures["host_rss_ratio"][0] == pytest.approx(
+        figures["host_rss_ours_mb"][0] / figures["host_rss_reference_mb"][0], rel=1e-3)
+    assert figures["host_rss_ratio"][0] < 0.5
