@@ -382,3 +382,45 @@ def raise_on_sigterm() -> None:
         raise Terminated(f"terminated by {signal.Signals(signum).name} (time limit, scancel or preemption)")
 
     signal.signal(signal.SIGTERM, handler)
+
+
+class RunLog:
+    """A run's records in contract order, whatever attempt or failure produces them; both trainers
+    use it.
+
+    The header is built per attempt and stays pending until the run is committed to it: before
+    training with --oom-policy fail, at the first epoch record with halve (an attempt that runs out
+    of memory before that leaves only an `oom_retry` record), or before the summary. In a
+    multi-process run every rank keeps this state, so all take the same retry decision; the
+    `emit` given prints on the primary process only.
+    """
+
+    def __init__(self, emit=emit):
+        self.emit = emit
+        self.header = None
+        self.header_emitted = False
+        self.epochs = []
+        self.oom_retries = 0
+
+    def expect(self, header):
+        if self.header_emitted:
+            raise RuntimeError("the header record is already out; a run has one header")
+        self.header = header
+
+    def open(self):
+        if self.header is not None and not self.header_emitted:
+            self.emit(self.header)
+            self.header_emitted = True
+
+    def epoch(self, record):
+        self.open()
+        self.epochs.append(record)
+        self.emit(record)
+
+    def close(self, status, total_time_s, reason=None, memory_gb=None):
+        self.open()
+        summary = summary_record(
+            status, self.epochs, total_time_s, reason, memory_gb, oom_retries=self.oom_retries
+        )
+        self.emit(summary)
+        return summary

@@ -324,47 +324,6 @@ def compile_model(model: keras.Model, learning_rate: float, jit_compile: bool = 
 
 
 # ---------------------------------------------------------------------------------------------
-# Records
-# ---------------------------------------------------------------------------------------------
-
-
-class RunLog:
-    """The run's records, in contract order, whatever attempt or failure produces them.
-
-    The header is built per attempt and stays pending until the run is committed to it: before
-    fit with --oom-policy fail, at the first epoch record with halve (an attempt that runs out of
-    memory before that leaves no trace but an `oom_retry` record), or before the summary.
-    """
-
-    def __init__(self, emit=runlog.emit):
-        self.emit = emit
-        self.header = None
-        self.header_emitted = False
-        self.epochs = []
-        self.oom_retries = 0
-
-    def expect(self, header: dict) -> None:
-        if self.header_emitted:
-            raise RuntimeError("the header record is already out; a run has one header")
-        self.header = header
-
-    def open(self) -> None:
-        if self.header is not None and not self.header_emitted:
-            self.emit(self.header)
-            self.header_emitted = True
-
-    def epoch(self, record: dict) -> None:
-        self.open()
-        self.epochs.append(record)
-        self.emit(record)
-
-    def close(self, status: str, total_time_s, reason=None, memory_gb=None) -> None:
-        self.open()
-        summary = runlog.summary_record(status, self.epochs, total_time_s, reason, memory_gb, oom_retries=self.oom_retries)
-        self.emit(summary)
-
-
-# ---------------------------------------------------------------------------------------------
 # Callbacks
 # ---------------------------------------------------------------------------------------------
 
@@ -402,7 +361,7 @@ class EpochRecorder(keras.callbacks.Callback):
     the devices: the clock is read after the work of the epoch is done.
     """
 
-    def __init__(self, log: RunLog, clock: StepClock, global_batch: int, warmup_steps: int):
+    def __init__(self, log: runlog.RunLog, clock: StepClock, global_batch: int, warmup_steps: int):
         super().__init__()
         self.log, self.clock = log, clock
         self.global_batch, self.warmup_steps = global_batch, warmup_steps
@@ -431,7 +390,7 @@ class WindowRecorder(keras.callbacks.Callback):
     pipeline restart falls into the timed window.
     """
 
-    def __init__(self, log: RunLog, clock: StepClock, global_batch: int, warmup_steps: int, timed_steps: int):
+    def __init__(self, log: runlog.RunLog, clock: StepClock, global_batch: int, warmup_steps: int, timed_steps: int):
         super().__init__()
         self.log, self.clock, self.global_batch = log, clock, global_batch
         self.warmup_steps, self.timed_steps = warmup_steps, timed_steps
@@ -657,7 +616,7 @@ def build_compiled_model(args, setup: Setup) -> tuple:
     return model, jit
 
 
-def train_attempt(args, setup: Setup, per_gpu_batch: int, attempt: int, log: RunLog) -> None:
+def train_attempt(args, setup: Setup, per_gpu_batch: int, attempt: int, log: runlog.RunLog) -> None:
     """One training run at `per_gpu_batch`; its records go to `log`."""
     start_attempt(args, setup)
     global_batch = per_gpu_batch * setup.replicas
@@ -686,7 +645,7 @@ def train_attempt(args, setup: Setup, per_gpu_batch: int, attempt: int, log: Run
     model.fit(dataset, verbose=2, callbacks=callbacks, shuffle=False, **fit_options)
 
 
-def train_with_oom_policy(args, setup: Setup, log: RunLog) -> None:
+def train_with_oom_policy(args, setup: Setup, log: runlog.RunLog) -> None:
     """Train; with --oom-policy halve, an attempt that runs out of memory before its first epoch
     record is retried at half the per-GPU batch."""
     batch = args.per_gpu_batch
@@ -705,7 +664,7 @@ def train_with_oom_policy(args, setup: Setup, log: RunLog) -> None:
         batch //= 2
 
 
-def may_retry(args, log: RunLog, batch: int) -> bool:
+def may_retry(args, log: runlog.RunLog, batch: int) -> bool:
     return args.oom_policy == "halve" and batch > 1 and not log.header_emitted
 
 
@@ -726,7 +685,7 @@ def probe_fits(args, setup: Setup, per_gpu_batch: int, attempt: int) -> bool:
     return True
 
 
-def find_max_batch(args, setup: Setup, log: RunLog) -> dict:
+def find_max_batch(args, setup: Setup, log: runlog.RunLog) -> dict:
     """Search the largest per-GPU batch that trains; emits the `max_batch` record."""
     start_attempt(args, setup)
     _, jit = build_compiled_model(args, setup)  # what XLA does for this model, for the header
@@ -747,7 +706,7 @@ def run(args) -> int:
     """Train (or search the maximum batch) and always close the log with a summary record; the
     exit status of the run."""
     started = time.perf_counter()
-    log = RunLog()
+    log = runlog.RunLog()
     runlog.raise_on_sigterm()
 
     def close(status, reason=None):
@@ -774,7 +733,7 @@ def run(args) -> int:
     return 0
 
 
-def oom_reason(args, log: RunLog, exc: BaseException) -> str:
+def oom_reason(args, log: runlog.RunLog, exc: BaseException) -> str:
     batch = log.header["per_gpu_batch"] if log.header else args.per_gpu_batch
     halvings = f" after {log.oom_retries} halving(s) from {args.per_gpu_batch}" if log.oom_retries else ""
     return (f"out of memory at per-GPU batch {batch}{halvings} ({args.resolution} px, {args.precision}): "

@@ -689,7 +689,7 @@ class Trainer:
             step_stats=stats, phase=phase,
         )
 
-    def _commit(self, log: "RunLog", record: dict) -> None:
+    def _commit(self, log: runlog.RunLog, record: dict) -> None:
         log.epoch(record)
         # The run is now committed to this batch: no retry, so no agreement is needed any more.
         self.guarding_oom = False
@@ -700,7 +700,7 @@ class Trainer:
         self.sampler.set_epoch(epoch)
         return iter(self.loader)
 
-    def fit(self, log: "RunLog") -> None:
+    def fit(self, log: runlog.RunLog) -> None:
         """The epochs protocol: one epoch record per epoch."""
         for epoch in range(1, self.args.epochs + 1):
             self.console.info(f"[EPOCH: {epoch}] Starting training loop...")
@@ -709,7 +709,7 @@ class Trainer:
             rate = record["throughput_img_s"]
             self.console.info(f"[EPOCH: {epoch}] Training throughput: {rate:.3f} imgs/s")
 
-    def fit_steps(self, log: "RunLog") -> None:
+    def fit_steps(self, log: runlog.RunLog) -> None:
         """The steps protocol: --warmup-steps steps as epoch record 1, then --timed-steps steps as
         record 2, from one loader iterator (no pipeline restart between or inside the windows)."""
         stream = iter(self.loader)
@@ -780,47 +780,6 @@ def window_line(record: dict) -> str:
 
 
 # ---------------------------------------------------------------- records
-
-
-class RunLog:
-    """The run's records in contract order, whatever attempt or failure produces them (the rules
-    of scripts/train_tf.py's RunLog).
-
-    The header is built per attempt and stays pending until the run is committed to it: before
-    fit with --oom-policy fail, at the first epoch record with halve (an attempt that runs out of
-    memory before that leaves only an `oom_retry` record), or before the summary. Every rank keeps
-    this state, so all ranks take the same retry decision; `emit` prints on rank 0 only.
-    """
-
-    def __init__(self, emit: Callable[[dict], None]):
-        self.emit = emit
-        self.header: dict | None = None
-        self.header_emitted = False
-        self.epochs: list[dict] = []
-        self.oom_retries = 0
-
-    def expect(self, header: dict) -> None:
-        if self.header_emitted:
-            raise RuntimeError("the header record is already out; a run has one header")
-        self.header = header
-
-    def open(self) -> None:
-        if self.header is not None and not self.header_emitted:
-            self.emit(self.header)
-            self.header_emitted = True
-
-    def epoch(self, record: dict) -> None:
-        self.open()
-        self.epochs.append(record)
-        self.emit(record)
-
-    def close(self, status: str, total_time_s, reason=None, memory_gb=None) -> dict:
-        self.open()
-        summary = runlog.summary_record(
-            status, self.epochs, total_time_s, reason, memory_gb, oom_retries=self.oom_retries
-        )
-        self.emit(summary)
-        return summary
 
 
 def run_facts(world: World, device: torch.device, start_timestamp: float) -> dict:
@@ -939,7 +898,7 @@ class RunContext:
     device: torch.device
     data: TrainData
     facts: dict
-    log: RunLog
+    log: runlog.RunLog
 
 
 def train_attempt(ctx: RunContext, per_gpu_batch: int, attempt: int) -> Trainer:
@@ -982,7 +941,7 @@ def train_with_oom_policy(ctx: RunContext) -> Trainer:
         batch, attempt = batch // 2, attempt + 1
 
 
-def may_retry(args: argparse.Namespace, log: RunLog, batch: int) -> bool:
+def may_retry(args: argparse.Namespace, log: runlog.RunLog, batch: int) -> bool:
     return args.oom_policy == "halve" and batch > 1 and not log.header_emitted
 
 
@@ -1060,7 +1019,7 @@ def search_and_report(ctx: RunContext, start: float) -> None:
 def run(args: argparse.Namespace, console: Console, start: float, start_timestamp: float) -> int:
     """Set up, train (or search the maximum batch), report; always close the log with a summary.
     Returns the exit status; out-of-memory is a measured outcome (0)."""
-    log = RunLog(console.record)
+    log = runlog.RunLog(console.record)
     device = None
     try:
         world, device = start_process(args, console)
@@ -1085,7 +1044,7 @@ def run(args: argparse.Namespace, console: Console, start: float, start_timestam
         teardown()
 
 
-def oom_reason(args: argparse.Namespace, log: RunLog, error: BaseException) -> str:
+def oom_reason(args: argparse.Namespace, log: runlog.RunLog, error: BaseException) -> str:
     batch = log.header["per_gpu_batch"] if log.header else args.per_gpu_batch
     halvings = f" after {log.oom_retries} halving(s) from {args.per_gpu_batch}" if log.oom_retries else ""
     return (f"out of memory at per-GPU batch {batch}{halvings} ({args.resolution} px, {args.precision}): "
@@ -1093,7 +1052,7 @@ def oom_reason(args: argparse.Namespace, log: RunLog, error: BaseException) -> s
 
 
 def close_early(
-    console: Console, log: RunLog, status: str, reason: str, device: torch.device | None, total_time_s
+    console: Console, log: runlog.RunLog, status: str, reason: str, device: torch.device | None, total_time_s
 ) -> None:
     """The summary of a run that stopped early, with the epochs it finished."""
     log.close(status, total_time_s, reason, peak_memory_or_none(device))

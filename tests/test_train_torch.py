@@ -355,7 +355,7 @@ def test_step_statistics_leave_out_the_runs_warmup_steps(dataset):
     # 104 images in batches of 16: 6 steps per epoch; the run's first 8 steps are warm-up.
     trainer = one_process_trainer(dataset, "--per-gpu-batch", "16", "--epochs", "2", "--warmup-steps", "8")
     written = []
-    trainer.fit(train_torch.RunLog(written.append))
+    trainer.fit(train_torch.runlog.RunLog(written.append))
     first, second = written
     assert (first["steps"], second["steps"]) == (6, 6)
     assert first["step_time_median_s"] is None and first["step_time_p90_s"] is None
