@@ -36,6 +36,21 @@ FIRST_STEADY_EPOCH = 2
 _GIB = 1024**3
 
 
+# Measurement options of both trainers: one command builder (scalesweep/launch.py) drives both.
+PROTOCOLS = ("epochs", "steps")
+OOM_POLICIES = ("fail", "halve")
+# The first steps hold tracing/compilation (XLA, torch.compile), cuDNN/oneDNN autotuning, the
+# allocator's growth and the input pipeline's first fill on the setups measured; later steps are
+# steady.
+DEFAULT_WARMUP_STEPS = 5
+DEFAULT_TIMED_STEPS = 50
+# A probe of the maximum-batch finder trains this many steps: the first allocates activations,
+# gradients and the optimizer's state; the second runs with all of them resident, the steady peak.
+PROBE_STEPS = 2
+# On CPUs running out of host memory is a kernel OOM kill, not an exception: the search needs a
+# ceiling there.
+DEFAULT_MAX_BATCH_LIMIT = 65536
+
 def _json_safe(value):
     """Non-finite floats become null: a diverged loss must not make the line invalid JSON."""
     if isinstance(value, float) and not math.isfinite(value):

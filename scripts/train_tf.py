@@ -54,18 +54,15 @@ MODEL_NAMES = (*APPLICATIONS, "cnn_small")
 DISPLAY_NAMES = {**APPLICATIONS, "cnn_small": "CNNSmall"}
 
 PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
-PROTOCOLS = ("epochs", "steps")
-OOM_POLICIES = ("fail", "halve")
-# Five steps hold tracing, XLA compilation, cuDNN/oneDNN autotuning and the input pipeline's
-# first fill on the setups measured; later steps are steady.
-DEFAULT_WARMUP_STEPS = 5
-DEFAULT_TIMED_STEPS = 50
-# A probe of the maximum-batch finder trains this many steps: the first allocates the
-# activations, the second the optimizer's slots and anything autotuning chose after step one.
-PROBE_STEPS = 2
-# On CPUs running out of host memory is a kernel OOM kill, not an exception: the search needs a
-# ceiling there.
-DEFAULT_MAX_BATCH_LIMIT = 65536
+# Measurement options shared with the PyTorch trainer (one command builder drives both).
+from runlog import (  # noqa: E402
+    DEFAULT_MAX_BATCH_LIMIT,
+    DEFAULT_TIMED_STEPS,
+    DEFAULT_WARMUP_STEPS,
+    OOM_POLICIES,
+    PROBE_STEPS,
+    PROTOCOLS,
+)
 _GIB = 1024**3
 
 

@@ -74,19 +74,15 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # The reference's log prefix: `[11/14/2025 10:02:17 AM] INFO - `.
 LOG_DATE_FORMAT = "%m/%d/%Y %I:%M:%S %p"
 EXIT_FAILED = 1
-PROTOCOLS = ("epochs", "steps")
-OOM_POLICIES = ("fail", "halve")
-# The same defaults as scripts/train_tf.py, so one command builder drives both trainers. Here the
-# first steps hold torch.compile's tracing, cuDNN autotuning, the caching allocator's growth and
-# the loader's first fill.
-DEFAULT_WARMUP_STEPS = 5
-DEFAULT_TIMED_STEPS = 50
-# A probe of the maximum-batch finder trains this many steps: the first allocates activations,
-# gradients and the optimizer's state; the second runs with all of them resident, the steady peak.
-PROBE_STEPS = 2
-# On CPUs running out of host memory is a kernel OOM kill, not an exception: the search needs a
-# ceiling there.
-DEFAULT_MAX_BATCH_LIMIT = 65536
+# Measurement options shared with the TensorFlow trainer (one command builder drives both).
+from runlog import (  # noqa: E402
+    DEFAULT_MAX_BATCH_LIMIT,
+    DEFAULT_TIMED_STEPS,
+    DEFAULT_WARMUP_STEPS,
+    OOM_POLICIES,
+    PROBE_STEPS,
+    PROTOCOLS,
+)
 # Batches each loader worker decodes ahead of the training step (torch's own default, made
 # explicit): with --num-workers W, 2W batches wait decoded while the device trains.
 PREFETCH_BATCHES_PER_WORKER = 2

@@ -309,18 +309,6 @@ def test_injected_failures_raise_the_real_error_types():
 # ---------------------------------------------------------------- measurement options
 
 
-def module_constants(path: Path) -> dict:
-    """Module-level NAME = <literal> assignments of a Python file, without importing it."""
-    constants = {}
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                constants[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
-    return constants
-
-
 def command_line_options(path: Path) -> set[str]:
     """The `--options` a trainer's argparse declares (parser.add_argument or an alias of it)."""
     options = set()
@@ -341,14 +329,13 @@ def test_measurement_options_are_the_tensorflow_trainers():
     # train_tf.py is read, not imported: tensorflow and torch must not share a process.
     tf_script = ROOT / "scripts" / "train_tf.py"
     assert MEASUREMENT_OPTIONS <= command_line_options(tf_script) & command_line_options(TRAINER)
-    tf_constants = module_constants(tf_script)
-    for name in ("PROTOCOLS", "OOM_POLICIES", "DEFAULT_WARMUP_STEPS", "DEFAULT_TIMED_STEPS", "PROBE_STEPS",
-                 "DEFAULT_MAX_BATCH_LIMIT"):
-        assert getattr(train_torch, name) == tf_constants[name], name
+    # The defaults live once, in runlog.py, which both trainers import them from.
+    assert "from runlog import (" in tf_script.read_text()
     args = train_torch.parse_args(["--model", "vit_tiny", "--data", "x"])
     assert (args.protocol, args.oom_policy, args.find_max_batch) == ("epochs", "fail", False)
-    assert (args.warmup_steps, args.timed_steps) == (tf_constants["DEFAULT_WARMUP_STEPS"],
-                                                     tf_constants["DEFAULT_TIMED_STEPS"])
+    runlog = train_torch.runlog
+    assert (args.warmup_steps, args.timed_steps, args.max_batch_limit) == (
+        runlog.DEFAULT_WARMUP_STEPS, runlog.DEFAULT_TIMED_STEPS, runlog.DEFAULT_MAX_BATCH_LIMIT)
 
 
 def test_step_statistics_leave_out_the_runs_warmup_steps(dataset):
