@@ -22,6 +22,7 @@ test-fast: $(VENV)/.installed
 # Benchmarks print `name value unit` lines (benchmarks/README.md); they measure, they do not judge.
 bench: $(VENV)/.installed
 	$(PYTHON) benchmarks/bench_analysis.py
+	$(PYTHON) benchmarks/bench_trainer.py
 
 $(VENV)/.installed: envs/requirements.txt envs/workflow.txt envs/constraints.txt pyproject.toml
 	python3 -m venv $(VENV)
