@@ -570,6 +570,11 @@ import train_torch
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 
+def say(line):
+    # One write per line: two ranks share the pipe, and print() writes text and newline apart.
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
+
 def runs_out_on_rank_1():
     if rank == 1:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -577,10 +582,10 @@ def runs_out_on_rank_1():
 
 try:
     train_torch.agree_on_oom(runs_out_on_rank_1, torch.device("cpu"))
-    print(f"rank {{rank}} went on", flush=True)
+    say(f"rank {{rank}} went on")
 except torch.OutOfMemoryError as error:
-    print(f"rank {{rank}} stopped: {{error}}", flush=True)
-print(f"rank {{rank}} next:", train_torch.agree_on_oom(lambda: rank + 10, torch.device("cpu")), flush=True)
+    say(f"rank {{rank}} stopped: {{error}}")
+say(f"rank {{rank}} next: {{train_torch.agree_on_oom(lambda: rank + 10, torch.device('cpu'))}}")
 dist.destroy_process_group()
 """
 
