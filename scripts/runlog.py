@@ -399,6 +399,20 @@ def raise_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+
+def protocol_fields(args, global_batch, steps_per_epoch):
+    """Header keys that depend on the measurement protocol, for both trainers' parsed options."""
+    if args.find_max_batch:
+        return {"protocol": "max_batch", "epochs": 0, "images_per_epoch": None, "warmup_steps": 0,
+                "timed_steps": PROBE_STEPS, "max_batch_limit": args.max_batch_limit}
+    if args.protocol == "steps":
+        # Two epoch records, the windows: the parser's "epochs asked" check counts them.
+        return {"protocol": "steps", "epochs": 2, "images_per_epoch": args.timed_steps * global_batch,
+                "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps}
+    return {"protocol": "epochs", "epochs": args.epochs,
+            "images_per_epoch": steps_per_epoch * global_batch,
+            "warmup_steps": args.warmup_steps, "timed_steps": None}
+
 class RunLog:
     """A run's records in contract order, whatever attempt or failure produces them; both trainers
     use it.

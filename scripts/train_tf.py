@@ -515,20 +515,6 @@ class Setup:
         return int(self.images.shape[0])
 
 
-def protocol_fields(args, global_batch: int, image_count: int) -> dict:
-    """Header keys that depend on the measurement protocol."""
-    if args.find_max_batch:
-        return {"protocol": "max_batch", "epochs": 0, "images_per_epoch": None, "warmup_steps": 0,
-                "timed_steps": PROBE_STEPS, "max_batch_limit": args.max_batch_limit}
-    if args.protocol == "steps":
-        # Two epoch records, the windows: the parser's "epochs asked" check counts them.
-        return {"protocol": "steps", "epochs": 2, "images_per_epoch": args.timed_steps * global_batch,
-                "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps}
-    return {"protocol": "epochs", "epochs": args.epochs,
-            "images_per_epoch": steps_per_epoch(image_count, global_batch) * global_batch,
-            "warmup_steps": args.warmup_steps, "timed_steps": None}
-
-
 def header_record(args, setup: Setup, per_gpu_batch: int, jit_compile: bool) -> dict:
     global_batch = per_gpu_batch * setup.replicas
     return {
@@ -548,7 +534,7 @@ def header_record(args, setup: Setup, per_gpu_batch: int, jit_compile: bool) -> 
         "learning_rate": scaled_learning_rate(args.base_lr, args.gpus),
         "precision": args.precision,
         "compile": jit_compile,
-        **protocol_fields(args, global_batch, setup.image_count),
+        **runlog.protocol_fields(args, global_batch, steps_per_epoch(setup.image_count, global_batch)),
         "versions": framework_versions(),
         "devices": setup.devices,
         **runlog.device_provenance(),

@@ -792,19 +792,6 @@ def run_facts(world: World, device: torch.device, start_timestamp: float) -> dic
     }
 
 
-def protocol_fields(args: argparse.Namespace, global_batch: int, steps: int) -> dict:
-    """Header keys that depend on the measurement protocol (`steps`: steps per epoch)."""
-    if args.find_max_batch:
-        return {"protocol": "max_batch", "epochs": 0, "images_per_epoch": None, "warmup_steps": 0,
-                "timed_steps": PROBE_STEPS, "max_batch_limit": args.max_batch_limit}
-    if args.protocol == "steps":
-        # Two epoch records, the windows: the parser's "epochs asked" check counts them.
-        return {"protocol": "steps", "epochs": 2, "images_per_epoch": args.timed_steps * global_batch,
-                "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps}
-    return {"protocol": "epochs", "epochs": args.epochs, "images_per_epoch": steps * global_batch,
-            "warmup_steps": args.warmup_steps, "timed_steps": None}
-
-
 def header_record(
     args: argparse.Namespace,
     world: World,
@@ -836,7 +823,7 @@ def header_record(
         "compile": args.compile,
         "channels_last": args.channels_last,
         "num_workers": args.num_workers,
-        **protocol_fields(args, global_batch, steps),
+        **runlog.protocol_fields(args, global_batch, steps),
         **facts,
     }
 
