@@ -66,10 +66,10 @@ def collect_runs(paths, tidy_dir):
     return Path(tidy_dir) / "runs.csv"
 
 
-def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None):
+def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0):
     out = Path(out)
     runs_csv = collect_runs([Path(p) for p in paths], out / "tidy")
-    print(stages.write_tables(runs_csv, out / "tables", efficiency_floor, gpu_hour_budget))
+    print(stages.write_tables(runs_csv, out / "tables", efficiency_floor, gpu_hour_budget, epoch_budget))
     print(stages.figures(out / "tables", out / "figures"))
 
 
@@ -81,9 +81,11 @@ def main(argv=None):
     analyze_cmd.add_argument("--out", required=True, help="output folder (tidy/, tables/, figures/)")
     analyze_cmd.add_argument("--efficiency-floor", type=float, default=80.0, help="in %% (sweet spot)")
     analyze_cmd.add_argument("--gpu-hour-budget", type=float, default=None, help="GPU-hours (sweet spot)")
+    analyze_cmd.add_argument("--epoch-budget", type=float, default=1.0,
+                             help="training epochs the sweet spot's projected GPU-hours stand for")
     args = parser.parse_args(argv)
     try:
-        analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget)
+        analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget, args.epoch_budget)
     except (ValueError, FileNotFoundError, parse.LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return 2

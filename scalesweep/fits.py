@@ -1,15 +1,20 @@
 """Amdahl and Gustafson fits of the scaling series (REFERENCE.md §3).
 
 Three fits per group, kept apart because they answer different questions:
-- Amdahl on the throughput speedup thr(N)/thr(N_min) (strong scaling of the training rate),
+- Amdahl on the group's speedup series (target `speedup`: the scaling table's `speedup` column,
+  which follows the group's `scaling_basis`, the throughput ratio or the time ratio; the `basis`
+  column says which) - strong scaling of the training rate,
 - Amdahl on the time-to-solution speedup (start-up, validation and I/O included),
-- Gustafson on the throughput speedup, read as a scaled speedup: every group holds the per-GPU
+- Gustafson on the same speedup series, read as a scaled speedup: every group holds the per-GPU
   batch fixed, so the work per step grows with N.
+The speedup figure draws the `speedup` column and overlays exactly this fit.
 
 Fits use N' = N / N_min, where N_min is the group's baseline (the smallest GPU count with a usable
 ok run; the `fit_variable` column says "N/2" when it is not 1). Each fit is one parameter p in
 [0, 1], fitted by `scipy.optimize.curve_fit` on the per-GPU-count medians (the baseline's S = 1
-included) with relative residuals, and its standard error sqrt(diag(pcov)). That stderr treats the
+included) with relative residuals ((S - law) / S: timing noise is relative), and its standard
+error sqrt(diag(pcov)). `r2` is the R^2 of that same objective: weighted by 1/S^2 around the
+weighted mean (`objective` says so), so it judges the fit by what the fit minimised. That stderr treats the
 points as independent, but every speedup shares the baseline's measurement; with repeats, the
 bootstrap accounts for it: it resamples the ok runs within each GPU count (the baseline's too),
 rebuilds the speedups and refits; p_ci_low/p_ci_high are its 2.5/97.5 percentiles.
@@ -63,16 +68,19 @@ class Target:
     higher_is_better: bool  # throughput: S = x(N)/x(N_min); a time: S = x(N_min)/x(N)
 
 
-TARGETS = {
-    "throughput": Target("throughput_speedup", "throughput_img_s", True),
+# The per-run values behind each speedup series, for the bootstrap.
+BASIS_TARGETS = {
+    "throughput": Target("speedup", "throughput_img_s", True),
+    "time": Target("speedup", "steady_epoch_time_s", False),
     "time_to_solution": Target("tts_speedup", "total_time_s", False),
 }
-
-FITS = (("amdahl", "throughput"), ("amdahl", "time_to_solution"), ("gustafson", "throughput"))
+TARGETS = ("speedup", "time_to_solution")
+FITS = (("amdahl", "speedup"), ("amdahl", "time_to_solution"), ("gustafson", "speedup"))
+OBJECTIVE = "relative least squares (weights 1/S^2); r2 of the same objective"
 
 FIT_COLUMNS = (
-    "law", "target", "baseline_gpus", "fit_variable", "gpus_fitted", "n_points",
-    "p", "p_stderr", "p_ci_low", "p_ci_high", "n_bootstrap", "r2", "limit_speedup",
+    "law", "target", "basis", "baseline_gpus", "fit_variable", "gpus_fitted", "n_points",
+    "p", "p_stderr", "p_ci_low", "p_ci_high", "n_bootstrap", "r2", "objective", "limit_speedup",
     *(f"{name}_{k}" for k in range(1, N_DOUBLINGS + 1)
       for name in ("pred_gpus", "pred_speedup", "pred_efficiency_pct")),
     "note",
@@ -95,6 +103,18 @@ def r_squared(observed, predicted) -> float:
     return 1.0 - float(np.sum((observed - predicted) ** 2)) / total
 
 
+def weighted_r_squared(observed, predicted, weights) -> float:
+    """R^2 of a weighted least-squares objective: 1 - sum w (o - p)^2 / sum w (o - mean_w)^2,
+    mean_w the weighted mean; NaN when the observations do not vary."""
+    observed, predicted = np.asarray(observed, float), np.asarray(predicted, float)
+    weights = np.asarray(weights, float)
+    centre = float(np.sum(weights * observed) / np.sum(weights))
+    total = float(np.sum(weights * (observed - centre) ** 2))
+    if total == 0.0:
+        return math.nan
+    return 1.0 - float(np.sum(weights * (observed - predicted) ** 2)) / total
+
+
 def fit_law(law: str, scale, speedups) -> LawFit:
     """Least-squares p in [0, 1] of `law` through (N', S) points."""
     x, y = np.asarray(scale, float), np.asarray(speedups, float)
@@ -107,7 +127,7 @@ def fit_law(law: str, scale, speedups) -> LawFit:
     p = float(popt[0])
     variance = float(pcov[0, 0])
     stderr = math.sqrt(variance) if np.isfinite(variance) and variance >= 0 else math.nan
-    return LawFit(p, stderr, r_squared(y, LAWS[law](x, p)))
+    return LawFit(p, stderr, weighted_r_squared(y, LAWS[law](x, p), 1.0 / y**2))
 
 
 def limit_speedup(law: str, p: float) -> float:
@@ -230,12 +250,12 @@ def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0,
         keys = table_group_keys(scaling)
         ok = runs[(runs["gpus"] >= 1) & (runs["status"] == "ok")]
         runs_by_group = {key_tuple(v, keys): r for v, r in iter_groups(ok, keys)}
-    elif {"scale_factor", "throughput_speedup", "tts_speedup"} <= set(data.columns):
+    elif {"scale_factor", "speedup", "tts_speedup"} <= set(data.columns):
         scaling, runs_by_group = data, None
         keys = table_group_keys(scaling)
     else:
         raise ValueError("fit_table: expected a runs table (with 'status') or a scaling table "
-                         "(with 'scale_factor', 'throughput_speedup', 'tts_speedup')")
+                         "(with 'scale_factor', 'speedup', 'tts_speedup')")
     rows = []
     for values, group in iter_groups(scaling, keys):
         group_runs = None
@@ -248,12 +268,14 @@ def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0,
 
 def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFrame | None,
              n_bootstrap: int, seed: int) -> dict:
-    spec = TARGETS[target]
+    basis = target if target != "speedup" else _group_basis(group)
+    spec = BASIS_TARGETS.get(basis, BASIS_TARGETS["time"])
     points = group[group[spec.speedup_column].map(is_usable)].sort_values("gpus")
     baseline = group["baseline_gpus"].iloc[0]
     row = {column: math.nan for column in FIT_COLUMNS}
-    row.update(law=law, target=target, baseline_gpus=baseline, n_points=len(points),
-               gpus_fitted=",".join(str(int(g)) for g in points["gpus"]), n_bootstrap=0)
+    row.update(law=law, target=target, basis=basis, baseline_gpus=baseline, n_points=len(points),
+               gpus_fitted=",".join(str(int(g)) for g in points["gpus"]), n_bootstrap=0,
+               objective=OBJECTIVE)
     notes = []
     if pd.notna(baseline):
         row["fit_variable"] = "N" if baseline == 1 else f"N/{int(baseline)}"
@@ -278,6 +300,15 @@ def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFram
     interval_note = _add_bootstrap(row, law, spec, points, group_runs, n_bootstrap, seed)
     row["note"] = "; ".join(notes + ([interval_note] if interval_note else []))
     return row
+
+
+def _group_basis(group: pd.DataFrame) -> str:
+    """The scaling table's basis of a group ("" when it has none: mixed protocols); scaling
+    tables written before the basis existed used the time ratio."""
+    if "scaling_basis" not in group:
+        return "time"
+    values = group["scaling_basis"].dropna()
+    return str(values.iloc[0]) if len(values) else ""
 
 
 def _add_bootstrap(row: dict, law: str, spec: Target, points: pd.DataFrame,

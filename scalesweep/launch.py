@@ -29,6 +29,8 @@ def trainer_args(settings):
         "--protocol", settings["protocol"],
         "--warmup-steps", settings["warmup_steps"],
         "--timed-steps", settings["timed_steps"],
+        "--target-ci-pct", settings["target_ci_pct"],
+        "--max-timed-steps", settings["max_timed_steps"],
         "--oom-policy", settings["oom_policy"],
     ]
     if settings["compile"]:

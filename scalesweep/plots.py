@@ -44,7 +44,7 @@ MEASURED, IDEAL = "measured", "ideal"
 DASHES = {MEASURED: "", IDEAL: (4, 2)}
 HEIGHT = 3.2
 COL_WRAP = 3
-GROUP_NOTE_MARKERS = (SINGLE_COUNT_NOTE, NO_BASELINE_NOTE, "baseline is N=")
+GROUP_NOTE_MARKERS = (SINGLE_COUNT_NOTE, NO_BASELINE_NOTE, "baseline is N=", "mixed protocols")
 MAX_COLOURS = 12
 DEFAULT_PALETTE_SIZE = 10  # seaborn's default palette repeats its colours after this many
 PLOT_VALUE_COLUMNS = (*SCALING_COLUMNS, "series", "label")  # plot_table adds the last two
@@ -308,7 +308,7 @@ def speedup_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model:
     predicted_gpus = curves.loc[curves["kind"] == "prediction", "gpus"]
     _log2_gpus(result.grid.axes.flat, [*data["gpus"], *predicted_gpus])
     result.grid.figure.text(
-        0.01, 1.0, f"dash-dot: Amdahl fit on the {target.replace('_', ' ')} speedup; "
+        0.01, 1.0, f"dash-dot: Amdahl fit on the {target.replace('_', ' ')} series drawn; "
         "open circles: its predictions at the next two doublings", fontsize=7, va="bottom")
     result.curves = curves
     return result
@@ -465,6 +465,17 @@ def throughput_efficiency_figure(data: pd.DataFrame, note: str) -> PlotFigure:
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
 
 
+SPEEDUP_LABELS = {"throughput": "Speedup thr(N)/thr(N_min)", "time": "Speedup T(N_min)/T(N)"}
+
+
+def speedup_label(data: pd.DataFrame) -> str:
+    """The speedup axis label for the bases the plotted groups use (scaling.THROUGHPUT_BASIS)."""
+    bases = set(data.get("scaling_basis", pd.Series(["time"])).dropna()) - {""}
+    if len(bases) == 1:
+        return SPEEDUP_LABELS.get(bases.pop(), "Speedup")
+    return "Speedup (throughput or time ratio, per group)"
+
+
 def build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None = None
                   ) -> dict[str, PlotFigure]:
     """Every figure of the scaling table (and fit table), keyed by file stem."""
@@ -483,7 +494,7 @@ def build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None = None
                         error=("throughput_img_s_min", "throughput_img_s_max"),
                         ideal="ideal_throughput_img_s", note=note),
             speedup_figure(data, f"speedup_{suffix}", "speedup",
-                           "Speedup T(N_min)/T(N) (dashed: ideal)", by_model, fits, "throughput",
+                           f"{speedup_label(data)} (dashed: ideal)", by_model, fits, "speedup",
                            note),
             speedup_figure(data, f"tts_speedup_{suffix}", "tts_speedup",
                            "Time-to-solution speedup (dashed: ideal)", by_model, fits,

@@ -36,7 +36,9 @@ NON_KEY_COLUMNS = frozenset(
         "status", "reason", "epochs",
         # metrics
         "steady_epoch_time_s", "throughput_img_s", "throughput_per_gpu_img_s", "total_time_s",
-        "train_time_s", "memory_gb", "peak_host_rss_gb",
+        "train_time_s", "memory_gb", "peak_host_rss_gb", "timed_steps", "step_time_ci_pct",
+        "throughput_ci_low_img_s", "throughput_ci_high_img_s", "wall_time_s", "gpu_hours",
+        "train_images",
         # provenance
         "protocol", "log_format", "log", "hostname", "slurm_job_id", "slurm_nodelist",
         "start_time", "versions", "devices",
@@ -51,18 +53,30 @@ NUMERIC_RUN_COLUMNS = (
 # Columns scaling_table adds after the group keys, in output order. Any other column of a scaling
 # table is a group key (table_group_keys), so a scaling.csv read back from disk works as is.
 SCALING_COLUMNS = (
-    "gpus", "nodes", "n_runs", "n_ok", "baseline_gpus", "scale_factor", "epochs",
+    "gpus", "nodes", "n_runs", "n_ok", "protocol", "scaling_basis", "baseline_gpus",
+    "scale_factor", "epochs",
     "time_s", "time_s_min", "time_s_max", "time_s_range",
     "throughput_img_s", "throughput_img_s_min", "throughput_img_s_max",
+    "throughput_ci_low_img_s", "throughput_ci_high_img_s", "throughput_ci_source",
     "throughput_per_gpu_img_s", "ideal_throughput_img_s",
-    "speedup", "efficiency_pct", "throughput_speedup", "karp_flatt",
+    "speedup", "efficiency_pct", "time_speedup", "throughput_speedup", "karp_flatt",
     "marginal_gain_img_s", "marginal_gain_pct",
     "total_time_s", "total_time_s_min", "total_time_s_max",
     "tts_speedup", "tts_efficiency_pct", "tts_gain_vs_prev_pct", "tts_gain_vs_min_pct",
+    "train_images", "gpu_hours",
     "note",
 )
 
+# Which ratio the relative metrics (speedup, efficiency, Karp-Flatt, fits, sweet spot) follow.
+# Speedup is "the same work, done faster": T(1)/T(N) says that only when the timed unit holds the
+# same work at every N. Under the steps protocol the timed window is T steps of per_gpu_batch x N
+# images, so its work grows with N and only the throughput ratio thr(N)/thr(1) measures speedup;
+# the same holds whenever the images per epoch change with N. Under the epochs protocol with a
+# fixed dataset both ratios agree; the time ratio (the book's definition) is then kept as basis.
+THROUGHPUT_BASIS, TIME_BASIS = "throughput", "time"
+
 SINGLE_COUNT_NOTE = "single GPU count: no scaling"
+MIXED_PROTOCOLS_NOTE = "mixed protocols ({}): the timed units differ, no relative metrics"
 NO_BASELINE_NOTE = "no GPU count with a usable ok run: no baseline"
 
 
@@ -319,18 +333,28 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         _ok=ok,
         nodes=runs["nodes"] if "nodes" in runs else missing,
         epochs=runs["epochs"].where(ok) if "epochs" in runs else missing,
+        **_ok_values(runs, ok, ("protocol", "images_per_epoch", "train_images", "gpu_hours",
+                                "throughput_ci_low_img_s", "throughput_ci_high_img_s")),
         # usable (finite, > 0) values of ok runs; NaN elsewhere, which median/min/max skip
         **{name: runs[column].where(ok & np.isfinite(runs[column]) & (runs[column] > 0))
            if column in runs else missing for name, column in _AGGREGATED},
     )
     grouped = frame.groupby(cells, dropna=False, sort=True)
     aggregations = {"n_runs": ("_ok", "size"), "n_ok": ("_ok", "sum"), "nodes": ("nodes", "min"),
-                    "node_counts": ("nodes", "nunique"), "epochs": ("epochs", "median")}
+                    "node_counts": ("nodes", "nunique"), "epochs": ("epochs", "median"),
+                    "protocol": ("protocol", "first"), "_protocols": ("protocol", "nunique"),
+                    "_images_min": ("images_per_epoch", "min"),
+                    "_images_max": ("images_per_epoch", "max"),
+                    "train_images": ("train_images", "median"), "gpu_hours": ("gpu_hours", "median"),
+                    "_thr_mean": ("throughput_img_s", "mean"), "_thr_sd": ("throughput_img_s", "std"),
+                    "_run_ci_low": ("throughput_ci_low_img_s", "first"),
+                    "_run_ci_high": ("throughput_ci_high_img_s", "first")}
     for name, _ in _AGGREGATED:
         aggregations.update({name: (name, "median"), f"{name}_min": (name, "min"),
                              f"{name}_max": (name, "max"), f"_{name}_usable": (name, "count")})
     table = grouped.agg(**aggregations).reset_index()
     table["time_s_range"] = (table["time_s_max"] - table["time_s_min"]).where(table["n_ok"] > 1)
+    table = table.assign(**throughput_interval(table))
     needs_notes = (
         (table["n_runs"] > table["n_ok"]) | (table["node_counts"] > 1)
         | (table["_time_s_usable"] < table["n_ok"])
@@ -343,14 +367,55 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         cell_notes(runs.iloc[order[bounds[cell]:bounds[cell + 1]]]) if needed else []
         for cell, needed in enumerate(needs_notes)
     ]
-    return table.drop(columns=["node_counts", *(f"_{name}_usable" for name, _ in _AGGREGATED)])
+    return table.drop(columns=["node_counts", "_thr_mean", "_thr_sd", "_run_ci_low", "_run_ci_high",
+                               *(f"_{name}_usable" for name, _ in _AGGREGATED)])
+
+
+def _ok_values(runs: pd.DataFrame, ok: pd.Series, columns) -> dict:
+    """`columns` of the ok runs (NaN elsewhere and where runs.csv lacks them): what aggregate_counts
+    takes per cell besides the measurements."""
+    return {column: runs[column].where(ok) if column in runs else pd.Series(np.nan, index=runs.index)
+            for column in columns}
+
+
+def throughput_interval(cells: pd.DataFrame) -> dict:
+    """95 % interval of each cell's throughput, and where it comes from: with 2+ usable ok
+    repeats, Student's t interval of their mean ("repeats"); with one, that run's own interval
+    from its timed steps ("steps"); else NaN and ""."""
+    from scipy.stats import t as student_t  # scipy costs a second at workflow parse: load late
+
+    n = cells["_throughput_img_s_usable"].to_numpy(float)
+    repeats = n >= 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = student_t.ppf(0.975, np.maximum(n - 1, 1)) * cells["_thr_sd"] / np.sqrt(n)
+    single = (n == 1) & cells["_run_ci_low"].notna()
+    low = np.where(repeats, cells["_thr_mean"] - half, np.where(single, cells["_run_ci_low"], np.nan))
+    high = np.where(repeats, cells["_thr_mean"] + half, np.where(single, cells["_run_ci_high"], np.nan))
+    source = np.where(repeats, "repeats", np.where(single, "steps", ""))
+    return {"throughput_ci_low_img_s": low, "throughput_ci_high_img_s": high,
+            "throughput_ci_source": source}
 
 
 # Columns _group_metrics derives from a group's aggregate_counts rows.
 _RELATIVE_COLUMNS = tuple(c for c in SCALING_COLUMNS if c not in (
-    "gpus", "nodes", "n_runs", "n_ok", "epochs", "time_s", "time_s_min", "time_s_max",
+    "gpus", "nodes", "n_runs", "n_ok", "protocol", "epochs", "time_s", "time_s_min", "time_s_max",
     "time_s_range", "throughput_img_s", "throughput_img_s_min", "throughput_img_s_max",
-    "total_time_s", "total_time_s_min", "total_time_s_max", "throughput_per_gpu_img_s", "note"))
+    "throughput_ci_low_img_s", "throughput_ci_high_img_s", "throughput_ci_source",
+    "total_time_s", "total_time_s_min", "total_time_s_max", "throughput_per_gpu_img_s",
+    "train_images", "gpu_hours", "note"))
+
+
+def scaling_basis(cells: pd.DataFrame) -> tuple[str | None, str | None]:
+    """(basis, note) of one group from its aggregate_counts rows: THROUGHPUT_BASIS when the work
+    per timed unit changes with N (the steps protocol, or images per epoch that differ), else
+    TIME_BASIS; (None, note) when the group mixes protocols."""
+    protocols = sorted(set(cells["protocol"].dropna()))
+    if len(protocols) > 1 or (cells["_protocols"] > 1).any():
+        return None, MIXED_PROTOCOLS_NOTE.format(", ".join(protocols))
+    images = pd.concat([cells["_images_min"], cells["_images_max"]]).dropna()
+    if protocols == ["steps"] or images.nunique() > 1:
+        return THROUGHPUT_BASIS, None
+    return TIME_BASIS, None
 
 
 def _group_metrics(cells: pd.DataFrame) -> dict:
@@ -360,22 +425,30 @@ def _group_metrics(cells: pd.DataFrame) -> dict:
     time = cells["time_s"].to_numpy(dtype=float)
     thr = cells["throughput_img_s"].to_numpy(dtype=float)
     total = cells["total_time_s"].to_numpy(dtype=float)
-    usable_time = np.isfinite(time) & (time > 0)  # is_usable
-    group_notes: list[str] = []
+    basis, basis_note = scaling_basis(cells)
+    measured = thr if basis == THROUGHPUT_BASIS else time
+    usable = np.isfinite(measured) & (measured > 0)  # is_usable
+    group_notes: list[str] = [basis_note] if basis_note else []
     if len(cells) == 1:
         group_notes.append(SINGLE_COUNT_NOTE)
 
     columns = {"throughput_per_gpu_img_s": thr / gpus}
-    if not usable_time.any():
-        group_notes.append(NO_BASELINE_NOTE)
+    if basis is None or not usable.any():
+        if basis is not None:
+            group_notes.append(NO_BASELINE_NOTE)
         columns.update({column: np.full(len(cells), math.nan) for column in _RELATIVE_COLUMNS})
+        columns["scaling_basis"] = np.full(len(cells), "", dtype=object)
     else:
-        base = int(np.flatnonzero(usable_time)[0])
+        base = int(np.flatnonzero(usable)[0])
         base_gpus = int(gpus[base])
         if base_gpus != 1:
             group_notes.append(
                 f"baseline is N={base_gpus}, not 1: speedups relative to N={base_gpus}")
         columns.update(_relative_metrics(gpus, time, thr, total, base, group_notes))
+        columns["speedup"] = columns[f"{basis}_speedup"]
+        columns["efficiency_pct"] = efficiency_pct(columns["speedup"], columns["scale_factor"])
+        columns["karp_flatt"] = karp_flatt(columns["speedup"], columns["scale_factor"])
+        columns["scaling_basis"] = np.full(len(cells), basis, dtype=object)
 
     columns["note"] = ["; ".join(group_notes + notes) for notes in cells["notes"]]
     return columns
@@ -390,14 +463,12 @@ def _relative_metrics(gpus, time, thr, total, base: int, group_notes: list[str])
         "scale_factor": scale,
         # Ideal only beside a measurement: at a failed GPU count it would look like a result.
         "ideal_throughput_img_s": np.where(np.isfinite(thr), thr[base] * scale, np.nan),
-        "speedup": speedup(time[base], time),
+        "time_speedup": speedup(time[base], time),
         "throughput_speedup": thr / thr[base],
         "tts_speedup": speedup(total[base], total),
         "tts_gain_vs_prev_pct": gain_vs_previous_pct(gpus, total),
         "tts_gain_vs_min_pct": time_gain_pct(total[base], total),
     }
-    columns["efficiency_pct"] = efficiency_pct(columns["speedup"], scale)
-    columns["karp_flatt"] = karp_flatt(columns["speedup"], scale)
     columns["marginal_gain_img_s"], columns["marginal_gain_pct"] = marginal_gain(gpus, thr)
     columns["tts_efficiency_pct"] = efficiency_pct(columns["tts_speedup"], scale)
     if not is_usable(total[base]) and np.isfinite(total).any():
@@ -421,9 +492,14 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     Columns: the group keys, then SCALING_COLUMNS. `time_s` is the median steady epoch time,
     `time_s_min`/`time_s_max` bound the ok repeats and `time_s_range` = max - min (NaN with a single
     ok repeat); the same min/max for throughput and total time. `scale_factor` = N / N_min.
-    `speedup`, `efficiency_pct` and `karp_flatt` use steady epoch time; `throughput_speedup` =
-    thr(N) / thr(N_min); `tts_*` use total time (time to solution). `tts_gain_vs_prev_pct` compares
-    with the next smaller GPU count that has a total time.
+    `time_speedup` = T(N_min) / T(N) of the steady epoch (or timed window) time and
+    `throughput_speedup` = thr(N) / thr(N_min); `speedup`, `efficiency_pct` and `karp_flatt`
+    follow the group's `scaling_basis` (see THROUGHPUT_BASIS): the throughput ratio whenever the
+    work per timed unit changes with N, else the time ratio. A group mixing protocols gets a note
+    and no relative metrics. `tts_*` use total time (time to solution); `tts_gain_vs_prev_pct`
+    compares with the next smaller GPU count that has a total time. `throughput_ci_*` is the 95 %
+    interval of the throughput (`throughput_ci_source`: repeats, or one run's own steps);
+    `gpu_hours` the median cost of one run; `train_images` the images of one full epoch.
     """
     runs = check_runs(runs)
     keys = group_keys(runs)
@@ -433,7 +509,8 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*keys, *SCALING_COLUMNS])
     # One column at a time over all groups; an integer column stays integer unless a group has NaN.
     derived = {column: np.concatenate([group[column] for group in groups]) for column in groups[0]}
-    table = pd.concat([counts.drop(columns="notes"), pd.DataFrame(derived, index=counts.index)],
+    helpers = ["notes", "_protocols", "_images_min", "_images_max"]
+    table = pd.concat([counts.drop(columns=helpers), pd.DataFrame(derived, index=counts.index)],
                       axis=1)
     return table[[*keys, *SCALING_COLUMNS]].reset_index(drop=True)
 

@@ -36,7 +36,7 @@ def tidy_logs(items, outdir, ask_slurm=False):
     return status_counts(runs)
 
 
-def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None):
+def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0):
     """Every table of the analysis, by name (TABLES), from a runs table."""
     from scalesweep import fits
 
@@ -44,18 +44,20 @@ def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None):
     return {
         "scaling": table,
         "fits": fits.fit_table(runs, scaling=table),
-        "sweet_spot": sweetspot.sweet_spot_table(table, efficiency_floor, gpu_hour_budget),
+        "sweet_spot": sweetspot.sweet_spot_table(table, efficiency_floor, gpu_hour_budget,
+                                                 epoch_budget),
         "acceleration": scaling.acceleration_table(runs),
         "compare_models": scaling.comparison_table(table, by="model"),
         "compare_datasets": scaling.comparison_table(table, by="dataset"),
     }
 
 
-def write_tables(runs_csv, outdir, efficiency_floor=80.0, gpu_hour_budget=None):
+def write_tables(runs_csv, outdir, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0):
     """runs.csv -> outdir/<table>.csv for every table in TABLES."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    tables = analysis_tables(scaling.read_runs(runs_csv), efficiency_floor, gpu_hour_budget)
+    tables = analysis_tables(scaling.read_runs(runs_csv), efficiency_floor, gpu_hour_budget,
+                             epoch_budget)
     for name, table in tables.items():
         table.to_csv(outdir / f"{name}.csv", index=False)
     return ", ".join(f"{name}: {len(table)} rows" for name, table in tables.items())

@@ -8,35 +8,70 @@ Per group of the scaling table, one row per intent:
 - `budget`: the shortest time among GPU counts whose run fits a GPU-hour budget (skipped with a
   note when no budget is given).
 
-"Time" is time to solution (total_time_s) when the group has it for every candidate, else the
-steady epoch time; `time_metric` says which. GPU-hours of a run = gpus x total time / 3600, or
-gpus x steady epoch time x epochs / 3600 without a total time.
+"Time" follows the group's scaling basis (scaling.THROUGHPUT_BASIS). With the time basis (the
+epochs protocol, the same work at every N) it is the measured time to solution (total_time_s)
+when the group has it for every candidate, else the steady epoch time. With the throughput basis
+(the steps protocol: a timed window is no training) it is the projected time of the epoch budget
+at the measured throughput, `epoch_budget` x train_images / throughput (`projected_time_s`),
+or, where the images of an epoch are unknown, the time per image. `time_metric` says which.
+
+GPU-hours (`gpu_hours`, what the budget intent compares) are projected the same way for every
+protocol where the images of an epoch are known: gpus x epoch_budget x train_images / throughput
+/ 3600, the cost of that much training at the measured rate, start-up excluded. Elsewhere they
+are what the measured run cost (`run_gpu_hours`: the run's wall time x GPUs, else its time to
+solution, else steady epoch time x epochs). `gpu_hours_basis` says which.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from scalesweep.scaling import is_usable, iter_groups, table_group_keys
 
 INTENTS = ("fastest", "efficient", "budget")
 SWEET_SPOT_COLUMNS = (
-    "intent", "gpus", "time_metric", "time_s", "total_time_s", "efficiency_pct", "gpu_hours",
-    "why", "note",
+    "intent", "gpus", "time_metric", "time_s", "total_time_s", "projected_time_s",
+    "efficiency_pct", "gpu_hours", "gpu_hours_basis", "run_gpu_hours", "why", "note",
 )
+DEFAULT_EPOCH_BUDGET = 1.0
 
 
 def gpu_hours(scaling: pd.DataFrame) -> pd.Series:
-    """GPU-hours of one run per row: gpus x total time, else gpus x epoch time x epochs."""
+    """GPU-hours one measured run cost, per row: the scaling table's gpu_hours (wall time x
+    GPUs), else gpus x total time, else gpus x epoch time x epochs."""
     per_epoch = scaling["time_s"] * scaling["epochs"]
     run_seconds = scaling["total_time_s"].where(scaling["total_time_s"].map(is_usable), per_epoch)
-    return scaling["gpus"] * run_seconds / 3600.0
+    measured = scaling["gpus"] * run_seconds / 3600.0
+    if "gpu_hours" not in scaling:
+        return measured
+    return scaling["gpu_hours"].where(scaling["gpu_hours"].map(is_usable), measured)
+
+
+def projected_time_s(scaling: pd.DataFrame, epoch_budget: float) -> pd.Series:
+    """Seconds that `epoch_budget` epochs of train_images would take at the measured throughput
+    (NaN where either is unknown)."""
+    if "train_images" not in scaling:
+        return pd.Series(math.nan, index=scaling.index)
+    return epoch_budget * scaling["train_images"] / scaling["throughput_img_s"]
+
+
+def _basis(group: pd.DataFrame) -> str:
+    values = group["scaling_basis"].dropna() if "scaling_basis" in group else pd.Series([], dtype=object)
+    return str(values.iloc[0]) if len(values) else "time"
 
 
 def chosen_time_metric(group: pd.DataFrame) -> str:
-    """total_time_s when every GPU count with an epoch time also has a total time."""
+    """Time basis: total_time_s when every GPU count with an epoch time also has a total time,
+    else time_s. Throughput basis: projected_time_s when every GPU count with a throughput has
+    it, else time_per_image_s."""
+    if _basis(group) == "throughput":
+        measured = group[group["throughput_img_s"].map(is_usable)]
+        if len(measured) and measured["projected_time_s"].map(is_usable).all():
+            return "projected_time_s"
+        return "time_per_image_s"
     measured = group[group["time_s"].map(is_usable)]
     if len(measured) and measured["total_time_s"].map(is_usable).all():
         return "total_time_s"
@@ -73,20 +108,42 @@ def within_budget(group: pd.DataFrame, metric: str, budget: float | None
 
 
 def _describe(metric: str) -> str:
-    return "time to solution" if metric == "total_time_s" else "steady epoch time"
+    return {"total_time_s": "time to solution", "time_s": "steady epoch time",
+            "projected_time_s": "projected training time", "time_per_image_s": "time per image",
+            }[metric]
+
+
+def with_costs(scaling: pd.DataFrame, epoch_budget: float) -> pd.DataFrame:
+    """The scaling table plus the columns the intents compare: projected_time_s,
+    time_per_image_s, run_gpu_hours, gpu_hours (projected where possible) and gpu_hours_basis."""
+    projected = projected_time_s(scaling, epoch_budget)
+    run_hours = gpu_hours(scaling)
+    projected_hours = scaling["gpus"] * projected / 3600.0
+    can_project = projected_hours.map(is_usable)
+    basis = np.where(can_project, f"projected: {epoch_budget:g} epoch(s) at the measured throughput",
+                     "measured: what the run cost")
+    return scaling.assign(
+        projected_time_s=projected, time_per_image_s=1.0 / scaling["throughput_img_s"],
+        run_gpu_hours=run_hours, gpu_hours=projected_hours.where(can_project, run_hours),
+        gpu_hours_basis=basis,
+    )
 
 
 def sweet_spot_table(scaling: pd.DataFrame, efficiency_floor: float = 80.0,
-                     gpu_hour_budget: float | None = None) -> pd.DataFrame:
+                     gpu_hour_budget: float | None = None,
+                     epoch_budget: float = DEFAULT_EPOCH_BUDGET) -> pd.DataFrame:
     """One row per group x intent with the chosen GPU count and the numbers behind the choice.
 
     Columns: group keys, SWEET_SPOT_COLUMNS. An intent with no answer keeps its row with NaN
-    numbers and the reason in `note`; `why` explains every choice made.
+    numbers and the reason in `note`; `why` explains every choice made. `epoch_budget`: the
+    training epochs the projected times and GPU-hours stand for.
     """
     if gpu_hour_budget is not None and not gpu_hour_budget > 0:
         raise ValueError(f"gpu_hour_budget must be > 0 GPU-hours or None, got {gpu_hour_budget!r}")
+    if not epoch_budget > 0:
+        raise ValueError(f"epoch_budget must be > 0 epochs, got {epoch_budget!r}")
     keys = table_group_keys(scaling)
-    table = scaling.assign(gpu_hours=gpu_hours(scaling))
+    table = with_costs(scaling, epoch_budget)
     rows = []
     for values, group in iter_groups(table, keys):
         metric = chosen_time_metric(group)
@@ -103,12 +160,13 @@ def sweet_spot_table(scaling: pd.DataFrame, efficiency_floor: float = 80.0,
 
 def _choice_row(intent: str, metric: str, best: pd.Series | None, why: str) -> dict:
     if best is None:
-        return {"intent": intent, "gpus": math.nan, "time_metric": metric, "time_s": math.nan,
-                "total_time_s": math.nan, "efficiency_pct": math.nan, "gpu_hours": math.nan,
-                "why": "", "note": why}
+        return {**{column: math.nan for column in SWEET_SPOT_COLUMNS},
+                "intent": intent, "time_metric": metric, "gpu_hours_basis": "", "why": "",
+                "note": why}
     return {
         "intent": intent, "gpus": int(best["gpus"]), "time_metric": metric,
-        "time_s": best["time_s"], "total_time_s": best["total_time_s"],
-        "efficiency_pct": best["efficiency_pct"], "gpu_hours": best["gpu_hours"],
+        **{column: best[column] for column in (
+            "time_s", "total_time_s", "projected_time_s", "efficiency_pct", "gpu_hours",
+            "gpu_hours_basis", "run_gpu_hours")},
         "why": why, "note": best["note"] if isinstance(best["note"], str) else "",
     }

@@ -27,6 +27,10 @@ METRIC_COLUMNS = [
     "memory_gb",
     "peak_host_rss_gb",
 ]
+# The steady throughput's 95 % interval from the run's own timed steps (batch means).
+INTERVAL_COLUMNS = ["step_time_ci_pct", "throughput_ci_low_img_s", "throughput_ci_high_img_s"]
+# What a run cost, failed runs included: the trainer's whole life (start-up included) x GPUs.
+COST_COLUMNS = ["wall_time_s", "gpu_hours"]
 RUN_RESULT_COLUMNS = [
     "per_gpu_batch",
     "global_batch",
@@ -38,9 +42,13 @@ RUN_RESULT_COLUMNS = [
     "protocol",
     "log_format",
     "log",
+    *INTERVAL_COLUMNS,
+    "timed_steps",
+    *COST_COLUMNS,
     # provenance, after the contract's columns
     "device_kind",
     "images_per_epoch",
+    "train_images",
     "slurm_job_id",
     "hostname",
 ]
@@ -52,12 +60,13 @@ EPOCH_COLUMNS = AXIS_COLUMNS + EPOCH_RESULT_COLUMNS
 # Config keys that would overwrite a measurement or the verdict on it. Other result columns
 # (per_gpu_batch, epochs, ...) may be sweep axes: the axis value then fills that column.
 RESERVED_KEYS = frozenset(
-    {"status", "reason", "log", "log_format", *METRIC_COLUMNS, *EPOCH_RESULT_COLUMNS}
+    {"status", "reason", "log", "log_format", *METRIC_COLUMNS, *INTERVAL_COLUMNS, *COST_COLUMNS,
+     *EPOCH_RESULT_COLUMNS}
 )
 # Counts stay integers in the CSVs (`4`, not `4.0`) even where a failed row leaves them empty.
 COUNT_COLUMNS = (
     "gpus", "nodes", "repeat", "per_gpu_batch", "global_batch", "world_size", "epochs",
-    "images_per_epoch", "epoch", "images",
+    "images_per_epoch", "train_images", "timed_steps", "epoch", "images",
 )  # fmt: skip
 NO_LOG_REASON = "no log"
 NO_STEADY_REASON = "only epoch 1 finished: no steady-state epoch (epoch >= 2) to measure"
@@ -80,7 +89,7 @@ def runs_table(items) -> tuple[pd.DataFrame, pd.DataFrame]:
     axes = AXIS_COLUMNS + extra_axes
     runs = pd.DataFrame(run_rows, columns=axes + [c for c in RUN_RESULT_COLUMNS if c not in axes])
     epochs = pd.DataFrame(epoch_rows, columns=axes + [c for c in EPOCH_RESULT_COLUMNS if c not in axes])
-    return _typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, METRIC_COLUMNS)
+    return _typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS)
 
 
 def _typed(frame: pd.DataFrame, float_columns) -> pd.DataFrame:
@@ -195,13 +204,19 @@ def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
     row["epochs"] = row.get("epochs") if "epochs" in config else len(run.epochs)
     row["log_format"] = run.format
     row["log"] = str(path)
+    row["train_images"] = _train_images(header)
+    # A failed run cost GPU time too: its wall time is kept, its metrics are not.
+    row["wall_time_s"] = summary.get("wall_time_s")
     if row["status"] != "ok":
         row["reason"] = summary.get("reason") or f"status {row['status']} without a reason in the log"
+        row["gpu_hours"] = run_gpu_hours(row)
         return row, []
     metrics = _steady_metrics(run.epochs, row["world_size"])
     row.update(metrics, reason=_ok_reason(summary.get("reason"), metrics, len(run.epochs)))
     for key in ("total_time_s", "memory_gb", "peak_host_rss_gb"):
         row[key] = summary.get(key)
+    row.update(_step_interval(run.epochs, summary, metrics["throughput_img_s"]))
+    row["gpu_hours"] = run_gpu_hours(row)
     axes = {key: row[key] for key in row if key in AXIS_COLUMNS or key in config}
     return row, [_epoch_row(axes, epoch) for epoch in run.epochs]
 
@@ -216,6 +231,53 @@ def _steady_metrics(epochs: list[dict], world_size) -> dict:
         "throughput_img_s": throughput,
         "throughput_per_gpu_img_s": throughput / max(world_size or 1, 1),
     }
+
+
+def _train_images(header: dict):
+    """Images of one full training epoch: the header's train_images, else (epochs protocol) its
+    images per epoch; unknown under the steps protocol of older records."""
+    if _is_number(header.get("train_images")):
+        return header["train_images"]
+    if header.get("protocol", "epochs") == "epochs" and _is_number(header.get("images_per_epoch")):
+        return header["images_per_epoch"]
+    return None
+
+
+def throughput_interval(throughput, step_time_ci_pct) -> tuple[float, float]:
+    """95 % interval of a throughput whose mean step time is known to +/- `step_time_ci_pct` %:
+    throughput / (1 +/- pct / 100). NaN where the step interval is unknown or reaches 100 %."""
+    if not (_is_number(throughput) and _is_number(step_time_ci_pct)) or not 0 <= step_time_ci_pct < 100:
+        return math.nan, math.nan
+    relative = step_time_ci_pct / 100.0
+    return throughput / (1.0 + relative), throughput / (1.0 - relative)
+
+
+def _step_interval(epochs: list[dict], summary: dict, throughput) -> dict:
+    """timed_steps, step_time_ci_pct and the throughput interval of an ok run (older records
+    without the summary's interval: the timed window's own, for the steps protocol)."""
+    steady = [epoch for epoch in epochs if epoch["epoch"] >= FIRST_STEADY_EPOCH]
+    steps, pct = summary.get("timed_steps"), summary.get("step_time_ci_pct")
+    if not _is_number(steps):
+        counted = [epoch.get("steps") for epoch in steady]
+        steps = sum(counted) if counted and all(_is_number(c) for c in counted) else None
+    if not _is_number(pct) and len(steady) == 1:
+        pct = steady[0].get("step_time_ci_pct")
+    low, high = throughput_interval(throughput, pct)
+    return {"timed_steps": steps, "step_time_ci_pct": pct if _is_number(pct) else None,
+            "throughput_ci_low_img_s": low, "throughput_ci_high_img_s": high}
+
+
+def run_gpu_hours(row: dict) -> float:
+    """GPU-hours the run cost: GPUs x the trainer's wall time (start-up, warm-up and every
+    window or epoch included); without it (older records, reference logs) its time to solution,
+    else its steady epoch time x epochs. The CPU baseline (0 GPUs) costs 0 GPU-hours."""
+    gpus = row.get("gpus")
+    seconds = next((row.get(key) for key in ("wall_time_s", "total_time_s") if _is_number(row.get(key))), None)
+    if seconds is None and _is_number(row.get("steady_epoch_time_s")) and _is_number(row.get("epochs")):
+        seconds = row["steady_epoch_time_s"] * row["epochs"]
+    if seconds is None or not _is_number(gpus):
+        return math.nan
+    return gpus * seconds / 3600.0
 
 
 def _ok_reason(logged_reason, metrics: dict, epochs_done: int) -> str | None:

@@ -16,6 +16,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 
 SCHEMA = 1
 PREFIX = ":::SCALESWEEP "
@@ -44,6 +45,25 @@ OOM_POLICIES = ("fail", "halve")
 # steady.
 DEFAULT_WARMUP_STEPS = 5
 DEFAULT_TIMED_STEPS = 50
+# `--timed-steps auto`: time until the 95 % confidence half-width of the mean step time is at most
+# --target-ci-pct of the mean, or --max-timed-steps steps were timed. Batch means: the steps are
+# cut into CI_BATCHES consecutive batches and the interval is Student's t over the batch means,
+# so correlated neighbours (a slow step followed by a slow step: a GC pause, a loader refill)
+# do not shrink it falsely. 10 batches is the usual lower end (Schmeiser 1982); at least
+# MIN_BATCH_STEPS steps per batch before a stop may be declared. The rule is looked at only at
+# checkpoints 10 % apart, not after every step: every look is a chance to stop on a lucky low
+# estimate of the spread (simulated: 94-97 % of the stopped windows hold the true mean within
+# the target, as a 95 % interval should), and a multi-process run agrees on stopping only there.
+AUTO_TIMED_STEPS = "auto"
+DEFAULT_TARGET_CI_PCT = 1.0
+DEFAULT_MAX_TIMED_STEPS = 500
+CI_BATCHES = 10
+MIN_BATCH_STEPS = 3
+CHECKPOINT_GROWTH = 1.1
+# Two-sided 95 % Student t quantiles by degrees of freedom; past 30 the normal 1.96 is within 2 %.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 # A probe of the maximum-batch finder trains this many steps: the first allocates activations,
 # gradients and the optimizer's state; the second runs with all of them resident, the steady peak.
 PROBE_STEPS = 2
@@ -200,6 +220,9 @@ def window_timing(begins, ends, first_step: int, steps: int, warmup_steps: int =
     return {"seconds": ends[last] - start, **step_statistics(durations, first_step, warmup_steps)}
 
 
+STEP_KEYS = ("steps", "step_time_median_s", "step_time_p90_s", "step_time_mean_s", "step_time_ci_pct")
+
+
 def epoch_record(
     epoch: int,
     images: int,
@@ -209,13 +232,16 @@ def epoch_record(
     *,
     step_stats: dict | None = None,
     phase: str | None = None,
+    window: dict | None = None,
 ) -> dict:
     """The `epoch` record of one finished epoch (1-based `epoch`).
 
     `step_stats` is what step_statistics() returns (null step keys without it); `phase` names the
-    window of the steps protocol ("warmup" or "timed"), null for whole epochs.
+    window of the steps protocol ("warmup" or "timed"), null for whole epochs; `window` is the
+    timed window's TimedWindow.record_keys().
     """
-    stats = step_stats or {"steps": None, "step_time_median_s": None, "step_time_p90_s": None}
+    stats = {key: None for key in STEP_KEYS}
+    stats.update(step_stats or {})
     return {
         "record": "epoch",
         "epoch": epoch,
@@ -227,7 +253,10 @@ def epoch_record(
         "steps": stats["steps"],
         "step_time_median_s": stats["step_time_median_s"],
         "step_time_p90_s": stats["step_time_p90_s"],
+        "step_time_mean_s": stats["step_time_mean_s"],
+        "step_time_ci_pct": stats["step_time_ci_pct"],
         "phase": phase,
+        **(window or {}),
     }
 
 
@@ -261,19 +290,146 @@ def step_statistics(durations, first_step: int = 0, warmup_steps: int = 0) -> di
     first step being run-wide step `first_step`, 0-based). Null when no step is left.
     """
     durations = list(durations)
-    timed = durations[warmup_steps_in(first_step, len(durations), warmup_steps):]
+    timed = timed_durations(durations, first_step, warmup_steps)
+    interval = batch_means_interval(timed)
     return {
         "steps": len(durations),
         "step_time_median_s": statistics.median(timed) if timed else None,
         "step_time_p90_s": percentile(timed, 0.9) if timed else None,
+        "step_time_mean_s": interval["step_time_mean_s"],
+        "step_time_ci_pct": interval["step_time_ci_pct"],
     }
 
 
-def summarize(epochs: list[dict]) -> dict:
-    """Summary numbers from epoch records: totals and medians over epochs >= 2.
+def t_quantile_975(dof: int) -> float:
+    """Two-sided 95 % quantile of Student's t with `dof` degrees of freedom (>= 1)."""
+    if dof < 1:
+        raise ValueError(f"t quantile needs dof >= 1, got {dof}")
+    return _T975[dof - 1] if dof <= len(_T975) else 1.96
+
+
+def batch_means_interval(durations, batches: int = CI_BATCHES) -> dict:
+    """Mean step time and the 95 % half-width of its confidence interval by batch means.
+
+    The first len // batches * batches steps are cut into `batches` consecutive batches of equal
+    size; the half-width is t(batches - 1) x sd(batch means) / sqrt(batches). With fewer than two
+    steps per batch there are too few steps: fewer batches are used, down to 2 batches of 1 step
+    (an honest but wide interval). Returns step_time_mean_s, step_time_ci_half_width_s,
+    step_time_ci_pct (half-width in % of the mean) and ci_batches; nulls with fewer than 2 steps.
+    """
+    durations = list(durations)
+    n = len(durations)
+    batches = min(batches, n // 2) if n >= 4 else min(n, 2)
+    if n < 2 or batches < 2:
+        return {"step_time_mean_s": statistics.fmean(durations) if durations else None,
+                "step_time_ci_half_width_s": None, "step_time_ci_pct": None, "ci_batches": None}
+    size = n // batches
+    means = [statistics.fmean(durations[i * size:(i + 1) * size]) for i in range(batches)]
+    half_width = t_quantile_975(batches - 1) * statistics.stdev(means) / math.sqrt(batches)
+    mean = statistics.fmean(durations)
+    return {
+        "step_time_mean_s": mean,
+        "step_time_ci_half_width_s": half_width,
+        "step_time_ci_pct": 100.0 * half_width / mean if mean > 0 else None,
+        "ci_batches": batches,
+    }
+
+
+def timed_steps_setting(text: str):
+    """--timed-steps: a whole number of steps, or "auto" (the adaptive window)."""
+    if str(text).strip().lower() == AUTO_TIMED_STEPS:
+        return AUTO_TIMED_STEPS
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--timed-steps must be a whole number or 'auto', got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"--timed-steps must be >= 1 or 'auto', got {value}")
+    return value
+
+
+class TimedWindow:
+    """When the steps protocol's timed window ends: after a fixed number of steps, or (auto) once
+    the mean step time is known to `target_ci_pct` (batch means, 95 %), at the latest after
+    `max_steps`. `stop_reason` says which: "fixed", "target" or "cap"."""
+
+    def __init__(self, timed_steps, target_ci_pct: float = DEFAULT_TARGET_CI_PCT,
+                 max_steps: int = DEFAULT_MAX_TIMED_STEPS):
+        self.auto = timed_steps == AUTO_TIMED_STEPS
+        self.target_ci_pct = target_ci_pct if self.auto else None
+        self.max_steps = max_steps if self.auto else int(timed_steps)
+        self.min_steps = min(CI_BATCHES * MIN_BATCH_STEPS, self.max_steps)
+        self.checkpoints = self._checkpoints()
+        self.stop_reason = None
+
+    def _checkpoints(self) -> frozenset:
+        """Step counts at which the window may end: min_steps, then 10 % more each time, and
+        max_steps (a fixed window: its count only)."""
+        if not self.auto:
+            return frozenset({self.max_steps})
+        points, n = [], self.min_steps
+        while n < self.max_steps:
+            points.append(n)
+            n = max(n + 1, math.ceil(n * CHECKPOINT_GROWTH))
+        return frozenset([*points, self.max_steps])
+
+    def decides_at(self, steps: int) -> bool:
+        """Whether done() may answer True after `steps` timed steps (the same on every rank)."""
+        return steps in self.checkpoints or steps >= self.max_steps
+
+    def done(self, durations) -> bool:
+        """Whether the window, having timed `durations` so far, is complete."""
+        n = len(durations)
+        if not self.decides_at(n):
+            return False
+        if not self.auto:
+            self.stop_reason = "fixed"
+        elif self._precise_enough(durations):
+            self.stop_reason = "target"
+        elif n >= self.max_steps:
+            self.stop_reason = "cap"
+        return self.stop_reason is not None
+
+    def _precise_enough(self, durations) -> bool:
+        pct = batch_means_interval(durations)["step_time_ci_pct"]
+        return pct is not None and pct <= self.target_ci_pct
+
+    def record_keys(self) -> dict:
+        """Keys of the timed window's epoch record that say how it ended."""
+        return {"timed_steps_rule": "auto" if self.auto else "fixed",
+                "target_ci_pct": self.target_ci_pct, "stop_reason": self.stop_reason}
+
+
+def subset_indices(total: int, max_images: int, seed: int) -> list[int]:
+    """The training images --max-train-images keeps, the same rule in both trainers: all when
+    `max_images` is 0 or at least `total`, else a seeded random pick of `max_images` indices out of `total`, sorted.
+
+    Seeded and framework-free (Python's own Mersenne Twister): the same seed picks the same images
+    in TensorFlow and PyTorch. The first M would drop whole classes where images are stored by
+    class (ImageFolder) and is no less arbitrary for CIFAR.
+    """
+    if max_images < 0:
+        raise ValueError(f"--max-train-images must be 0 (all) or more, got {max_images}")
+    if max_images == 0 or max_images >= total:  # a cap: more than exist means all of them
+        return list(range(total))
+    import random
+
+    return sorted(random.Random(seed).sample(range(total), max_images))
+
+
+def timed_durations(durations, first_step: int, warmup_steps: int) -> list:
+    """The durations of one epoch's steps that are not warm-up (see step_statistics)."""
+    durations = list(durations)
+    return durations[warmup_steps_in(first_step, len(durations), warmup_steps):]
+
+
+def summarize(epochs: list[dict], steady_durations=()) -> dict:
+    """Summary numbers from epoch records: totals and medians over epochs >= 2, and the interval
+    of the mean step time over `steady_durations` (the timed steps of epochs >= 2).
 
     The steady keys are null when fewer than two epochs finished, since epoch 1 alone is start-up.
     """
+    interval = batch_means_interval(steady_durations)
     steady = [rec for rec in epochs if rec["epoch"] >= FIRST_STEADY_EPOCH]
     steady_rates = [rec["throughput_img_s"] for rec in steady if rec["throughput_img_s"] is not None]
     return {
@@ -281,6 +437,9 @@ def summarize(epochs: list[dict]) -> dict:
         "train_time_s": sum(rec["seconds"] for rec in epochs),
         "steady_epoch_time_s": statistics.median(rec["seconds"] for rec in steady) if steady else None,
         "throughput_img_s": statistics.median(steady_rates) if steady_rates else None,
+        "timed_steps": len(steady_durations),
+        "step_time_mean_s": interval["step_time_mean_s"],
+        "step_time_ci_pct": interval["step_time_ci_pct"],
     }
 
 
@@ -292,11 +451,15 @@ def summary_record(
     memory_gb: float | None = None,
     *,
     oom_retries: int = 0,
+    steady_durations=(),
+    wall_time_s: float | None = None,
 ) -> dict:
     """The closing `summary` record; `reason` must be given unless status is ok.
 
     `total_time_s` is None where no time to solution was measured (the steps protocol);
-    `oom_retries` counts the attempts given up for lack of memory (the halve policy).
+    `oom_retries` counts the attempts given up for lack of memory (the halve policy);
+    `steady_durations` are the timed steps of epochs >= 2; `wall_time_s` is what the run cost,
+    from the trainer's start (before its framework import) to this record, under every protocol.
     """
     if status not in ("ok", "oom", "failed"):
         raise ValueError(f"summary status must be ok, oom or failed, not {status!r}")
@@ -306,8 +469,9 @@ def summary_record(
         "record": "summary",
         "status": status,
         "reason": None if status == "ok" else one_line(reason),
-        **summarize(epochs),
+        **summarize(epochs, steady_durations),
         "total_time_s": total_time_s,
+        "wall_time_s": wall_time_s,
         "memory_gb": memory_gb,
         "peak_host_rss_gb": peak_host_rss_gb(),
         "oom_retries": oom_retries,
@@ -400,18 +564,73 @@ def raise_on_sigterm() -> None:
 
 
 
-def protocol_fields(args, global_batch, steps_per_epoch):
-    """Header keys that depend on the measurement protocol, for both trainers' parsed options."""
+def add_timed_window_options(parser) -> None:
+    """--timed-steps (a number or auto), --target-ci-pct and --max-timed-steps, for both trainers."""
+    import argparse
+
+    def timed_steps(text):
+        try:
+            return timed_steps_setting(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    def positive(kind):
+        def parse(text):
+            value = kind(text)
+            if not (value > 0 and math.isfinite(value)):
+                raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+            return value
+        return parse
+
+    parser.add_argument("--timed-steps", type=timed_steps, default=DEFAULT_TIMED_STEPS,
+                        help="timed steps of the steps protocol, or 'auto': until the mean step "
+                             f"time is known to --target-ci-pct (default {DEFAULT_TIMED_STEPS})")
+    parser.add_argument("--target-ci-pct", type=positive(float), default=DEFAULT_TARGET_CI_PCT,
+                        help="auto window: 95 %% half-width of the mean step time to reach, in %% "
+                             f"of the mean (default {DEFAULT_TARGET_CI_PCT:g})")
+    parser.add_argument("--max-timed-steps", type=positive(int), default=DEFAULT_MAX_TIMED_STEPS,
+                        help=f"auto window: the most steps it times (default {DEFAULT_MAX_TIMED_STEPS})")
+
+
+def protocol_fields(args, global_batch, steps_per_epoch, train_images=None):
+    """Header keys that depend on the measurement protocol, for both trainers' parsed options.
+    `train_images`: the training images the run draws from (after --max-train-images), what a
+    full epoch would process: the sweet spot projects an epoch budget's cost from it."""
+    return {**_protocol_keys(args, global_batch, steps_per_epoch), "train_images": train_images}
+
+
+def _protocol_keys(args, global_batch, steps_per_epoch):
     if args.find_max_batch:
         return {"protocol": "max_batch", "epochs": 0, "images_per_epoch": None, "warmup_steps": 0,
                 "timed_steps": PROBE_STEPS, "max_batch_limit": args.max_batch_limit}
     if args.protocol == "steps":
-        # Two epoch records, the windows: the parser's "epochs asked" check counts them.
-        return {"protocol": "steps", "epochs": 2, "images_per_epoch": args.timed_steps * global_batch,
-                "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps}
+        # Two epoch records, the windows: the parser's "epochs asked" check counts them. An
+        # adaptive window's images are known only once it ends (its epoch record has them).
+        auto = args.timed_steps == AUTO_TIMED_STEPS
+        return {"protocol": "steps", "epochs": 2,
+                "images_per_epoch": None if auto else args.timed_steps * global_batch,
+                "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps,
+                "target_ci_pct": args.target_ci_pct if auto else None,
+                "max_timed_steps": args.max_timed_steps if auto else None}
     return {"protocol": "epochs", "epochs": args.epochs,
             "images_per_epoch": steps_per_epoch * global_batch,
             "warmup_steps": args.warmup_steps, "timed_steps": None}
+
+def window_line(record: dict) -> str:
+    """The human line of a steps-protocol window, printed by both trainers."""
+    line = f"{record['phase']} window: {record['steps']} steps, {record['seconds']:.2f} s"
+    if record["phase"] == "warmup":
+        return line + " (left out of the step statistics)"
+    line += (f", {record['throughput_img_s']:.1f} img/s, step median {record['step_time_median_s']:.4f} s, "
+             f"p90 {record['step_time_p90_s']:.4f} s")
+    if record.get("step_time_ci_pct") is not None:
+        line += f", mean +/- {record['step_time_ci_pct']:.2f} % (95 %)"
+    if record.get("stop_reason") == "target":
+        line += f": target {record['target_ci_pct']:g} % reached"
+    elif record.get("stop_reason") == "cap":
+        line += f": target {record['target_ci_pct']:g} % NOT reached, stopped at the step cap"
+    return line
+
 
 class RunLog:
     """A run's records in contract order, whatever attempt or failure produces them; both trainers
@@ -424,12 +643,15 @@ class RunLog:
     `emit` given prints on the primary process only.
     """
 
-    def __init__(self, emit=emit):
+    def __init__(self, emit=emit, started: float | None = None):
         self.emit = emit
         self.header = None
         self.header_emitted = False
         self.epochs = []
+        self.steady_durations = []
         self.oom_retries = 0
+        # time.perf_counter() at the trainer's start: the summary's wall_time_s counts from it.
+        self.started = started
 
     def expect(self, header):
         if self.header_emitted:
@@ -441,15 +663,21 @@ class RunLog:
             self.emit(self.header)
             self.header_emitted = True
 
-    def epoch(self, record):
+    def epoch(self, record, timed=()):
+        """Emit an epoch record; `timed` are the durations of its non-warm-up steps, kept for the
+        summary's step-time interval when the record is steady (epoch >= 2)."""
         self.open()
         self.epochs.append(record)
+        if record["epoch"] >= FIRST_STEADY_EPOCH:
+            self.steady_durations.extend(timed)
         self.emit(record)
 
     def close(self, status, total_time_s, reason=None, memory_gb=None):
         self.open()
+        wall = None if self.started is None else time.perf_counter() - self.started
         summary = summary_record(
-            status, self.epochs, total_time_s, reason, memory_gb, oom_retries=self.oom_retries
+            status, self.epochs, total_time_s, reason, memory_gb, oom_retries=self.oom_retries,
+            steady_durations=self.steady_durations, wall_time_s=wall,
         )
         self.emit(summary)
         return summary

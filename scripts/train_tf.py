@@ -29,6 +29,9 @@ import itertools
 import os
 import sys
 import time
+
+# What a run costs starts here, before the framework import (seconds of a job's time, too).
+STARTED = time.perf_counter()
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +60,6 @@ PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixe
 # Measurement options shared with the PyTorch trainer (one command builder drives both).
 from runlog import (  # noqa: E402
     DEFAULT_MAX_BATCH_LIMIT,
-    DEFAULT_TIMED_STEPS,
     DEFAULT_WARMUP_STEPS,
     OOM_POLICIES,
     PROBE_STEPS,
@@ -126,22 +128,6 @@ def peak_device_memory_gb(device_kind: str, replicas: int):
 # ---------------------------------------------------------------------------------------------
 
 
-def images_to_keep(available: int, max_images: int) -> int:
-    """How many of `available` images --max-train-images keeps (0 = all); more than exist is an
-    error."""
-    if max_images < 0:
-        raise ValueError(f"--max-train-images must be 0 (all) or more, got {max_images}")
-    if max_images > available:
-        raise ValueError(f"--max-train-images {max_images} asked, but the data has only {available} training images")
-    return max_images or available
-
-
-def select_images(images, labels, max_images: int):
-    """The first `max_images` images (0 = all); asking for more than exist is an error."""
-    keep = images_to_keep(len(images), max_images)
-    return images[:keep], labels[:keep]
-
-
 def steps_per_epoch(num_images: int, global_batch: int) -> int:
     steps = num_images // global_batch
     if steps == 0:
@@ -154,9 +140,10 @@ def steps_per_epoch(num_images: int, global_batch: int) -> int:
 TENSOR_ALIGNMENT = 64
 
 
-def load_training_data(path, max_images: int = 0):
-    """The run's first `max_images` (0 = all) training images and labels as host tensors, uint8
-    32 x 32 as the pickles hold them; nothing else of the data set stays in memory.
+def load_training_data(path, max_images: int = 0, seed: int = 0):
+    """The run's training images and labels as host tensors, uint8 32 x 32 as the pickles hold
+    them: all, or the seeded subset of `max_images` that runlog.subset_indices picks (the same
+    images the PyTorch trainer would pick); nothing else of the data set stays in memory.
 
     The batch files are copied one by one into one aligned array, each file's rows freed once
     copied, and the tensor shares that array: TF's own conversion would copy the whole set
@@ -164,16 +151,16 @@ def load_training_data(path, max_images: int = 0):
     """
     folder = cifar.batches_dir(path)
     parts = [cifar.read_batch(folder / name) for name in cifar.TRAIN_BATCHES]
-    keep = images_to_keep(sum(len(labels) for _, labels in parts), max_images)
-    images = aligned_empty((keep, cifar.SIDE, cifar.SIDE, cifar.CHANNELS), np.uint8)
-    labels = np.empty(keep, np.int32)
-    filled = 0
-    while parts and filled < keep:
+    keep = np.asarray(runlog.subset_indices(sum(len(labels) for _, labels in parts), max_images, seed))
+    images = aligned_empty((len(keep), cifar.SIDE, cifar.SIDE, cifar.CHANNELS), np.uint8)
+    labels = np.empty(len(keep), np.int32)
+    offset = filled = 0
+    while parts:
         part_images, part_labels = parts.pop(0)
-        count = min(len(part_labels), keep - filled)
-        images[filled : filled + count] = part_images[:count]
-        labels[filled : filled + count] = part_labels[:count]
-        filled += count
+        rows = keep[(keep >= offset) & (keep < offset + len(part_labels))] - offset
+        images[filled : filled + len(rows)] = part_images[rows]
+        labels[filled : filled + len(rows)] = part_labels[rows]
+        filled, offset = filled + len(rows), offset + len(part_labels)
         del part_images, part_labels
     return host_tensors(images, labels)
 
@@ -375,7 +362,8 @@ class EpochRecorder(keras.callbacks.Callback):
         logs = logs or {}
         images = len(durations) * self.global_batch
         self.log.epoch(runlog.epoch_record(
-            epoch + 1, images, seconds, logs.get("loss"), logs.get("accuracy"), step_stats=stats))
+            epoch + 1, images, seconds, logs.get("loss"), logs.get("accuracy"), step_stats=stats),
+            runlog.timed_durations(durations, self._first_step, self.warmup_steps))
 
 
 class WindowRecorder(keras.callbacks.Callback):
@@ -383,14 +371,16 @@ class WindowRecorder(keras.callbacks.Callback):
 
     The warm-up window runs from the begin of the first step to the synchronized end of step W;
     the timed window from right after that (once the metrics are reset, so each window's loss and
-    accuracy are its own) to the synchronized end of step W + T. One fit, one data iterator: no
-    pipeline restart falls into the timed window.
+    accuracy are its own) to the synchronized end of the step at which `window` is done (a fixed
+    count, or the adaptive rule). One fit, one data iterator: no pipeline restart falls into the
+    timed window.
     """
 
-    def __init__(self, log: runlog.RunLog, clock: StepClock, global_batch: int, warmup_steps: int, timed_steps: int):
+    def __init__(self, log: runlog.RunLog, clock: StepClock, global_batch: int, warmup_steps: int,
+                 window: runlog.TimedWindow):
         super().__init__()
         self.log, self.clock, self.global_batch = log, clock, global_batch
-        self.warmup_steps, self.timed_steps = warmup_steps, timed_steps
+        self.warmup_steps, self.window = warmup_steps, window
         self._timed_started = None
 
     def on_train_batch_end(self, batch, logs=None):
@@ -399,27 +389,20 @@ class WindowRecorder(keras.callbacks.Callback):
             self._close_window(1, "warmup", 0, self.warmup_steps, None, logs)
             self.model.reset_metrics()
             self._timed_started = time.perf_counter()
-        elif done == self.warmup_steps + self.timed_steps:
-            self._close_window(2, "timed", self.warmup_steps, self.timed_steps, self._timed_started, logs)
+        elif done > self.warmup_steps and self.window.done(self.clock.durations[self.warmup_steps:]):
+            self._close_window(2, "timed", self.warmup_steps, done - self.warmup_steps, self._timed_started, logs)
             self.model.stop_training = True
 
     def _close_window(self, number: int, phase: str, first_step: int, steps: int, started, logs) -> None:
         timing = runlog.window_timing(self.clock.begins, self.clock.ends, first_step, steps, self.warmup_steps, started)
-        stats = {key: timing[key] for key in ("steps", "step_time_median_s", "step_time_p90_s")}
+        stats = {key: timing[key] for key in runlog.STEP_KEYS}
         logs = logs or {}
+        window = self.window.record_keys() if phase == "timed" else None
         record = runlog.epoch_record(number, steps * self.global_batch, timing["seconds"], logs.get("loss"),
-                                     logs.get("accuracy"), step_stats=stats, phase=phase)
-        print(window_line(record), flush=True)
-        self.log.epoch(record)
-
-
-def window_line(record: dict) -> str:
-    """The human line of a steps-protocol window."""
-    line = f"{record['phase']} window: {record['steps']} steps, {record['seconds']:.2f} s"
-    if record["phase"] == "warmup":
-        return line + " (left out of the step statistics)"
-    return (line + f", {record['throughput_img_s']:.1f} img/s, step median {record['step_time_median_s']:.4f} s, "
-            f"p90 {record['step_time_p90_s']:.4f} s")
+                                     logs.get("accuracy"), step_stats=stats, phase=phase, window=window)
+        print(runlog.window_line(record), flush=True)
+        timed = self.clock.durations[first_step:first_step + steps]
+        self.log.epoch(record, runlog.timed_durations(timed, first_step, self.warmup_steps))
 
 
 class FailureInjector(keras.callbacks.Callback):
@@ -534,7 +517,8 @@ def header_record(args, setup: Setup, per_gpu_batch: int, jit_compile: bool) -> 
         "learning_rate": scaled_learning_rate(args.base_lr, args.gpus),
         "precision": args.precision,
         "compile": jit_compile,
-        **runlog.protocol_fields(args, global_batch, steps_per_epoch(setup.image_count, global_batch)),
+        **runlog.protocol_fields(args, global_batch, steps_per_epoch(setup.image_count, global_batch),
+                                 setup.image_count),
         "versions": framework_versions(),
         "devices": setup.devices,
         **runlog.device_provenance(),
@@ -565,7 +549,7 @@ def prepare(args) -> Setup:
     started_wall = time.time()
     strategy, device_kind, devices = configure_devices(args.gpus)
     check_xla_placement(args.compile, device_kind, strategy.num_replicas_in_sync)
-    images, labels = load_training_data(args.data, args.max_train_images)
+    images, labels = load_training_data(args.data, args.max_train_images, args.seed)
     if not args.find_max_batch:
         steps_per_epoch(int(images.shape[0]), args.per_gpu_batch * strategy.num_replicas_in_sync)
     return Setup(strategy, device_kind, devices, images, labels, started_wall)
@@ -619,8 +603,9 @@ def train_attempt(args, setup: Setup, per_gpu_batch: int, attempt: int, log: run
     clock = StepClock()
     callbacks = [*injected_failures(per_gpu_batch, attempt), clock]
     if steps:
-        callbacks.append(WindowRecorder(log, clock, global_batch, args.warmup_steps, args.timed_steps))
-        fit_options = dict(epochs=1, steps_per_epoch=args.warmup_steps + args.timed_steps)
+        window = runlog.TimedWindow(args.timed_steps, args.target_ci_pct, args.max_timed_steps)
+        callbacks.append(WindowRecorder(log, clock, global_batch, args.warmup_steps, window))
+        fit_options = dict(epochs=1, steps_per_epoch=args.warmup_steps + window.max_steps)
     else:
         callbacks.append(EpochRecorder(log, clock, global_batch, args.warmup_steps))
         fit_options = dict(epochs=args.epochs, steps_per_epoch=steps_per_epoch(setup.image_count, global_batch))
@@ -689,7 +674,7 @@ def run(args) -> int:
     """Train (or search the maximum batch) and always close the log with a summary record; the
     exit status of the run."""
     started = time.perf_counter()
-    log = runlog.RunLog()
+    log = runlog.RunLog(started=STARTED)
     runlog.raise_on_sigterm()
 
     def close(status, reason=None):
@@ -755,8 +740,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warmup-steps", type=int, default=DEFAULT_WARMUP_STEPS,
                         help="first steps of the run, left out of the step statistics "
                              f"(default {DEFAULT_WARMUP_STEPS})")
-    parser.add_argument("--timed-steps", type=int, default=DEFAULT_TIMED_STEPS,
-                        help=f"timed steps of the steps protocol (default {DEFAULT_TIMED_STEPS})")
     parser.add_argument("--oom-policy", choices=OOM_POLICIES, default="fail",
                         help="out of memory: fail (status oom) or halve the per-GPU batch and retry, down to 1")
     parser.add_argument("--find-max-batch", action="store_true",
@@ -765,6 +748,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f"largest per-GPU batch the search tries (default {DEFAULT_MAX_BATCH_LIMIT})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--list-models", action="store_true", help="print the model names and exit")
+    runlog.add_timed_window_options(parser)
     args = parser.parse_args(argv)
     if not args.list_models:
         _check_args(parser, args)
@@ -776,7 +760,7 @@ def _check_args(parser, args) -> None:
         parser.error("--model and --data are required")
     if args.gpus < 0:
         parser.error(f"--gpus must be 0 (CPU baseline) or more, got {args.gpus}")
-    for flag in ("resolution", "per_gpu_batch", "epochs", "timed_steps", "max_batch_limit"):
+    for flag in ("resolution", "per_gpu_batch", "epochs", "max_batch_limit"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     if args.warmup_steps < 0:

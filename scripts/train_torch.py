@@ -38,7 +38,10 @@ import math
 import os
 import sys
 import time
-import traceback
+
+# What a run costs starts here, before the framework import (seconds of a job's time, too).
+STARTED = time.perf_counter()
+import traceback  # noqa: E402
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -77,7 +80,6 @@ EXIT_FAILED = 1
 # Measurement options shared with the TensorFlow trainer (one command builder drives both).
 from runlog import (  # noqa: E402
     DEFAULT_MAX_BATCH_LIMIT,
-    DEFAULT_TIMED_STEPS,
     DEFAULT_WARMUP_STEPS,
     OOM_POLICIES,
     PROBE_STEPS,
@@ -396,19 +398,6 @@ def load_split(root: str, split: str, resolution: int) -> datasets.ImageFolder:
         raise FileNotFoundError(f"dataset folder {folder}: {error}") from None
 
 
-def subset_indices(total: int, max_images: int, seed: int) -> list[int]:
-    """Indices of the training images used: all when max_images is 0, else a seeded random pick.
-
-    ImageFolder orders images by class, so taking the first M would drop whole classes.
-    """
-    if max_images < 0:
-        raise ValueError(f"--max-train-images must be >= 0, got {max_images}")
-    if max_images == 0 or max_images >= total:
-        return list(range(total))
-    picked = np.random.default_rng(seed).permutation(total)[:max_images]
-    return sorted(int(index) for index in picked)
-
-
 @dataclass(frozen=True)
 class TrainData:
     """The training images of the run, read once: every attempt and probe samples from them."""
@@ -419,7 +408,7 @@ class TrainData:
 
 def load_train_data(args: argparse.Namespace) -> TrainData:
     full = load_split(args.data, "train", args.resolution)
-    indices = subset_indices(len(full), args.max_train_images, args.seed)
+    indices = runlog.subset_indices(len(full), args.max_train_images, args.seed)
     train_set = full if len(indices) == len(full) else Subset(full, indices)
     return TrainData(train_set, full.classes)
 
@@ -655,38 +644,53 @@ class Trainer:
         count = labels.new_tensor(labels.numel())
         return torch.stack([loss.detach().double() * labels.numel(), correct.double(), count.double()])
 
-    def _run_steps(self, batches: Iterator, count: int) -> torch.Tensor:
-        """`count` timed steps, each from the fetch of its batch to its synchronized end;
-        [loss sum, correct, images] over them, on the device."""
+    def _run_steps(self, batches: Iterator, window: runlog.TimedWindow) -> torch.Tensor:
+        """Timed steps until `window` is done, each from the fetch of its batch to its
+        synchronized end; [loss sum, correct, images] over them, on the device."""
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)
-        for _ in range(count):
+        first_step = self.clock.finished
+        while not self._window_done(window, first_step):
             self.clock.begin()
             images, labels = next(batches)
             totals += self._train_step(images, labels)
             self.clock.end()
         return totals
 
-    def _window(self, number: int, steps: int, open_batches: Callable[[], Iterator], phase=None) -> dict:
-        """The epoch record of `steps` steps. Its seconds run between two barriers after the
-        device work, so rank 0's time covers every rank; its step statistics leave out the run's
-        first --warmup-steps steps."""
+    def _window_done(self, window: runlog.TimedWindow, first_step: int) -> bool:
+        """Whether every rank's window is done. An adaptive window is judged on each rank's own
+        steps, so the ranks agree (all-reduce) or one would wait forever in the next all-reduce;
+        a fixed one ends at the same step everywhere without a collective."""
+        timed = self.clock.durations[first_step:]
+        done = window.done(timed)
+        if not window.auto or not self.world.distributed or not window.decides_at(len(timed)):
+            return done
+        flags = all_reduce_sum(torch.tensor([float(done)], dtype=torch.float64, device=self.device))
+        return int(flags.item()) == self.world.world_size
+
+    def _window(self, number: int, window: runlog.TimedWindow, open_batches: Callable[[], Iterator],
+                phase=None) -> tuple[dict, list]:
+        """The epoch record of the steps `window` takes, and its non-warm-up step durations. Its
+        seconds run between two barriers after the device work, so rank 0's time covers every
+        rank; its step statistics leave out the run's first --warmup-steps steps."""
         self.model.train()
         first_step = self.clock.finished
         synchronize(self.device)
         started = time.perf_counter()
-        totals = self._run_steps(open_batches(), steps)
+        totals = self._run_steps(open_batches(), window)
         synchronize(self.device)
         seconds = time.perf_counter() - started
         # Loss and accuracy over all ranks' images, reduced after the clock stopped.
         loss_sum, correct, count = all_reduce_sum(totals).tolist()
-        stats = runlog.step_statistics(self.clock.durations[first_step:], first_step, self.args.warmup_steps)
-        return runlog.epoch_record(
-            number, steps * self.global_batch, seconds, loss_sum / count, correct / count,
-            step_stats=stats, phase=phase,
+        durations = self.clock.durations[first_step:]
+        stats = runlog.step_statistics(durations, first_step, self.args.warmup_steps)
+        record = runlog.epoch_record(
+            number, len(durations) * self.global_batch, seconds, loss_sum / count, correct / count,
+            step_stats=stats, phase=phase, window=window.record_keys() if phase == "timed" else None,
         )
+        return record, runlog.timed_durations(durations, first_step, self.args.warmup_steps)
 
-    def _commit(self, log: runlog.RunLog, record: dict) -> None:
-        log.epoch(record)
+    def _commit(self, log: runlog.RunLog, record: dict, timed: list) -> None:
+        log.epoch(record, timed)
         # The run is now committed to this batch: no retry, so no agreement is needed any more.
         self.guarding_oom = False
 
@@ -700,8 +704,9 @@ class Trainer:
         """The epochs protocol: one epoch record per epoch."""
         for epoch in range(1, self.args.epochs + 1):
             self.console.info(f"[EPOCH: {epoch}] Starting training loop...")
-            record = self._window(epoch, self.steps, lambda: self.epoch_batches(epoch))
-            self._commit(log, record)
+            record, timed = self._window(epoch, runlog.TimedWindow(self.steps),
+                                         lambda: self.epoch_batches(epoch))
+            self._commit(log, record, timed)
             rate = record["throughput_img_s"]
             self.console.info(f"[EPOCH: {epoch}] Training throughput: {rate:.3f} imgs/s")
 
@@ -709,17 +714,19 @@ class Trainer:
         """The steps protocol: --warmup-steps steps as epoch record 1, then --timed-steps steps as
         record 2, from one loader iterator (no pipeline restart between or inside the windows)."""
         stream = iter(self.loader)
-        windows = ((1, "warmup", self.args.warmup_steps), (2, "timed", self.args.timed_steps))
-        for number, phase, steps in windows:
-            record = self._window(number, steps, lambda: stream, phase)
-            self._commit(log, record)
-            self.console.info(window_line(record))
+        args = self.args
+        windows = ((1, "warmup", runlog.TimedWindow(args.warmup_steps)),
+                   (2, "timed", runlog.TimedWindow(args.timed_steps, args.target_ci_pct, args.max_timed_steps)))
+        for number, phase, window in windows:
+            record, timed = self._window(number, window, lambda: stream, phase)
+            self._commit(log, record, timed)
+            self.console.info(runlog.window_line(record))
 
     def probe(self, steps: int) -> None:
         """`steps` training steps, agreed on out-of-memory: torch.OutOfMemoryError on every rank
         when any rank ran out."""
         self.model.train()
-        self._run_steps(iter(self.loader), steps)
+        self._run_steps(iter(self.loader), runlog.TimedWindow(steps))
         synchronize(self.device)
 
     def evaluate(self, epoch: int) -> dict:
@@ -762,17 +769,6 @@ def eval_record(epoch: int, images: int, seconds: float, loss: float, accuracy: 
         "loss": loss,
         "accuracy": accuracy,
     }
-
-
-def window_line(record: dict) -> str:
-    """The human line of a steps-protocol window (the same as scripts/train_tf.py prints)."""
-    line = f"{record['phase']} window: {record['steps']} steps, {record['seconds']:.2f} s"
-    if record["phase"] == "warmup":
-        return line + " (left out of the step statistics)"
-    return (
-        line + f", {record['throughput_img_s']:.1f} img/s, step median {record['step_time_median_s']:.4f} s, "
-        f"p90 {record['step_time_p90_s']:.4f} s"
-    )
 
 
 # ---------------------------------------------------------------- records
@@ -823,7 +819,7 @@ def header_record(
         "compile": args.compile,
         "channels_last": args.channels_last,
         "num_workers": args.num_workers,
-        **runlog.protocol_fields(args, global_batch, steps),
+        **runlog.protocol_fields(args, global_batch, steps, len(data.train_set)),
         **facts,
     }
 
@@ -1002,7 +998,7 @@ def search_and_report(ctx: RunContext, start: float) -> None:
 def run(args: argparse.Namespace, console: Console, start: float, start_timestamp: float) -> int:
     """Set up, train (or search the maximum batch), report; always close the log with a summary.
     Returns the exit status; out-of-memory is a measured outcome (0)."""
-    log = runlog.RunLog(console.record)
+    log = runlog.RunLog(console.record, started=STARTED)
     device = None
     try:
         world, device = start_process(args, console)
@@ -1085,8 +1081,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="epochs: time whole epochs; steps: --warmup-steps then --timed-steps steps")
     add("--warmup-steps", type=int, default=DEFAULT_WARMUP_STEPS,
         help=f"first steps of the run, left out of the step statistics (default {DEFAULT_WARMUP_STEPS})")
-    add("--timed-steps", type=int, default=DEFAULT_TIMED_STEPS,
-        help=f"timed steps of the steps protocol (default {DEFAULT_TIMED_STEPS})")
     add("--oom-policy", choices=OOM_POLICIES, default="fail",
         help="out of memory: fail (status oom) or halve the per-GPU batch and retry, down to 1")
     add("--find-max-batch", action="store_true",
@@ -1094,6 +1088,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--max-batch-limit", type=int, default=DEFAULT_MAX_BATCH_LIMIT,
         help=f"largest per-GPU batch the search tries (default {DEFAULT_MAX_BATCH_LIMIT})")
     add("--list-models", action="store_true", help="print the model names and exit")
+    runlog.add_timed_window_options(parser)
     args = parser.parse_args(argv)
     if args.list_models:
         return args
@@ -1109,7 +1104,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         ("--max-train-images", args.max_train_images, 0),
         ("--num-workers", args.num_workers, 0),
         ("--warmup-steps", args.warmup_steps, 0),
-        ("--timed-steps", args.timed_steps, 1),
         ("--max-batch-limit", args.max_batch_limit, 1),
     ):
         if value < least:

@@ -58,7 +58,7 @@ def test_laws_by_hand():
 def test_exact_amdahl_data_gives_p_and_predictions_by_hand():
     fits = fit_table(synthetic_runs([1, 2, 4, 8, 16], 0.9, 0.6))
     assert list(fits.columns) == ["model", *FIT_COLUMNS]
-    fit = one_fit(fits, "amdahl", "throughput")
+    fit = one_fit(fits, "amdahl", "speedup")
     assert fit["p"] == pytest.approx(0.9, abs=1e-6)
     assert fit["p_stderr"] == pytest.approx(0.0, abs=1e-6)
     assert fit["r2"] == pytest.approx(1.0)
@@ -78,21 +78,21 @@ def test_exact_amdahl_data_gives_p_and_predictions_by_hand():
 def test_noisy_repeats_recover_p_within_the_bootstrap_interval():
     runs = synthetic_runs([1, 2, 4, 8, 16], 0.9, 0.7, repeats=5, noise=0.03, seed=1)
     fits = fit_table(runs, n_bootstrap=200, seed=0)
-    for target, truth in (("throughput", 0.9), ("time_to_solution", 0.7)):
+    for target, truth in (("speedup", 0.9), ("time_to_solution", 0.7)):
         fit = one_fit(fits, "amdahl", target)
         assert fit["n_bootstrap"] == 200
         assert fit["p_ci_low"] <= truth <= fit["p_ci_high"], target
         assert fit["p_ci_low"] < fit["p"] < fit["p_ci_high"]
         assert fit["p_ci_high"] - fit["p_ci_low"] < 0.05  # an interval that says something
     # the same seed gives the same interval
-    again = one_fit(fit_table(runs, n_bootstrap=200, seed=0), "amdahl", "throughput")
-    assert again["p_ci_low"] == one_fit(fits, "amdahl", "throughput")["p_ci_low"]
+    again = one_fit(fit_table(runs, n_bootstrap=200, seed=0), "amdahl", "speedup")
+    assert again["p_ci_low"] == one_fit(fits, "amdahl", "speedup")["p_ci_low"]
 
 
 def test_gustafson_recovers_p_of_scaled_speedup():
     runs = synthetic_runs([1, 2, 4, 8, 16], 0.8, 0.5, law=gustafson, repeats=5, noise=0.03,
                           seed=2)
-    fit = one_fit(fit_table(runs), "gustafson", "throughput")
+    fit = one_fit(fit_table(runs), "gustafson", "speedup")
     assert fit["p_ci_low"] <= 0.8 <= fit["p_ci_high"]
     assert fit["limit_speedup"] == math.inf
     # prediction at 32 GPUs: (1 - p) + 32 p, and efficiency = that / 32
@@ -121,7 +121,7 @@ def test_baseline_not_one_fits_on_n_over_n_min():
     runs["throughput_img_s"] = IMAGES / runs["steady_epoch_time_s"]
     failed = {"model": "m", "gpus": 1, "repeat": 0, "status": "failed"}
     runs = pd.concat([pd.DataFrame([failed]), runs], ignore_index=True)
-    fit = one_fit(fit_table(runs), "amdahl", "throughput")
+    fit = one_fit(fit_table(runs), "amdahl", "speedup")
     assert fit["baseline_gpus"] == 2 and fit["fit_variable"] == "N/2"
     assert "baseline N=2, not 1" in fit["note"]
     assert fit["p"] == pytest.approx(0.8, abs=1e-6)
@@ -143,13 +143,13 @@ def test_missing_total_times_leave_only_the_time_to_solution_fit_empty():
     runs = synthetic_runs([1, 2, 4], 0.9, 0.9).assign(total_time_s=math.nan)
     fits = fit_table(runs)
     assert math.isnan(one_fit(fits, "amdahl", "time_to_solution")["p"])
-    assert one_fit(fits, "amdahl", "throughput")["p"] == pytest.approx(0.9, abs=1e-6)
+    assert one_fit(fits, "amdahl", "speedup")["p"] == pytest.approx(0.9, abs=1e-6)
 
 
 def test_fit_from_a_scaling_table_matches_and_says_why_no_interval():
     runs = synthetic_runs([1, 2, 4, 8], 0.95, 0.8, repeats=3, noise=0.02, seed=3)
-    from_runs = one_fit(fit_table(runs), "amdahl", "throughput")
-    from_table = one_fit(fit_table(scaling_table(runs)), "amdahl", "throughput")
+    from_runs = one_fit(fit_table(runs), "amdahl", "speedup")
+    from_table = one_fit(fit_table(scaling_table(runs)), "amdahl", "speedup")
     assert from_table["p"] == pytest.approx(from_runs["p"])
     assert math.isnan(from_table["p_ci_low"])
     assert "no bootstrap interval" in from_table["note"]
@@ -159,7 +159,7 @@ def test_groups_are_fitted_separately():
     runs = pd.concat([synthetic_runs([1, 2, 4, 8], 0.9, 0.9, model="a"),
                       synthetic_runs([1, 2, 4, 8], 0.5, 0.5, model="b")], ignore_index=True)
     fits = fit_table(runs)
-    p = fits[(fits["law"] == "amdahl") & (fits["target"] == "throughput")].set_index("model")["p"]
+    p = fits[(fits["law"] == "amdahl") & (fits["target"] == "speedup")].set_index("model")["p"]
     assert p["a"] == pytest.approx(0.9, abs=1e-6) and p["b"] == pytest.approx(0.5, abs=1e-6)
 
 

@@ -103,7 +103,7 @@ def test_speedup_carries_the_fitted_amdahl_curve(figures, tables):
     _, fits = tables
     figure = figures["speedup_by_model"]
     fit = fits[(fits["model"] == "resnet50v2") & (fits["law"] == "amdahl")
-               & (fits["target"] == "throughput")].iloc[0]
+               & (fits["target"] == "speedup")].iloc[0]
     curves = figure.curves[figure.curves["model"] == "resnet50v2"]
     curve = curves[curves["kind"] == "curve"]
     assert curve["speedup"].iloc[0] == pytest.approx(1.0)  # S(N_min) = 1 on every Amdahl curve

@@ -100,7 +100,9 @@ def test_warmup_steps_are_left_out_of_the_statistics():
 def test_warmup_counts_run_wide_steps_not_epoch_steps():
     """W = 5 over epochs of 4 steps: epoch 1 has no timed step, epoch 2 loses its first step."""
     first_epoch, second_epoch, third_epoch = RECORDED_STEPS[:4], RECORDED_STEPS[4:8], RECORDED_STEPS[8:]
-    assert runlog.step_statistics(first_epoch, 0, 5) == {"steps": 4, "step_time_median_s": None, "step_time_p90_s": None}
+    assert runlog.step_statistics(first_epoch, 0, 5) == {
+        "steps": 4, "step_time_median_s": None, "step_time_p90_s": None,
+        "step_time_mean_s": None, "step_time_ci_pct": None}
     assert runlog.step_statistics(second_epoch, 4, 5)["step_time_median_s"] == pytest.approx(np.median(second_epoch[1:]))
     assert runlog.step_statistics(third_epoch, 8, 5)["step_time_median_s"] == pytest.approx(np.median(third_epoch))
     assert [runlog.warmup_steps_in(first, 4, 5) for first in (0, 4, 8)] == [4, 1, 0]

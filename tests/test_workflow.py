@@ -78,10 +78,12 @@ def test_regenerating_a_dataset_does_not_rerun_measured_runs(sweep_copy):
 
 
 def test_dryrun_prints_the_plan_and_imports_no_framework(tmp_path):
+    # The default config, previewed from an empty working directory: the repository's own
+    # results/ (after `make sweep`) must not change what this test sees.
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "snakemake", "-n", "--snakefile",
-         str(REPO / "Snakefile")],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+         str(REPO / "Snakefile"), "--configfile", str(REPO / "config" / "config.yaml")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     imported = {line.split("|")[-1].strip().split(".")[0] for line in result.stderr.splitlines()

@@ -19,6 +19,7 @@ rule tables:
     params:
         efficiency_floor=config["analysis"]["efficiency_floor_pct"],
         gpu_hour_budget=config["analysis"]["gpu_hour_budget"],
+        epoch_budget=config["analysis"]["epoch_budget"],
     log:
         "logs/tables.log",
     localrule: True
