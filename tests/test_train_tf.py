@@ -501,3 +501,32 @@ def test_benchmark_input_path_figures(tmp_path):
     assert figures["host_rss_ratio"][0] == pytest.approx(
         figures["host_rss_ours_mb"][0] / figures["host_rss_reference_mb"][0], rel=1e-3)
     assert figures["host_rss_ratio"][0] < 0.5
+
+
+def test_max_train_images_picks_the_shared_seeded_subset(cifar_256):
+    """The same images the PyTorch trainer would pick for that seed (runlog.subset_indices)."""
+    picked = tf_probe(f"""
+        import json, numpy as np, cifar, runlog, train_tf
+        images, labels = train_tf.load_training_data({str(cifar_256)!r}, 40, seed=7)
+        all_images, all_labels = cifar.load_train({str(cifar_256)!r})
+        keep = runlog.subset_indices(len(all_labels), 40, 7)
+        print(json.dumps({{"images": bool(np.array_equal(images.numpy(), all_images[keep])),
+                           "labels": bool(np.array_equal(labels.numpy(), all_labels[keep])),
+                           "count": int(labels.shape[0]), "head": keep[:3]}}))
+    """)
+    assert picked["images"] and picked["labels"] and picked["count"] == 40
+    assert picked["head"] != [0, 1, 2]  # a seeded pick, not the first 40
+
+
+@pytest.mark.slow
+def test_adaptive_window_stops_on_its_target_or_at_its_cap(cifar_256):
+    common = ("--model", "cnn_small", "--gpus", 1, "--resolution", 32, "--per-gpu-batch", 16,
+              "--protocol", "steps", "--warmup-steps", 2, "--timed-steps", "auto", "--max-timed-steps", 40)
+    for target, steps, reason in (("50", 30, "target"), ("0.0001", 40, "cap")):
+        done = run_trainer(cifar_256, *common, "--target-ci-pct", target)
+        assert done.returncode == 0, done.stderr[-3000:]
+        header, _, timed, summary = parse_records(done.stdout)
+        assert header["timed_steps"] == "auto" and header["images_per_epoch"] is None
+        assert (timed["steps"], timed["stop_reason"], timed["images"]) == (steps, reason, steps * 16)
+        assert (summary["timed_steps"], summary["step_time_ci_pct"]) == (steps, timed["step_time_ci_pct"])
+        assert summary["wall_time_s"] > timed["seconds"]

@@ -162,15 +162,16 @@ def test_steps_per_epoch_matches_the_real_sampler_and_loader(images, world_size,
 
 
 def test_max_train_images_picks_a_seeded_subset_across_classes():
-    assert train_torch.subset_indices(100, 0, seed=0) == list(range(100))
-    assert train_torch.subset_indices(100, 500, seed=0) == list(range(100))
-    picked = train_torch.subset_indices(100, 30, seed=0)
+    # The rule both trainers share (scripts/runlog.py).
+    assert runlog.subset_indices(100, 0, seed=0) == list(range(100))
+    assert runlog.subset_indices(100, 500, seed=0) == list(range(100))
+    picked = runlog.subset_indices(100, 30, seed=0)
     assert len(set(picked)) == 30 and all(0 <= index < 100 for index in picked)
-    assert picked == train_torch.subset_indices(100, 30, seed=0)
-    assert picked != train_torch.subset_indices(100, 30, seed=1)
+    assert picked == runlog.subset_indices(100, 30, seed=0)
+    assert picked != runlog.subset_indices(100, 30, seed=1)
     assert max(picked) >= 50  # images are ordered by class: not just the first classes
     with pytest.raises(ValueError, match="--max-train-images"):
-        train_torch.subset_indices(100, -1, seed=0)
+        runlog.subset_indices(100, -1, seed=0)
 
 
 def test_repeating_sampler_runs_the_passes_back_to_back_each_reshuffled():
@@ -643,3 +644,29 @@ def test_bad_dataset_fails_with_a_summary_naming_the_folder(tmp_path):
     assert run.returncode != 0
     summary = records(run.stdout)[-1]
     assert summary["status"] == "failed" and str(tmp_path / "missing" / "train") in summary["reason"]
+
+
+@pytest.mark.slow
+def test_adaptive_window_stops_on_its_target_or_at_its_cap(dataset):
+    """--timed-steps auto, two ranks: a loose target (50 %) is met at the first checkpoint (30
+    steps); an impossible one (0.0001 %) runs to the cap and the records say so."""
+    common = ("--model", "vit_tiny", "--gpus", "2", "--per-gpu-batch", "8", "--protocol", "steps",
+              "--warmup-steps", "2", "--timed-steps", "auto", "--max-timed-steps", "40")
+    for target, steps, reason in (("50", 30, "target"), ("0.0001", 40, "cap")):
+        run = launch(dataset, 2, *common, "--target-ci-pct", target)
+        assert run.returncode == 0, run.stderr[-3000:]
+        header, _, timed, summary = records(run.stdout)
+        assert header["timed_steps"] == "auto" and header["target_ci_pct"] == float(target)
+        assert (timed["steps"], timed["stop_reason"], timed["images"]) == (steps, reason, steps * 16)
+        assert timed["timed_steps_rule"] == "auto" and timed["step_time_ci_pct"] > 0
+        assert (summary["timed_steps"], summary["step_time_ci_pct"]) == (steps, timed["step_time_ci_pct"])
+        assert summary["wall_time_s"] > timed["seconds"]
+        line = "target 50 % reached" if reason == "target" else "NOT reached, stopped at the step cap"
+        assert line in run.stdout
+
+
+def test_max_train_images_subset_is_the_shared_rule(dataset):
+    args = train_torch.parse_args(["--model", "vit_tiny", "--data", str(dataset), "--resolution", "32",
+                                   "--max-train-images", "30", "--seed", "5"])
+    data = train_torch.load_train_data(args)
+    assert list(data.train_set.indices) == runlog.subset_indices(CLASSES * TRAIN_PER_CLASS, 30, 5)
