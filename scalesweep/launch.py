@@ -2,6 +2,11 @@
 
 Pure string building (settings come from scalesweep.matrix.run_settings), so the exact commands
 a sweep will run on a cluster are testable on a machine without SLURM or Apptainer.
+
+Commands are built from argument lists and quoted once per shell they pass through (the job's
+shell; for runs across nodes also the per-node shell srun starts), so config text (paths, images,
+container options, module names) always arrives as written; only the launcher's own variables
+($SLURM_NODEID, $MASTER_ADDR, ...) are left for a shell to expand.
 """
 
 import shlex
@@ -52,15 +57,59 @@ def trainer_script(framework, repo):
     return f"{repo}/scripts/{TRAINER_SCRIPTS[framework]}"
 
 
+class InnerShellWord(str):
+    """A word the launcher itself writes for the per-node shell to expand ($SLURM_NODEID, ...).
+
+    Only these constants stay unquoted in `srun ... bash -c`; every other word, config text
+    included, is quoted. str() of one gives a plain str, so config text can never become one.
+    """
+
+
+NODE_RANK = InnerShellWord("--node-rank=$SLURM_NODEID")
+RENDEZVOUS_ID = InnerShellWord("--rdzv-id=$SLURM_JOB_ID")
+RENDEZVOUS_ENDPOINT = InnerShellWord("--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT")
+
+# The per-node shell's rendezvous address: the allocation's first node. The slurm-jobstep plugin
+# clears the allocation's SLURM_* variables except the job id before an `mpi` rule's shell runs,
+# so the node list is asked of squeue.
+MASTER_ADDR = 'MASTER_ADDR=$(scontrol show hostnames "$(squeue -h -j "$SLURM_JOB_ID" -o %N)" | head -n 1)'
+
+# Runtimes a site may provide as an environment module; `none` runs the host's Python.
+MODULE_RUNTIMES = ("apptainer", "singularity")
+
+
+def shell_words(argv):
+    """One shell level's command line: every word quoted but the launcher's InnerShellWords."""
+    return " ".join(word if isinstance(word, InnerShellWord) else shlex.quote(word) for word in argv)
+
+
+def bound_paths(settings, repo, workdir):
+    """The paths the launcher binds itself. `--bind` reads ',' as a list separator and ':' as
+    src:dest, so such a path cannot be bound as it is: refuse it with the key to change."""
+    paths = {
+        "the repository": str(repo),
+        "the working directory": str(workdir),
+        f"datasets.{settings['dataset']}.path": str(settings["data_path"]),
+    }
+    for what, path in paths.items():
+        if "," in path or ":" in path:
+            raise ValueError(
+                f"{what} '{path}' cannot be bound into the container: "
+                "apptainer/singularity --bind read ',' and ':' in a path as separators"
+            )
+    return list(paths.values())
+
+
 def container_prefix(settings, container, repo, workdir):
     """`apptainer exec --nv --bind ... IMAGE`, or nothing when runs use the host's Python.
 
     The repository, the working directory and the dataset are bound so the trainer, its outputs
     and its data are visible at the same paths inside; --pwd keeps relative paths working.
+    `binds` entries are the runtime's own bind specs (src[:dest[:opts]]), passed on as written.
     """
     if container["runtime"] == "none":
         return []
-    binds = [repo, workdir, settings["data_path"], *container["binds"]]
+    binds = [*bound_paths(settings, repo, workdir), *container["binds"]]
     return [
         container["runtime"], "exec", *container["args"],
         "--bind", ",".join(dict.fromkeys(binds)),
@@ -93,22 +142,28 @@ def multinode_torchrun_argv(settings, python, repo):
         python, "-m", "torch.distributed.run",
         f"--nnodes={settings['nodes']}",
         f"--nproc-per-node={settings['gpus_per_node']}",
-        "--node-rank=$SLURM_NODEID",
-        "--rdzv-id=$SLURM_JOB_ID",
+        NODE_RANK,
+        RENDEZVOUS_ID,
         "--rdzv-backend=c10d",
-        "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT",
+        RENDEZVOUS_ENDPOINT,
         trainer_script("pytorch", repo),
         *trainer_args(settings),
     ]
 
 
-def quote_keeping_variables(argv):
-    """shlex-quote each word unless it only carries $VARIABLES meant for the inner shell."""
-    return " ".join(arg if "$" in arg else shlex.quote(arg) for arg in argv)
+def module_names(container):
+    """`container.module`: one module name or a list of them (none: an empty string or list)."""
+    module = container.get("module") or []
+    return [module] if isinstance(module, str) else list(module)
 
 
 def module_load(container):
-    return f"module load {container['module']} && " if container.get("module") else ""
+    """`module load NAME...` as the job's first step, for container runtimes only: a runtime
+    `none` job runs the host's Python and loads nothing."""
+    names = module_names(container)
+    if container["runtime"] not in MODULE_RUNTIMES or not names:
+        return []
+    return [shlex.join(["module", "load", *names])]
 
 
 def max_batch_settings(settings):
@@ -117,35 +172,38 @@ def max_batch_settings(settings):
 
 
 def job_command(settings, container, repo, workdir, host_python):
-    """The shell command of one training job, locally or inside a SLURM allocation."""
+    """The shell command of one training job, locally or inside a SLURM allocation: its steps
+    joined by &&, so a step that fails (a module that does not load) stops the job."""
     python = python_for(container, host_python)
     prefix = container_prefix(settings, container, repo, workdir)
-    if not is_multinode(settings):
-        return module_load(container) + shlex.join(prefix + single_node_argv(settings, python, repo))
-    return module_load(container) + multinode_command(settings, prefix, python, repo)
+    if is_multinode(settings):
+        steps = multinode_steps(settings, prefix, python, repo)
+    else:
+        steps = [shlex.join(prefix + single_node_argv(settings, python, repo))]
+    return " && ".join(module_load(container) + steps)
 
 
-def multinode_command(settings, prefix, python, repo):
+def multinode_steps(settings, prefix, python, repo):
     """srun outside the container starts one torchrun per node inside it; torchrun's c10d
     rendezvous sits on the allocation's first node.
 
-    The slurm-jobstep plugin clears the allocation's SLURM_* variables except the job id before
-    an `mpi` rule's shell runs, so the node list is asked of squeue and srun gets every option.
+    Two shell levels: this job's shell runs srun, srun runs `bash -c PER_NODE` on each node. The
+    per-node line is quoted for the per-node shell, then as one word for this one. srun gets
+    every option itself: the job's SLURM_* variables are cleared (see MASTER_ADDR).
     """
     nodes, gpus_per_node = settings["nodes"], settings["gpus_per_node"]
-    per_node = quote_keeping_variables(prefix + multinode_torchrun_argv(settings, python, repo))
+    per_node = shell_words(prefix + multinode_torchrun_argv(settings, python, repo))
     srun = [
         "srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
         f"--gres=gpu:{gpus_per_node}", f"--cpus-per-task={settings['cpus_per_task']}",
         "--kill-on-bad-exit=1",
     ]
-    return (
-        'MASTER_ADDR=$(scontrol show hostnames "$(squeue -h -j "$SLURM_JOB_ID" -o %N)" | head -n 1)'
-        f" MASTER_PORT={RENDEZVOUS_PORT}; export MASTER_ADDR MASTER_PORT; "
-        + shlex.join(srun)
-        + " bash -c "
-        + shlex.quote(per_node)
-    )
+    return [
+        MASTER_ADDR,
+        f"MASTER_PORT={RENDEZVOUS_PORT}",
+        "export MASTER_ADDR MASTER_PORT",
+        shlex.join([*srun, "bash", "-c", per_node]),
+    ]
 
 
 def local_command(settings, python="python", repo="."):

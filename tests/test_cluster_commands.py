@@ -43,7 +43,9 @@ def job_block(output, rule, wildcards):
 
 
 def shell_of(block):
-    return re.search(r"^Shell command: (.*)$", block, re.MULTILINE).group(1)
+    """The job's command; the rule's shell runs it as `{ COMMAND; } > "$attempt" 2>&1` (train.smk)."""
+    line = re.search(r"^Shell command: (.*)$", block, re.MULTILINE).group(1)
+    return re.search(r'\{ (.*); \} > "\$attempt" 2>&1 && cp ', line).group(1)
 
 
 def resources_of(block):
@@ -95,6 +97,11 @@ def test_pytorch_two_nodes_srun_starts_one_containerized_torchrun_per_node(mn5_d
         'module load singularity && MASTER_ADDR=$(scontrol show hostnames "$(squeue -h -j '
         '"$SLURM_JOB_ID" -o %N)" | head -n 1)'
     )
+    # Each step runs only when the one before it worked (module load, the master's address).
+    assert (
+        " | head -n 1) && MASTER_PORT=$((29500 + SLURM_JOB_ID % 1000)) && "
+        "export MASTER_ADDR MASTER_PORT && srun "
+    ) in outer
     assert outer.endswith(
         "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:4 --cpus-per-task=80 "
         "--kill-on-bad-exit=1"

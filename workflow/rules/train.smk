@@ -2,8 +2,19 @@
 # run's result only when the trainer succeeds, so a failed run leaves no result that looks
 # complete, keeps its log for diagnosis, and is the only thing a rerun repeats.
 # On SLURM the resources below shape each job (scalesweep/launch.py: slurm_resources).
+#
+# Every attempt writes its own numbered log, <run>.attempt-N.log, and the rule's log: <run>.log is
+# a link to the latest attempt. Snakemake deletes a job's log: file before the job starts; that
+# removes only the link, so the logs of earlier attempts (a crash, a SLURM timeout) stay.
+# The braces around the command send every step of it (module load, srun, ...) to the log.
 
-TRAIN_SHELL = "{params.command} > {log} 2>&1 && cp {log} {output}"
+TRAIN_SHELL = (
+    "log={log:q}; n=1; "
+    'while [ -e "${{log%.log}}.attempt-$n.log" ]; do n=$((n + 1)); done; '
+    'attempt="${{log%.log}}.attempt-$n.log"; '
+    'ln -sfn "${{attempt##*/}}" "$log"; '
+    '{{ {params.command}; }} > "$attempt" 2>&1 && cp "$attempt" {output:q}'
+)
 
 
 rule train_tensorflow:

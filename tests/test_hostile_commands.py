@@ -1,0 +1,295 @@
+"""Config text that reaches a shell arrives as written: the job commands of launch.py run for real
+through stub srun / apptainer / singularity / module / python executables (first on PATH; srun and
+the container runtimes exec what they were given, so the per-node shell and the container's
+command run too), and no hostile value ever runs a command. Also: a rerun keeps the log of the
+attempt that failed, through the real workflow."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from conftest import REPO, SNAKEMAKE
+from scalesweep import launch, matrix
+
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+MN5 = REPO / "config" / "mn5.yaml"
+
+# {marker} is replaced by a file that must never be created.
+HOSTILE = {
+    "command-substitution": "$(touch {marker})",
+    "backticks": "`touch {marker}`",
+    "semicolon": "x; touch {marker}",
+    "pipe": "x | touch {marker}",
+    "and": "x && touch {marker}",
+    "background": "x & touch {marker} &",
+    "redirect": "x > {marker}",
+    "ifs": "x${{IFS}}&&${{IFS}}touch${{IFS}}{marker}",
+    "newline": "x\ntouch {marker}\n",
+    "single-quotes": "it's'; touch {marker}; '",
+    "double-quotes": 'say "$(touch {marker})" "',
+    "backslashes": "back\\slash \\$(touch {marker}) \\",
+    "spaces": "two  spaces\tand a tab",
+    "home": "$HOME/data ${{HOME}}",
+    "unicode": "données-ü-数据-🚀",
+    "glob-tilde-brace": "~/x*?[a]{{a..c}}",
+}
+
+# Records argv NUL-separated (exact for any text): program name, argument count, arguments.
+RECORD = 'printf \'%s\\0\' "${0##*/}" "$#" "$@" >> "$STUB_RECORD"\n'
+STUBS = {
+    # srun drops its own options and starts the rest (bash -c PER_NODE) as node 0 would.
+    "srun": RECORD + 'while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift; done\n'
+                     'SLURM_NODEID=0 exec "$@"\n',
+    # `<runtime> exec OPTIONS --pwd DIR IMAGE COMMAND...` runs COMMAND.
+    "apptainer": RECORD + 'while [ $# -gt 0 ] && [ "$1" != --pwd ]; do shift; done\n'
+                          'shift 3 && exec "$@"\n',
+    "module": RECORD,
+    "python": RECORD,
+    "scontrol": "echo node-a\n",
+    "squeue": "echo node-a\n",
+}
+STUBS["singularity"] = STUBS["apptainer"]
+
+JOB_ID = 4242
+MASTER = "node-a:29742"  # scontrol's first node; port 29500 + 4242 % 1000
+
+
+def write_stubs(folder, stubs):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, body in stubs.items():
+        stub = folder / name
+        stub.write_text("#!/bin/bash\n" + body)
+        stub.chmod(0o755)
+    return folder
+
+
+def stub_env(bin_dir, record, **extra):
+    """The environment a job shell gets, with the stubs first on PATH and no exported shell
+    function `module` (an Lmod host has one) hiding the stub."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("BASH_FUNC_")}
+    return {**env, "PATH": f"{bin_dir}:{env['PATH']}", "STUB_RECORD": str(record), **extra}
+
+
+def recorded_calls(record):
+    """[(program, argv)] in the order the stubs ran."""
+    if not record.exists():
+        return []
+    fields = record.read_bytes().decode("utf-8", "surrogateescape").split("\0")[:-1]
+    calls, i = [], 0
+    while i < len(fields):
+        count = int(fields[i + 1])
+        calls.append((fields[i], fields[i + 2 : i + 2 + count]))
+        i += 2 + count
+    return calls
+
+
+def hostile_config(data, runtime, module, value):
+    """The reference config with every config value that reaches a command made hostile."""
+    config = yaml.safe_load(MN5.read_text())
+    config["matrix"] = {
+        "framework": ["tensorflow", "pytorch"], "model": ["resnet50v2", "vit_h_14"],
+        "dataset": ["hostile-cifar", "hostile-folder"], "gpus": [4, 8],
+    }
+    # TensorFlow reads CIFAR-10 pickles, PyTorch image folders: one hostile path for both.
+    config["datasets"] = {
+        "hostile-cifar": {"format": "cifar10", "path": str(data), "resolution": 32},
+        "hostile-folder": {"format": "imagefolder", "path": str(data), "resolution": 32},
+    }
+    config["container"] = {
+        "runtime": runtime,
+        "module": module,
+        "args": ["--nv", f"--env=NOTE={value}"],
+        "binds": [f"/scratch/{value}"],
+        "images": {"tensorflow": f"/images/tf {value}.sif", "pytorch": f"docker://nvcr.io/{value}"},
+    }
+    validate(config, str(SCHEMA))
+    return config
+
+
+def launcher_argv(layout, settings, script):
+    """What torchrun / python must receive, launcher variables expanded as on node 0."""
+    if layout == "pytorch-2-nodes":
+        return ["-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=4", "--node-rank=0",
+                f"--rdzv-id={JOB_ID}", "--rdzv-backend=c10d", f"--rdzv-endpoint={MASTER}",
+                script, *launch.trainer_args(settings)]
+    if layout == "pytorch-1-node":
+        return ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", script,
+                *launch.trainer_args(settings)]
+    return [script, *launch.trainer_args(settings)]
+
+
+LAYOUTS = {"tensorflow-1-node": ("tensorflow", 4), "pytorch-1-node": ("pytorch", 4),
+           "pytorch-2-nodes": ("pytorch", 8)}
+# Each container runtime with one form of `module`; none must load nothing.
+RUNTIMES = {"none": "string", "apptainer": "string", "singularity": "list"}
+
+
+def module_value(form, runtime, value):
+    return f"{runtime} {value}" if form == "string" else [runtime, value]
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    bin_dir = write_stubs(tmp_path / "bin", STUBS)
+    return tmp_path, bin_dir
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_config_values_reach_every_program_as_written(sandbox, name, layout, runtime):
+    tmp, bin_dir = sandbox
+    marker = tmp / "PWNED"
+    value = HOSTILE[name].format(marker=marker)
+    data, repo, workdir = tmp / "data" / f"{value}-folder", tmp / f"repo {value}", tmp / f"work {value}"
+    for folder in (data, workdir):
+        folder.mkdir(parents=True)
+    module = module_value(RUNTIMES[runtime], runtime, value)
+    config = hostile_config(data, runtime, module, value)
+    runs, _ = matrix.plan(config)
+    framework, gpus = LAYOUTS[layout]
+    run = next(r for r in runs if (r["framework"], r["gpus"]) == (framework, gpus))
+    settings = matrix.run_settings(run, config)
+    command = launch.job_command(settings, config["container"], str(repo), str(workdir),
+                                 str(bin_dir / "python"))
+    record = tmp / "calls"
+
+    # As Snakemake runs a rule's shell: bash, strict mode.
+    result = subprocess.run(["bash", "-c", "set -euo pipefail; " + command], cwd=workdir,
+                            env=stub_env(bin_dir, record, SLURM_JOB_ID=str(JOB_ID),
+                                         HOME=str(tmp / "home")),
+                            capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    calls = recorded_calls(record)
+    programs = [program for program, _ in calls]
+    script = f"{repo}/scripts/{launch.TRAINER_SCRIPTS[framework]}"
+    expected = launcher_argv(layout, settings, script)
+    assert calls[-1] == ("python", expected)
+    assert expected[expected.index("--data") + 1] == str(data)
+    if runtime == "none":
+        assert "module" not in programs and runtime not in programs
+    else:
+        names = [module] if isinstance(module, str) else module
+        assert calls[0] == ("module", ["load", *names])
+        image = config["container"]["images"][framework]
+        assert calls[-2] == (runtime, [
+            "exec", "--nv", f"--env=NOTE={value}",
+            "--bind", f"{repo},{workdir},{data},/scratch/{value}",
+            "--pwd", str(workdir), image, "python", *expected,
+        ])
+    if layout == "pytorch-2-nodes":
+        srun = dict(calls)["srun"]
+        assert srun[:6] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--gres=gpu:4",
+                            "--cpus-per-task=80", "--kill-on-bad-exit=1"]
+        assert srun[6:8] == ["bash", "-c"]
+    else:
+        assert "srun" not in programs
+
+
+def test_only_the_launchers_own_words_are_left_to_the_inner_shell():
+    assert launch.shell_words(["$HOME", launch.NODE_RANK, "a b"]) == (
+        "'$HOME' --node-rank=$SLURM_NODEID 'a b'"
+    )
+    # Config text never becomes an inner-shell word, even when it spells one.
+    assert launch.shell_words([str(launch.NODE_RANK)]) == "'--node-rank=$SLURM_NODEID'"
+
+
+def test_a_failing_module_load_stops_the_job(sandbox):
+    tmp, bin_dir = sandbox
+    write_stubs(bin_dir, {"module": RECORD + "exit 1\n"})
+    config = hostile_config(tmp, "apptainer", "apptainer", "x")
+    runs, _ = matrix.plan(config)
+    settings = matrix.run_settings(next(r for r in runs if r["gpus"] == 8), config)
+    command = launch.job_command(settings, config["container"], str(tmp), str(tmp), "python")
+    record = tmp / "calls"
+    result = subprocess.run(["bash", "-c", "set -euo pipefail; " + command], cwd=tmp,
+                            env=stub_env(bin_dir, record, SLURM_JOB_ID=str(JOB_ID)),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert [program for program, _ in recorded_calls(record)] == ["module"]
+
+
+@pytest.mark.parametrize("path", ["data,more", "data:/elsewhere"])
+def test_a_dataset_path_that_bind_would_split_is_refused_in_a_container(tmp_path, path):
+    data = tmp_path / path
+    data.mkdir(parents=True)
+    config = hostile_config(data, "apptainer", "", "x")
+    runs, _ = matrix.plan(config)
+    settings = matrix.run_settings(runs[0], config)
+    with pytest.raises(ValueError, match=r"datasets\.hostile-\w+\.path .* cannot be bound"):
+        launch.job_command(settings, config["container"], "/repo", "/work", "python")
+    host = {**config["container"], "runtime": "none"}
+    assert f"--data {data}" in launch.job_command(settings, host, "/repo", "/work", "python")
+
+
+def test_schema_takes_module_as_a_name_or_a_list_of_names():
+    config = hostile_config("/data", "singularity", ["singularity/3.11", "cuda/12"], "x")
+    assert config["container"]["module"] == ["singularity/3.11", "cuda/12"]
+    with pytest.raises(Exception, match="module"):
+        hostile_config("/data", "singularity", ["singularity", 3], "x")
+
+
+# The workflow itself: the real train rule, with a container runtime that fails twice.
+APPTAINER_ATTEMPT = RECORD + 'echo "attempt $STUB_LABEL"\nexit "$STUB_EXIT"\n'
+
+
+def sweep_config(tmp, value):
+    config = {
+        "matrix": {"framework": ["pytorch"], "model": ["vit_tiny"], "dataset": ["d"], "gpus": [1]},
+        "training": {"epochs": 1},
+        "datasets": {
+            "d": {"format": "imagefolder", "resolution": 32, "path": str(tmp / f"data {value}")},
+        },
+        "container": {"runtime": "apptainer", "module": f"apptainer {value}",
+                      "binds": [f"/scratch/{value}"], "images": {"pytorch": f"/images/{value}.sif"}},
+    }
+    (tmp / f"data {value}").mkdir(parents=True)
+    path = tmp / "sweep.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def train(workdir, configfile, env):
+    target = "results/runs/pytorch/model~vit_tiny/dataset~d/gpus~1/train.log"
+    return subprocess.run(
+        [str(SNAKEMAKE), "--snakefile", str(REPO / "Snakefile"), "--configfile", str(configfile),
+         "--replace-workflow-config", "--cores", "1", target],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_rerun_keeps_the_log_of_every_attempt_and_links_the_latest(tmp_path):
+    marker = tmp_path / "PWNED"
+    value = f"$(touch {marker}); `touch {marker}`"
+    configfile = sweep_config(tmp_path, value)
+    bin_dir = write_stubs(tmp_path / "bin", {"apptainer": APPTAINER_ATTEMPT, "module": RECORD})
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    record = tmp_path / "calls"
+    logs = workdir / "logs/train/pytorch/model~vit_tiny/dataset~d"
+    latest = logs / "gpus~1.log"
+    result = workdir / "results/runs/pytorch/model~vit_tiny/dataset~d/gpus~1/train.log"
+
+    for label, code in (("first", "3"), ("second", "3"), ("third", "0")):
+        run = train(workdir, configfile, stub_env(bin_dir, record, STUB_LABEL=label, STUB_EXIT=code))
+        assert (run.returncode == 0) == (code == "0"), run.stderr[-3000:]
+        if label == "second":
+            # What the analysis reads for a failed run (best_log): the latest attempt.
+            assert latest.read_text() == "attempt second\n" and not result.exists()
+
+    attempts = sorted(path.name for path in logs.glob("gpus~1.attempt-*.log"))
+    assert attempts == [f"gpus~1.attempt-{n}.log" for n in (1, 2, 3)]
+    assert [(logs / name).read_text() for name in attempts] == [
+        "attempt first\n", "attempt second\n", "attempt third\n"]
+    assert os.readlink(latest) == "gpus~1.attempt-3.log"
+    assert result.read_text() == "attempt third\n"
+    assert not marker.exists()
+    calls = recorded_calls(record)
+    assert calls[0] == ("module", ["load", f"apptainer {value}"])
+    assert calls[1][1][calls[1][1].index("--pwd") + 2] == f"/images/{value}.sif"
