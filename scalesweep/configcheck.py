@@ -106,12 +106,11 @@ def load_strict(path):
     return data
 
 
-def files_used(default, cli_files, replace):
+def files_used(default, cli_files, replaced):
     """The config files the workflow's config is made of, in the order they apply: the
-    Snakefile's default (if it exists), then --configfile files; only those with
-    --replace-workflow-config."""
+    Snakefile's default (if it exists) unless the command line replaced it, then --configfile files."""
     cli_files = [str(f) for f in cli_files]
-    if (cli_files and replace) or not Path(default).exists():
+    if replaced or not Path(default).exists():
         return cli_files
     return [str(default), *cli_files]
 

@@ -301,7 +301,9 @@ def check_datasets(config):
                 "resources/datasets/ and never reads the path; keep one of them",
             )
         if "path" in spec and not str(spec["path"]).strip():
-            raise ConfigError(f"{key}.path", "is empty (it would read the working directory); give the dataset's folder")
+            raise ConfigError(
+                f"{key}.path", "is empty (it would read the working directory); give the dataset's folder"
+            )
         if "synthetic" in spec:
             check_synthetic(f"{key}.synthetic", spec["format"], spec["synthetic"])
 
@@ -321,7 +323,9 @@ def nothing_to_run(config, excluded):
     patterns = config.get("exclude", [])
     removed = []
     for rule, count in sorted(exclusion_counts(excluded).items(), key=lambda item: rule_rank(item[0])):
-        label = f"{rule} {patterns[rule_rank(rule) - len(BUILT_IN_RULES)]}" if rule.startswith("exclude[") else rule
+        label = rule
+        if rule.startswith("exclude["):
+            label += f" {patterns[rule_rank(rule) - len(BUILT_IN_RULES)]}"
         removed.append(f"{label} removed {count}")
     return ConfigError(
         "matrix",

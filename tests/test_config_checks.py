@@ -49,7 +49,8 @@ def test_a_key_written_twice_is_refused_with_both_lines(tmp_path):
 
 def test_a_nested_duplicate_is_found_too_but_merge_keys_may_be_overridden(tmp_path):
     nested = write(tmp_path / "n.yaml", "training:\n  epochs: 2\n  seed: 0\n  epochs: 3\n")
-    with pytest.raises(configcheck.ConfigFileError, match=r"line 4, column 3: duplicate key 'epochs' \(first at line 2\)"):
+    duplicate = r"line 4, column 3: duplicate key 'epochs' \(first at line 2\)"
+    with pytest.raises(configcheck.ConfigFileError, match=duplicate):
         configcheck.load_strict(nested)
     merged = write(tmp_path / "m.yaml", "base: &b {epochs: 2, seed: 0}\ntraining:\n  <<: *b\n  epochs: 3\n")
     assert configcheck.load_strict(merged)["training"] == {"epochs": 3, "seed": 0}
@@ -91,10 +92,11 @@ def test_a_top_level_that_is_not_keys_is_refused(tmp_path, text, kind):
 
 def test_files_used_are_the_default_then_the_command_line_ones_unless_replaced(tmp_path):
     default = write(tmp_path / "config.yaml", "{}")
-    assert configcheck.files_used(default, ["/a.yaml"], replace=False) == [str(default), "/a.yaml"]
-    assert configcheck.files_used(default, ["/a.yaml"], replace=True) == ["/a.yaml"]
-    assert configcheck.files_used(default, [], replace=True) == [str(default)]
-    assert configcheck.files_used(tmp_path / "none.yaml", ["/a.yaml"], replace=False) == ["/a.yaml"]
+    assert configcheck.files_used(default, ["/a.yaml"], replaced=False) == [str(default), "/a.yaml"]
+    assert configcheck.files_used(default, ["/a.yaml"], replaced=True) == ["/a.yaml"]
+    assert configcheck.files_used(default, [], replaced=False) == [str(default)]
+    assert configcheck.files_used(default, [], replaced=True) == []  # --config ... --replace-workflow-config
+    assert configcheck.files_used(tmp_path / "none.yaml", ["/a.yaml"], replaced=False) == ["/a.yaml"]
 
 
 def test_sources_name_the_files_and_command_line_keys():
@@ -126,7 +128,8 @@ def schema_message(config):
          "channels_last, seed, protocol, warmup_steps, timed_steps, oom_policy, max_batch_limit); "
          "did you mean 'epochs'?"),
         (lambda c: c.pop("matrix"), "missing required top-level key 'matrix'"),
-        (lambda c: c["datasets"]["synth-cifar"].pop("format"), "config key 'datasets.synth-cifar': missing required key 'format'"),
+        (lambda c: c["datasets"]["synth-cifar"].pop("format"),
+         "config key 'datasets.synth-cifar': missing required key 'format'"),
         (lambda c: c["datasets"].update(x={"format": "cifar10", "resolution": 32}),
          "config key 'datasets.x': needs 'path' or 'synthetic'"),
         (lambda c: c["matrix"].update(framework=["jax"]),
@@ -213,7 +216,8 @@ def test_nothing_to_run_names_the_rules_that_removed_everything(config):
         ({"format": "imagefolder", "resolution": 32,
           "synthetic": {"classes": 4, "train_per_class": 8, "val_per_class": 2, "train_images": 64}},
          "config key 'datasets.d.synthetic.train_images': not an option of imagefolder datasets "
-         "(theirs: classes, train_per_class, val_per_class, size, seed); train_images is an option of cifar10 datasets"),
+         "(theirs: classes, train_per_class, val_per_class, size, seed); "
+         "train_images is an option of cifar10 datasets"),
         ({"format": "imagefolder", "resolution": 32, "synthetic": {"classes": 4, "train_per_class": 8}},
          "config key 'datasets.d.synthetic': imagefolder datasets need classes, train_per_class, "
          "val_per_class, size; missing: val_per_class, size"),
@@ -228,7 +232,9 @@ def script_options(sizes):
     return [arg for option, value in sizes.items() for arg in (f"--{option.replace('_', '-')}", str(value))]
 
 
-@pytest.mark.parametrize("fmt, parse_args", [("cifar10", make_cifar.parse_args), ("imagefolder", make_imagefolder.parse_args)])
+@pytest.mark.parametrize(
+    "fmt, parse_args", [("cifar10", make_cifar.parse_args), ("imagefolder", make_imagefolder.parse_args)]
+)
 def test_synthetic_options_are_exactly_what_the_generators_take(fmt, parse_args):
     options = matrix.SYNTHETIC_OPTIONS[fmt]
     everything = {option: 8 for option in options["required"] + options["optional"]}
@@ -268,7 +274,9 @@ def test_epochs_warning_counts_only_the_runs_with_one_epoch(config):
         "protocol: steps"
     ]
     config["matrix"]["epochs"] = [1, 3]
-    assert warnings_of(config)[0].startswith("4 of 8 runs have fewer than 2 epochs under protocol epochs (matrix.epochs[0]: 1)")
+    assert warnings_of(config)[0].startswith(
+        "4 of 8 runs have fewer than 2 epochs under protocol epochs (matrix.epochs[0]: 1)"
+    )
 
 
 def test_preview_prints_each_warning_on_its_own_line(config):
@@ -330,8 +338,10 @@ def test_dryrun_prints_the_warnings_in_the_preview(tmp_path):
 
     result, output = dry_run(tmp_path, tiny_with(edit))
     assert result.returncode == 0, output[-2000:]
-    assert "scalesweep: warning: exclude[0].gpus: 4 is not a value of matrix.gpus [1, 2], so it matches nothing" in output
-    assert "scalesweep: warning: 4 of 4 runs have fewer than 2 epochs under protocol epochs (training.epochs: 1)" in output
+    assert ("scalesweep: warning: exclude[0].gpus: 4 is not a value of matrix.gpus [1, 2], "
+            "so it matches nothing") in output
+    assert ("scalesweep: warning: 4 of 4 runs have fewer than 2 epochs under protocol epochs "
+            "(training.epochs: 1)") in output
 
 
 def plain_snakemake(workdir, *args):

@@ -19,17 +19,18 @@ from scalesweep import configcheck, launch, matrix, preview  # noqa: E402
 # read strictly first (a syntax error or a duplicate key named with file, line and column), and a
 # default replaced by --configfile ... --replace-workflow-config is neither read nor listed.
 DEFAULT_CONFIGFILE = "config/config.yaml"
-REPLACE_CONFIG = workflow.config_settings.replace_workflow_config
-CONFIG_FILES = configcheck.files_used(
-    DEFAULT_CONFIGFILE, workflow.overwrite_configfiles, REPLACE_CONFIG
+# Snakemake's own condition (Workflow.configfile) for dropping the default config altogether.
+DEFAULT_REPLACED = bool(
+    workflow.config_settings.overwrite_config and workflow.config_settings.replace_workflow_config
 )
+CONFIG_FILES = configcheck.files_used(DEFAULT_CONFIGFILE, workflow.overwrite_configfiles, DEFAULT_REPLACED)
 try:
     for config_file in CONFIG_FILES:
         configcheck.load_strict(config_file)
 except configcheck.ConfigFileError as error:
     raise WorkflowError(str(error)) from None
 
-if not (workflow.overwrite_configfiles and REPLACE_CONFIG):
+if not DEFAULT_REPLACED:
 
     configfile: DEFAULT_CONFIGFILE
 
