@@ -13,6 +13,7 @@ Snakemake alone ("Config file is not valid JSON or YAML"), and this names its fi
 import json
 import reprlib
 import sys
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -78,11 +79,12 @@ def yaml_error_message(path, error):
 
 
 def refuse_duplicate_pairs(path):
+    """A json object_pairs_hook refusing a key given twice (json keeps the last one)."""
+
     def pairs_to_dict(pairs):
-        keys = [key for key, _ in pairs]
-        for key in keys:
-            if keys.count(key) > 1:
-                raise ConfigFileError(f"{path}: duplicate key '{key}' in one JSON object; only the last would count")
+        twice = [key for key, count in Counter(key for key, _ in pairs).items() if count > 1]
+        if twice:
+            raise ConfigFileError(f"{path}: duplicate key '{twice[0]}' in one JSON object; only the last would count")
         return dict(pairs)
 
     return pairs_to_dict
