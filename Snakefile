@@ -1,7 +1,8 @@
 # scalesweep: scaling sweeps of deep-learning training.
 # The stages live in workflow/rules/ (one file each); config/config.yaml is the default local sweep.
 
-configfile: "config/config.yaml"
+# config/config.yaml, the default config, is read in workflow/rules/common.smk (strictly, so
+# that a broken file is named with its line and column).
 
 
 report: "workflow/report/workflow.rst"

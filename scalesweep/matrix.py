@@ -2,11 +2,14 @@
 
 Pure functions of the (schema-validated) config dict, shared by the Snakefile and the tests. The
 JSON schema (workflow/schemas/config.schema.yaml) checks types and names; the checks here are the
-ones a schema cannot express (cross references between keys, files that must exist).
+ones a schema cannot express (cross references between keys, files that must exist), and the
+warnings about what would run but hardly as meant (printed in the preview).
 """
 
+import difflib
 import itertools
 import math
+from collections import Counter
 from pathlib import Path
 
 from scalesweep.catalog import DATASET_FORMATS, FRAMEWORK_SHORT, MODEL_DEFAULTS, MODELS
@@ -28,12 +31,34 @@ EXTRA_AXES = {
 }
 
 
+# The options of scripts/make_cifar.py and scripts/make_imagefolder.py a `synthetic:` entry may
+# set, by dataset format (tests/test_config_checks.py checks them against the scripts' parsers).
+SYNTHETIC_OPTIONS = {
+    "cifar10": {"required": (), "optional": ("train_images", "test_images", "seed")},
+    "imagefolder": {"required": ("classes", "train_per_class", "val_per_class", "size"), "optional": ("seed",)},
+}
+
+# The exclusion rules before the config's own `exclude` entries, in the order they apply.
+BUILT_IN_RULES = ("model-framework", "dataset-format", "tensorflow-single-node")
+
+# Epoch 1 carries start-up (graph build, compilation, cache fill): steady state starts here.
+FIRST_STEADY_EPOCH = 2
+
+
 class ConfigError(ValueError):
-    """A config problem found before any job runs; the message names the key."""
+    """A config problem found before any job runs; the message names the key (an empty key: the
+    message says where itself)."""
 
     def __init__(self, key, message):
-        super().__init__(f"config key '{key}': {message}")
+        super().__init__(f"config key '{key}': {message}" if key else message)
         self.key = key
+
+
+def did_you_mean(names, candidates):
+    """'; did you mean 'framework'?' for near misses of known names, else ''."""
+    close = [difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1) for name in names]
+    guesses = [f"'{match[0]}'" for match in close if match]
+    return f"; did you mean {' or '.join(guesses)}?" if guesses else ""
 
 
 def axis_names(matrix):
@@ -54,6 +79,123 @@ def nodes_for(gpus, gpus_per_node):
 
 def dataset_format(config, dataset):
     return config["datasets"][dataset]["format"]
+
+
+def value_kind(value):
+    """What a YAML value is, in words: 'a number', 'a string', 'a boolean', 'a list', ..."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    kinds = {str: "a string", list: "a list", dict: "a mapping", type(None): "empty"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def exclude_values(wanted):
+    """(key suffix, value) for each value an exclude entry gives one axis (a list means any of)."""
+    if isinstance(wanted, list):
+        return [(f"[{index}]", value) for index, value in enumerate(wanted)]
+    return [("", wanted)]
+
+
+def check_exclude(config):
+    """An exclude entry naming no axis of the matrix, or a value of another kind than the axis's
+    (gpus: '2' for gpus: [1, 2]), would match nothing without a word: refuse both."""
+    matrix = config["matrix"]
+    axes = axis_names(matrix)
+    for index, pattern in enumerate(config.get("exclude", [])):
+        for axis, wanted in pattern.items():
+            key = f"exclude[{index}].{axis}"
+            if axis not in matrix:
+                raise ConfigError(
+                    key,
+                    f"'{axis}' is not an axis of the matrix (axes: {', '.join(axes)})"
+                    + did_you_mean([axis], axes),
+                )
+            kinds = sorted({value_kind(value) for value in matrix[axis]})
+            for suffix, value in exclude_values(wanted):
+                if value_kind(value) not in kinds:
+                    plurals = " and ".join(kind.split(" ")[-1] + "s" for kind in kinds)
+                    raise ConfigError(
+                        key + suffix,
+                        f"{value!r} is {value_kind(value)}, but matrix.{axis} holds {plurals}: {matrix[axis]}",
+                    )
+
+
+def rule_of(reason):
+    """The rule named by an exclusion reason: 'model-framework', 'exclude[0]', ..."""
+    return reason.split(":")[0]
+
+
+def rule_rank(rule):
+    """Where a rule comes in the order exclusion_reason applies them."""
+    if rule.startswith("exclude["):
+        return len(BUILT_IN_RULES) + int(rule[len("exclude["):-1])
+    return BUILT_IN_RULES.index(rule)
+
+
+def exclusion_counts(excluded):
+    """How many combinations each exclusion rule left out, e.g. {"model-framework": 24}."""
+    return Counter(rule_of(reason) for _, reason in excluded)
+
+
+def exclude_warnings(config, excluded):
+    """Exclude entries that remove nothing: a value the matrix does not have, or an entry whose
+    combinations an earlier rule already left out."""
+    matrix = config["matrix"]
+    removed = exclusion_counts(excluded)
+    warnings = []
+    for index, pattern in enumerate(config.get("exclude", [])):
+        absent = [
+            f"exclude[{index}].{axis}{suffix}: {value!r} is not a value of matrix.{axis} "
+            f"{matrix[axis]}, so it matches nothing"
+            for axis, wanted in pattern.items()
+            for suffix, value in exclude_values(wanted)
+            if value not in matrix[axis]
+        ]
+        warnings += absent
+        if not absent and not removed[f"exclude[{index}]"]:
+            warnings.append(
+                f"exclude[{index}] removes nothing: every combination it matches is already "
+                "left out by an earlier rule"
+            )
+    return warnings
+
+
+def short_epoch_keys(config):
+    """The config keys that set fewer epochs than the first steady one (an epochs axis overrides
+    the others, so then only its values count)."""
+    if "epochs" in config["matrix"]:
+        keys = [(f"matrix.epochs[{i}]", epochs) for i, epochs in enumerate(config["matrix"]["epochs"])]
+    else:
+        keys = [("training.epochs", config["training"].get("epochs"))] + [
+            (f"models.{framework}.{model}.epochs", settings.get("epochs"))
+            for framework, models in config.get("models", {}).items()
+            for model, settings in models.items()
+        ]
+    return [f"{key}: {epochs}" for key, epochs in keys if epochs is not None and epochs < FIRST_STEADY_EPOCH]
+
+
+def epochs_warnings(config, all_settings):
+    """Runs timed by whole epochs with fewer than two measure start-up only: no steady state."""
+    all_settings = list(all_settings)
+    startup_only = [
+        s for s in all_settings
+        if s.get("protocol", "epochs") == "epochs" and s["epochs"] < FIRST_STEADY_EPOCH
+    ]
+    if not startup_only:
+        return []
+    return [
+        f"{len(startup_only)} of {len(all_settings)} runs have fewer than {FIRST_STEADY_EPOCH} epochs "
+        f"under protocol epochs ({'; '.join(short_epoch_keys(config))}): epoch 1 is start-up, so "
+        f"they measure no steady-state time or throughput; use epochs >= {FIRST_STEADY_EPOCH} or "
+        "protocol: steps"
+    ]
+
+
+def config_warnings(config, excluded, all_settings):
+    """What the config asks for that runs but is probably not what was meant (printed in the preview)."""
+    return exclude_warnings(config, excluded) + epochs_warnings(config, all_settings)
 
 
 def matches(run, pattern):
@@ -128,6 +270,44 @@ def check_references(config):
                 raise ConfigError(f"models.{framework}.{model}", f"not a {framework} model")
 
 
+def check_synthetic(key, fmt, sizes):
+    """A synthetic entry sets only options its format's generator has, and all it requires."""
+    options = SYNTHETIC_OPTIONS[fmt]
+    allowed = options["required"] + options["optional"]
+    for option in sizes:
+        if option not in allowed:
+            owners = [other for other, o in SYNTHETIC_OPTIONS.items() if option in o["required"] + o["optional"]]
+            belongs = f"; {option} is an option of {', '.join(owners)} datasets" if owners else ""
+            raise ConfigError(
+                f"{key}.{option}",
+                f"not an option of {fmt} datasets (theirs: {', '.join(allowed)}){belongs}",
+            )
+    missing = [option for option in options["required"] if option not in sizes]
+    if missing:
+        raise ConfigError(
+            key, f"{fmt} datasets need {', '.join(options['required'])}; missing: {', '.join(missing)}"
+        )
+
+
+def check_datasets(config):
+    """What the schema lets through but would silently differ or fail in a job: a path beside
+    synthetic (ignored), an empty path (the working directory), synthetic sizes of another format."""
+    for name, spec in config["datasets"].items():
+        key = f"datasets.{name}"
+        if "path" in spec and "synthetic" in spec:
+            raise ConfigError(
+                key,
+                "has both 'path' and 'synthetic': a synthetic dataset is generated under "
+                "resources/datasets/ and never reads the path; keep one of them",
+            )
+        if "path" in spec and not str(spec["path"]).strip():
+            raise ConfigError(
+                f"{key}.path", "is empty (it would read the working directory); give the dataset's folder"
+            )
+        if "synthetic" in spec:
+            check_synthetic(f"{key}.synthetic", spec["format"], spec["synthetic"])
+
+
 def check_dataset_paths(config, datasets, workdir="."):
     """Datasets that are not generated must exist before any job is submitted."""
     for name in datasets:
@@ -138,9 +318,27 @@ def check_dataset_paths(config, datasets, workdir="."):
             )
 
 
+def nothing_to_run(config, excluded):
+    """The error when the rules leave nothing: which rules removed how many combinations."""
+    patterns = config.get("exclude", [])
+    removed = []
+    for rule, count in sorted(exclusion_counts(excluded).items(), key=lambda item: rule_rank(item[0])):
+        label = rule
+        if rule.startswith("exclude["):
+            label += f" {patterns[rule_rank(rule) - len(BUILT_IN_RULES)]}"
+        removed.append(f"{label} removed {count}")
+    return ConfigError(
+        "matrix",
+        f"every combination is excluded: nothing to run ({len(excluded)} combinations; "
+        + ", ".join(removed) + ")",
+    )
+
+
 def plan(config, workdir=".", check_paths=True):
     """(runs, excluded): the configurations to run and the (combination, reason) pairs left out."""
     check_references(config)
+    check_datasets(config)
+    check_exclude(config)
     runs, excluded = [], []
     for run in expand_matrix(config["matrix"]):
         reason = exclusion_reason(run, config)
@@ -149,7 +347,7 @@ def plan(config, workdir=".", check_paths=True):
         else:
             excluded.append((run, reason))
     if not runs:
-        raise ConfigError("matrix", "every combination is excluded: nothing to run")
+        raise nothing_to_run(config, excluded)
     if check_paths:
         check_dataset_paths(config, sorted({run["dataset"] for run in runs}), workdir)
     return runs, excluded

@@ -3,11 +3,7 @@
 from collections import Counter
 
 from scalesweep.launch import gpu_hours
-
-
-def exclusion_counts(excluded):
-    """How many combinations each exclusion rule left out, e.g. {"model-framework": 24}."""
-    return Counter(reason.split(":")[0] for _, reason in excluded)
+from scalesweep.matrix import exclusion_counts
 
 
 def job_shape(settings):
@@ -23,7 +19,7 @@ def time_limits(all_settings):
     return f"{limits[0]} min" if len(limits) == 1 else f"{limits[0]}-{limits[-1]} min"
 
 
-def summary(runs, excluded, all_settings):
+def summary(runs, excluded, all_settings, warnings=()):
     all_settings = list(all_settings)
     left_out = exclusion_counts(excluded)
     shapes = Counter(job_shape(s) for s in all_settings)
@@ -35,4 +31,5 @@ def summary(runs, excluded, all_settings):
         f"  GPUs in all: {total_gpus}; GPU-hours booked at the jobs' time limits "
         f"({time_limits(all_settings)}): {sum(gpu_hours(s) for s in all_settings):.1f}",
     ]
+    lines += [f"scalesweep: warning: {warning}" for warning in warnings]
     return "\n".join(lines)

@@ -6,21 +6,41 @@ from pathlib import Path
 import pandas as pd
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
-from snakemake.utils import Paramspace, min_version, validate
+from snakemake.utils import Paramspace, min_version
 
 min_version("9.0")
 
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep import launch, matrix, preview  # noqa: E402
+from scalesweep import configcheck, launch, matrix, preview  # noqa: E402
 
-validate(config, "../schemas/config.schema.yaml")
+# The default config is read here, not by a `configfile:` line in the Snakefile: each file used is
+# read strictly first (a syntax error or a duplicate key named with file, line and column), and a
+# default replaced by --configfile ... --replace-workflow-config is neither read nor listed.
+DEFAULT_CONFIGFILE = "config/config.yaml"
+# Snakemake's own condition (Workflow.configfile) for dropping the default config altogether.
+DEFAULT_REPLACED = bool(
+    workflow.config_settings.overwrite_config and workflow.config_settings.replace_workflow_config
+)
+CONFIG_FILES = configcheck.files_used(DEFAULT_CONFIGFILE, workflow.overwrite_configfiles, DEFAULT_REPLACED)
+try:
+    for config_file in CONFIG_FILES:
+        configcheck.load_strict(config_file)
+except configcheck.ConfigFileError as error:
+    raise WorkflowError(str(error)) from None
+
+if not DEFAULT_REPLACED:
+
+    configfile: DEFAULT_CONFIGFILE
+
 
 try:
+    configcheck.validate_config(config, os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml"))
     RUNS, EXCLUDED = matrix.plan(config)
 except matrix.ConfigError as error:
-    raise WorkflowError(f"{error} (config files: {', '.join(map(str, workflow.configfiles))})")
+    config_sources = configcheck.sources(CONFIG_FILES, workflow.config_settings.config)
+    raise WorkflowError(f"{error} {config_sources}") from None
 
 # One folder level per axis (model~vit_tiny/dataset~synth-folder/gpus~2/...), below the
 # framework: the two trainers are separate rules with their own commands and resources.
@@ -164,5 +184,6 @@ def synthetic_options(wildcards):
 
 
 if workflow.is_main_process:
-    print(preview.summary(RUNS, EXCLUDED, SETTINGS.values()), file=sys.stderr)
+    WARNINGS = matrix.config_warnings(config, EXCLUDED, SETTINGS.values())
+    print(preview.summary(RUNS, EXCLUDED, SETTINGS.values(), WARNINGS), file=sys.stderr)
 
