@@ -125,7 +125,8 @@ def schema_message(config):
          "analysis, cluster, container)"),
         (lambda c: c["training"].update(epoch=3),
          "config key 'training': unknown key 'epoch' (allowed: epochs, precision, num_workers, compile, "
-         "channels_last, seed, protocol, warmup_steps, timed_steps, oom_policy, max_batch_limit); "
+         "channels_last, seed, protocol, warmup_steps, timed_steps, target_ci_pct, max_timed_steps, oom_policy, "
+         "max_batch_limit); "
          "did you mean 'epochs'?"),
         (lambda c: c.pop("matrix"), "missing required top-level key 'matrix'"),
         (lambda c: c["datasets"]["synth-cifar"].pop("format"),

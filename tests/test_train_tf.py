@@ -243,7 +243,7 @@ def test_dataset_rejects_an_unknown_repeat_mode():
         (["--gpus", "-1"], "--gpus must be 0"),
         (["--protocol", "steps", "--warmup-steps", "0"], "--protocol steps needs --warmup-steps of at least 1"),
         (["--warmup-steps", "-1"], "--warmup-steps must be 0 or more"),
-        (["--timed-steps", "0"], "--timed-steps must be at least 1"),
+        (["--timed-steps", "0"], "--timed-steps must be >= 1"),
         (["--find-max-batch", "--per-gpu-batch", "64", "--max-batch-limit", "32"],
          "--max-batch-limit 32 is below the starting --per-gpu-batch 64"),
         (["--oom-policy", "retry"], "invalid choice: 'retry'"),
