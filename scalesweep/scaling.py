@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scalesweep.breakdown import BREAKDOWN_COLUMNS, LOSS_COLUMNS, NO_BREAKDOWN_NOTE, PARTS, loss_table
+
 STATUSES = ("ok", "failed", "oom", "timeout")
 
 # Per-run measurements, bookkeeping and provenance: everything in runs.csv that is NOT a
@@ -38,7 +40,7 @@ NON_KEY_COLUMNS = frozenset(
         "steady_epoch_time_s", "throughput_img_s", "throughput_per_gpu_img_s", "total_time_s",
         "train_time_s", "memory_gb", "peak_host_rss_gb", "timed_steps", "step_time_ci_pct",
         "throughput_ci_low_img_s", "throughput_ci_high_img_s", "wall_time_s", "gpu_hours",
-        "train_images",
+        "train_images", *BREAKDOWN_COLUMNS,
         # provenance
         "protocol", "log_format", "log", "hostname", "slurm_job_id", "slurm_nodelist",
         "start_time", "versions", "devices",
@@ -49,6 +51,9 @@ REQUIRED_RUN_COLUMNS = ("gpus", "status", "steady_epoch_time_s", "throughput_img
 NUMERIC_RUN_COLUMNS = (
     "gpus", "nodes", "epochs", "steady_epoch_time_s", "throughput_img_s", "total_time_s",
 )
+
+# Breakdown medians per GPU count (scalesweep/breakdown.py), then the loss they explain.
+SCALED_BREAKDOWN = tuple(c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes"))
 
 # Columns scaling_table adds after the group keys, in output order. Any other column of a scaling
 # table is a group key (table_group_keys), so a scaling.csv read back from disk works as is.
@@ -63,7 +68,8 @@ SCALING_COLUMNS = (
     "marginal_gain_img_s", "marginal_gain_pct",
     "total_time_s", "total_time_s_min", "total_time_s_max",
     "tts_speedup", "tts_efficiency_pct", "tts_gain_vs_prev_pct", "tts_gain_vs_min_pct",
-    "train_images", "gpu_hours",
+    "train_images", "gpu_hours", "global_batch",
+    *SCALED_BREAKDOWN, *LOSS_COLUMNS, "breakdown_note",
     "note",
 )
 
@@ -334,7 +340,8 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         nodes=runs["nodes"] if "nodes" in runs else missing,
         epochs=runs["epochs"].where(ok) if "epochs" in runs else missing,
         **_ok_values(runs, ok, ("protocol", "images_per_epoch", "train_images", "gpu_hours",
-                                "throughput_ci_low_img_s", "throughput_ci_high_img_s")),
+                                "throughput_ci_low_img_s", "throughput_ci_high_img_s",
+                                "global_batch", *SCALED_BREAKDOWN)),
         # usable (finite, > 0) values of ok runs; NaN elsewhere, which median/min/max skip
         **{name: runs[column].where(ok & np.isfinite(runs[column]) & (runs[column] > 0))
            if column in runs else missing for name, column in _AGGREGATED},
@@ -348,7 +355,9 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                     "train_images": ("train_images", "median"), "gpu_hours": ("gpu_hours", "median"),
                     "_thr_mean": ("throughput_img_s", "mean"), "_thr_sd": ("throughput_img_s", "std"),
                     "_run_ci_low": ("throughput_ci_low_img_s", "first"),
-                    "_run_ci_high": ("throughput_ci_high_img_s", "first")}
+                    "_run_ci_high": ("throughput_ci_high_img_s", "first"),
+                    "global_batch": ("global_batch", "median"),
+                    **{column: (column, "median") for column in SCALED_BREAKDOWN}}
     for name, _ in _AGGREGATED:
         aggregations.update({name: (name, "median"), f"{name}_min": (name, "min"),
                              f"{name}_max": (name, "max"), f"_{name}_usable": (name, "count")})
@@ -402,7 +411,7 @@ _RELATIVE_COLUMNS = tuple(c for c in SCALING_COLUMNS if c not in (
     "time_s_range", "throughput_img_s", "throughput_img_s_min", "throughput_img_s_max",
     "throughput_ci_low_img_s", "throughput_ci_high_img_s", "throughput_ci_source",
     "total_time_s", "total_time_s_min", "total_time_s_max", "throughput_per_gpu_img_s",
-    "train_images", "gpu_hours", "note"))
+    "train_images", "gpu_hours", "global_batch", *SCALED_BREAKDOWN, "breakdown_note", "note"))
 
 
 def scaling_basis(cells: pd.DataFrame) -> tuple[str | None, str | None]:
@@ -449,8 +458,12 @@ def _group_metrics(cells: pd.DataFrame) -> dict:
         columns["efficiency_pct"] = efficiency_pct(columns["speedup"], columns["scale_factor"])
         columns["karp_flatt"] = karp_flatt(columns["speedup"], columns["scale_factor"])
         columns["scaling_basis"] = np.full(len(cells), basis, dtype=object)
+        columns.update(loss_table(cells, base))
 
     columns["note"] = ["; ".join(group_notes + notes) for notes in cells["notes"]]
+    # Older and reference logs have no step breakdown: said beside the note, not in it.
+    lacking = (cells["n_ok"] > 0) & cells[list(PARTS)].isna().all(axis=1)
+    columns["breakdown_note"] = np.where(lacking, NO_BREAKDOWN_NOTE, "")
     return columns
 
 

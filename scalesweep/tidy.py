@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from scalesweep import breakdown, hardware
 from scalesweep.parse import FIRST_STEADY_EPOCH, LogFormatError, parse_file
 
 AXIS_COLUMNS = ["framework", "model", "dataset", "gpus", "nodes", "repeat"]
@@ -31,6 +32,9 @@ METRIC_COLUMNS = [
 INTERVAL_COLUMNS = ["step_time_ci_pct", "throughput_ci_low_img_s", "throughput_ci_high_img_s"]
 # What a run cost, failed runs included: the trainer's whole life (start-up included) x GPUs.
 COST_COLUMNS = ["wall_time_s", "gpu_hours"]
+# Where a step's time goes (scalesweep/breakdown.py); empty for logs without it.
+BREAKDOWN_COLUMNS = list(breakdown.BREAKDOWN_COLUMNS)
+FLOAT_BREAKDOWN_COLUMNS = [c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes")]
 RUN_RESULT_COLUMNS = [
     "per_gpu_batch",
     "global_batch",
@@ -45,6 +49,7 @@ RUN_RESULT_COLUMNS = [
     *INTERVAL_COLUMNS,
     "timed_steps",
     *COST_COLUMNS,
+    *BREAKDOWN_COLUMNS,
     # provenance, after the contract's columns
     "device_kind",
     "images_per_epoch",
@@ -61,12 +66,13 @@ EPOCH_COLUMNS = AXIS_COLUMNS + EPOCH_RESULT_COLUMNS
 # (per_gpu_batch, epochs, ...) may be sweep axes: the axis value then fills that column.
 RESERVED_KEYS = frozenset(
     {"status", "reason", "log", "log_format", *METRIC_COLUMNS, *INTERVAL_COLUMNS, *COST_COLUMNS,
-     *EPOCH_RESULT_COLUMNS}
+     *BREAKDOWN_COLUMNS, *EPOCH_RESULT_COLUMNS}
 )
 # Counts stay integers in the CSVs (`4`, not `4.0`) even where a failed row leaves them empty.
 COUNT_COLUMNS = (
     "gpus", "nodes", "repeat", "per_gpu_batch", "global_batch", "world_size", "epochs",
-    "images_per_epoch", "train_images", "timed_steps", "epoch", "images",
+    "images_per_epoch", "train_images", "timed_steps", "breakdown_steps", "allreduce_bytes",
+    "epoch", "images",
 )  # fmt: skip
 NO_LOG_REASON = "no log"
 NO_STEADY_REASON = "only epoch 1 finished: no steady-state epoch (epoch >= 2) to measure"
@@ -89,7 +95,7 @@ def runs_table(items) -> tuple[pd.DataFrame, pd.DataFrame]:
     axes = AXIS_COLUMNS + extra_axes
     runs = pd.DataFrame(run_rows, columns=axes + [c for c in RUN_RESULT_COLUMNS if c not in axes])
     epochs = pd.DataFrame(epoch_rows, columns=axes + [c for c in EPOCH_RESULT_COLUMNS if c not in axes])
-    return _typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS)
+    return _typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + FLOAT_BREAKDOWN_COLUMNS)
 
 
 def _typed(frame: pd.DataFrame, float_columns) -> pd.DataFrame:
@@ -217,6 +223,7 @@ def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
         row[key] = summary.get(key)
     row.update(_step_interval(run.epochs, summary, metrics["throughput_img_s"]))
     row["gpu_hours"] = run_gpu_hours(row)
+    row.update(step_breakdown(header, summary, row))
     axes = {key: row[key] for key in row if key in AXIS_COLUMNS or key in config}
     return row, [_epoch_row(axes, epoch) for epoch in run.epochs]
 
@@ -265,6 +272,25 @@ def _step_interval(epochs: list[dict], summary: dict, throughput) -> dict:
     low, high = throughput_interval(throughput, pct)
     return {"timed_steps": steps, "step_time_ci_pct": pct if _is_number(pct) else None,
             "throughput_ci_low_img_s": low, "throughput_ci_high_img_s": high}
+
+
+# Breakdown keys the summary record carries as they are (docs/records.md).
+_SUMMARY_BREAKDOWN = tuple(c for c in BREAKDOWN_COLUMNS if c not in ("flops_per_image", "tflops_per_gpu", "mfu_pct"))
+
+
+def step_breakdown(header: dict, summary: dict, row: dict) -> dict:
+    """The breakdown columns of an ok run: the summary's parts and probes, the header's FLOPs per
+    image, and from them the achieved TFLOP/s per GPU and the MFU (scalesweep/hardware.py)."""
+    values = {key: summary.get(key) if _is_number(summary.get(key)) else None for key in _SUMMARY_BREAKDOWN}
+    flops = header.get("flops_per_image")
+    values["flops_per_image"] = flops if _is_number(flops) else None
+    values["tflops_per_gpu"] = values["mfu_pct"] = None
+    if values["flops_per_image"] is not None and _is_number(row.get("throughput_img_s")) and _is_number(row.get("gpus")):
+        tflops = float(breakdown.tflops_per_gpu(flops, row["throughput_img_s"], row["gpus"]))
+        values["tflops_per_gpu"] = tflops
+        device = (header.get("gpu_models") or [None])[0] if header.get("device_kind") == "gpu" else None
+        values["mfu_pct"] = hardware.mfu_pct(tflops, device, header.get("framework"), header.get("precision"))
+    return values
 
 
 def run_gpu_hours(row: dict) -> float:

@@ -186,6 +186,7 @@ def test_speedup_figure_overlays_the_fit_of_the_series_it_draws(steps_runs):
     # p = 0.8 -> S(8) = 1/(0.2 + 0.1) = 3.333, S(16) = 1/(0.2 + 0.05) = 4
     assert curve.sort_values("gpus")["speedup"].tolist() == pytest.approx([10 / 3, 4.0], rel=1e-5)
     assert "thr(N)/thr(N_min)" in figure.grid.axes.flat[0].get_ylabel()
+    plots.plt.close("all")
 
 
 def test_fit_r2_is_that_of_the_relative_objective():
