@@ -29,6 +29,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
 
+from scalesweep import breakdown  # noqa: E402
 from scalesweep.fits import N_DOUBLINGS, predicted_speedup  # noqa: E402
 from scalesweep.scaling import (  # noqa: E402
     NO_BASELINE_NOTE,
@@ -503,14 +504,60 @@ def build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None = None
                         by_model, reference_y=100.0, note=note),
         ]
     figures += [marginal_gain_figure(data, note), karp_flatt_figure(data, note),
-                throughput_efficiency_figure(data, note)]
+                throughput_efficiency_figure(data, note), step_breakdown_figure(data),
+                line_figure(data, "comm_compute_ratio", "comm_compute_ratio",
+                            "Communication / compute (pure all-reduce / compute per step)",
+                            by_model=True, note=note),
+                bus_bandwidth_figure(data, note)]
     return {figure.name: figure for figure in figures}
 
 
 FIGURE_NAMES = tuple(
     f"{metric}_{suffix}" for suffix in ("by_model", "all")
     for metric in ("time", "throughput", "speedup", "tts_speedup", "efficiency")
-) + ("marginal_gain", "karp_flatt", "throughput_efficiency")
+) + ("marginal_gain", "karp_flatt", "throughput_efficiency", "step_breakdown",
+     "comm_compute_ratio", "bus_bandwidth")
+PART_COLOURS = dict(zip(breakdown.PART_NAMES.values(), sns.color_palette("colorblind", 4)))
+
+
+def step_breakdown_figure(data: pd.DataFrame) -> PlotFigure:
+    """Stacked bars per model panel: where one image's GPU time goes at each GPU count
+    (scalesweep/breakdown.py: N x part / images per step, in ms)."""
+    name = "step_breakdown"
+    keys = [k for k in ("series",) if data["series"].nunique() > 1]
+    long = breakdown.long_parts(data, ["model", *keys])
+    if long.empty or long["ms_per_image"].isna().all():
+        return _placeholder(name, breakdown.NO_BREAKDOWN_NOTE)
+    position = long["gpus"].astype(int).astype(str)
+    if keys:
+        position = long["series"].astype(str) + " | " + position
+    long = long.assign(position=position).sort_values(["model", "gpus"])
+    grid = sns.displot(long, x="position", weights="ms_per_image", hue="part", multiple="stack",
+                       col="model", col_wrap=_col_wrap(data), discrete=True, shrink=0.8,
+                       palette=PART_COLOURS, hue_order=list(PART_COLOURS), height=HEIGHT,
+                       aspect=1.2, facet_kws={"sharey": False, "sharex": False})
+    grid.set_axis_labels(GPUS_LABEL, "GPU time per image (ms)")
+    grid.figure.text(0.01, 0.0, "bar height = N x step time / images per step; growth above the "
+                     "N_min bar is lost efficiency, by part", fontsize=7, va="top")
+    return PlotFigure(name, grid.figure, long.reset_index(drop=True), grid=grid)
+
+
+def bus_bandwidth_figure(data: pd.DataFrame, note: str) -> PlotFigure:
+    """All-reduce bus bandwidth against GPUs; a dotted line where the runs start to span nodes
+    (NVLink inside a node, the network between nodes)."""
+    figure = line_figure(data, "bus_bandwidth", "busbw_gb_s", "All-reduce bus bandwidth (GB/s)",
+                         by_model=True, note=note)
+    if figure.grid is None:
+        return figure
+    multinode = data.loc[data["nodes"].fillna(1) > 1, "gpus"]
+    single = data.loc[data["nodes"].fillna(1) <= 1, "gpus"]
+    if len(multinode) and len(single):
+        boundary = float(np.sqrt(single.max() * multinode.min()))  # midway on the log2 axis
+        for ax in figure.grid.axes.flat:
+            ax.axvline(boundary, color="grey", lw=0.8, ls=":")
+            ax.text(boundary, 1.0, " more than one node", transform=ax.get_xaxis_transform(),
+                    fontsize=7, va="top")
+    return figure
 
 
 def plot_scaling(scaling: pd.DataFrame, outdir, fits: pd.DataFrame | None = None,

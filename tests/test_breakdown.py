@@ -28,7 +28,9 @@ def breakdown_log(tmp_path, gpus, per_gpu_batch, parts, name=None, header_extra=
     summary = {"status": "ok", "reason": None, "epochs": 2, "total_time_s": None,
                "breakdown_step_s": step, "data_wait_s": data, "compute_s": compute,
                "sync_exposed_s": sync, "other_s": other, "breakdown_steps": 50,
-               "allreduce_s": 0.02 * (gpus > 1), "comm_compute_ratio": 0.02 * (gpus > 1) / compute}
+               # one process has nothing to all-reduce: no probe, null keys
+               "allreduce_s": 0.02 if gpus > 1 else None,
+               "comm_compute_ratio": 0.02 / compute if gpus > 1 else None}
     lines = [runlog.format_record({"record": "header", **header}),
              runlog.format_record(runlog.epoch_record(1, 5 * global_batch, 1.0, phase="warmup")),
              runlog.format_record(window), runlog.format_record({"record": "summary", **summary})]
@@ -122,3 +124,29 @@ def test_bus_bandwidth_is_nccl_tests_definition():
     # algbw 100 GB/s over 4 ranks -> busbw 100 x 2 x 3 / 4 = 150 GB/s; 2 ranks -> 100 GB/s
     assert breakdown.bus_bandwidth_gb_s([100.0, 100.0], [4, 2]).tolist() == [150.0, 100.0]
     assert math.isclose(float(breakdown.bus_bandwidth_gb_s(10.0, 8)), 17.5)
+
+
+def test_breakdown_figures_draw_the_hand_computed_parts(tmp_path):
+    """Stacked bars of N x part / images per step: at N=4, 4 x 0.045 / 128 s = 1.40625 ms of
+    exposed sync per image; the bus-bandwidth figure marks where runs span nodes."""
+    from scalesweep import plots
+
+    items = []
+    for gpus, parts, nodes in ((1, (0.010, 0.080, 0.000, 0.010), 1), (2, (0.012, 0.082, 0.016, 0.010), 1),
+                               (4, (0.020, 0.085, 0.045, 0.010), 1), (8, (0.030, 0.085, 0.105, 0.010), 2)):
+        extra = {"nodes": nodes}
+        items.append((breakdown_log(tmp_path, gpus, 32, parts, header_extra=extra), {}))
+    _, runs = tidy.runs_table(items)
+    runs.loc[runs["gpus"] > 1, "busbw_gb_s"] = [90.0, 80.0, 20.0]
+    table = scaling.scaling_table(runs)
+    figures = plots.build_figures(table)
+    bars = figures["step_breakdown"].data.set_index(["gpus", "part"])["ms_per_image"]
+    assert bars[(4, "exposed sync")] == pytest.approx(1000 * 4 * 0.045 / 128)
+    assert bars[(1, "compute")] == pytest.approx(1000 * 0.080 / 32)
+    bus = figures["bus_bandwidth"]
+    assert sorted(bus.data["value"]) == [20.0, 80.0, 90.0]
+    ax = bus.grid.axes.flat[0]
+    assert any(abs(line.get_xdata()[0] - (4 * 8) ** 0.5) < 1e-9 for line in ax.get_lines()
+               if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1])
+    assert set(figures["comm_compute_ratio"].data["gpus"]) == {2, 4, 8}
+    plots.plt.close("all")

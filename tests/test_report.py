@@ -44,6 +44,9 @@ FIGURE_TOPICS = {
     "marginal_gain": "Marginal gain per doubling",
     "karp_flatt": "Karp-Flatt experimental serial fraction",
     "throughput_efficiency": "Throughput and efficiency together",
+    "step_breakdown": "Where an image's GPU time goes",
+    "comm_compute_ratio": "Communication / compute ratio",
+    "bus_bandwidth": "All-reduce bus bandwidth",
 }
 
 
