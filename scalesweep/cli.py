@@ -144,7 +144,7 @@ def collect_runs(paths, tidy_dir):
 def report_refused(refused, stream=None):
     stream = sys.stderr if stream is None else stream
     if refused:
-        print(f"scalesweep analyze: {len(refused)} input(s) refused, the rest written:", file=stream)
+        print(f"scalesweep analyze: refused {len(refused)} input(s):", file=stream)
         for reason in refused:
             print(f"  {reason}", file=stream)
 

@@ -191,9 +191,9 @@ def problems(kind: str, record: dict, required: bool = False) -> list[tuple[str,
         rule = rules.get(key)
         if rule is not None and key not in missing and not rule.accepts(value):
             found.append((key, f"'{key}' must be {rule.describe(key not in needed)}, got {shown(value)}"))
-    bad = {key for key, _ in found}
+    # Values that agree with each other, among those that are valid on their own.
     check = {"header": _batch_disagreement, "epoch": _rate_disagreement}.get(kind)
-    disagreement = check(record) if check and not bad else None
+    disagreement = check(drop_bad_keys(record, found)) if check else None
     return found + ([disagreement] if disagreement else [])
 
 

@@ -9,6 +9,7 @@ or breaks the record contract (scalesweep/records.py); `tidy_tables` also lists 
 """
 
 import math
+import numbers
 import os
 import statistics
 import sys
@@ -207,13 +208,17 @@ def whole_number(value) -> int | None:
     4.0 from a CSV column with gaps), else None."""
     if isinstance(value, bool):
         return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    if not math.isfinite(number) or not number.is_integer() or abs(number) > records.MAX_COUNT:
-        return None
-    return int(number)
+    if isinstance(value, numbers.Integral):  # exactly, where float() would round past 2**53
+        number = int(value)
+    else:
+        try:
+            real = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if not math.isfinite(real) or not real.is_integer():
+            return None
+        number = int(real)
+    return number if abs(number) <= records.MAX_COUNT else None
 
 
 def _global_batch(per_gpu_batch, world_size) -> int | None:

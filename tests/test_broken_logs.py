@@ -103,7 +103,7 @@ def test_analyze_writes_the_valid_runs_and_lists_every_refused_log(tmp_path):
     refused_files = sorted({row["file"] for row in EXPECTED if row["refused"] == "yes"})
     listed = [line.strip() for line in result.stderr.splitlines()[1:]]
     assert result.stderr.splitlines()[0] == (
-        f"scalesweep analyze: {len(refused_files) + 1} input(s) refused, the rest written:"
+        f"scalesweep analyze: refused {len(refused_files) + 1} input(s):"
     )
     for name in refused_files:
         assert sum(line.startswith(str(BROKEN / name)) for line in listed) == 1, name
