@@ -27,7 +27,6 @@ MAX_DEPTH = 32
 # so they agree to the last digits; 0.1 % leaves room for hand-rounded logs only.
 RATE_TOLERANCE = 1e-3
 STATUSES = ("ok", "failed", "oom", "timeout")
-_FORBIDDEN_CHARACTERS = ("\n", "\r", "\x00")
 
 
 @dataclass(frozen=True)
@@ -184,21 +183,24 @@ def problems(kind: str, record: dict, required: bool = False) -> list[tuple[str,
     `required`: also report the keys REQUIRED of a `:::SCALESWEEP` record that are missing.
     """
     rules = RULES[kind]
-    missing = [key for key in REQUIRED[kind] if record.get(key) is None] if required else []
-    found = [(key, f"'{key}' is required, got {'nothing' if key not in record else 'null'}") for key in missing]
     needed = REQUIRED[kind] if required else ()
+    missing = [key for key in needed if record.get(key) is None]
+    found = [(key, f"'{key}' is required, got {'null' if key in record else 'nothing'}") for key in missing]
     for key, value in record.items():
         rule = rules.get(key)
         if rule is not None and key not in missing and not rule.accepts(value):
-            found.append((key, f"'{key}' must be {rule.describe(key not in needed)}, got {shown(value)}"))
+            must = rule.describe(nullable=key not in needed)
+            found.append((key, f"'{key}' must be {must}, got {shown(value)}"))
     # Values that agree with each other, among those that are valid on their own.
     check = {"header": _batch_disagreement, "epoch": _rate_disagreement}.get(kind)
-    disagreement = check(drop_bad_keys(record, found)) if check else None
+    disagreement = check(drop_bad_keys(record, found) if found else record) if check else None
     return found + ([disagreement] if disagreement else [])
 
 
 def drop_bad_keys(record: dict, found: list[tuple[str, str]]) -> dict:
     """`record` without the keys `problems` found bad: no later step may compute with them."""
+    if not found:
+        return record
     bad = {key for key, _ in found}
     return {key: value for key, value in record.items() if key not in bad}
 
@@ -216,7 +218,8 @@ def _rate_disagreement(epoch: dict) -> tuple[str, str] | None:
         return None
     implied = images / seconds
     if implied > MAX_MEASURE:
-        return "seconds", f"'seconds' {seconds!r} for {images} images is {implied:g} img/s, beyond {MAX_MEASURE:g}"
+        message = f"'seconds' {seconds!r} for {images} images is {implied:g} img/s, beyond {MAX_MEASURE:g}"
+        return "seconds", message
     if rate is None or math.isclose(rate, implied, rel_tol=RATE_TOLERANCE):
         return None
     return (
@@ -234,7 +237,8 @@ def depth(value) -> int:
             deepest = max(deepest, level + 1)
             if level + 1 > MAX_DEPTH:
                 break
-            pending.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, level + 1) for child in children)
     return deepest
 
 
@@ -256,7 +260,7 @@ def is_count(value, minimum: int = 1) -> bool:
 
 def is_text(value) -> bool:
     """A string that a CSV cell keeps on one line and UTF-8 can write."""
-    if not isinstance(value, str) or any(character in value for character in _FORBIDDEN_CHARACTERS):
+    if not isinstance(value, str) or "\n" in value or "\r" in value or "\x00" in value:
         return False
     try:
         value.encode("utf-8")

@@ -180,7 +180,8 @@ def _rows_for_item(path, config: dict) -> list[tuple[dict, list[dict], str | Non
     rows = []
     for run in runs:
         row, run_epochs = _run_rows(run, config, path)
-        rows.append(_refused_without_gpu_count(row, run_epochs, run.summary["reason"] if run.problems else None))
+        refusal = run.summary["reason"] if run.problems else None
+        rows.append(_refused_without_gpu_count(row, run_epochs, refusal))
     return rows
 
 
@@ -188,7 +189,8 @@ def _refused_without_gpu_count(row: dict, run_epochs: list[dict], refusal: str |
     """An ok run whose GPU count neither the log nor the axes give has no place in any series."""
     if row["status"] != "ok" or not pd.isna(row.get("gpus")):
         return row, run_epochs, refusal
-    reason = f"{row['log']}: GPU count unknown: the log gives no 'world_size' or 'gpus', nor do the run's axes"
+    reason = (f"{row['log']}: GPU count unknown: the log gives no 'world_size' or 'gpus', "
+              "nor do the run's axes")
     failed = {**row, "status": "failed", "reason": reason}
     failed.update(dict.fromkeys(METRIC_COLUMNS))
     return failed, [], reason
