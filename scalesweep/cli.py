@@ -2,6 +2,11 @@
 
 For users who bring logs from earlier runs (ours, the reference TF/Keras scripts, the reference
 DDP script) or runs tables from several sweeps.
+
+Broken input does not cost the rest: a log that cannot be read or breaks the record contract is a
+failed row, a runs table or manifest that cannot be read is left out, and each is listed on
+stderr, naming the file (and line and key where there is one); the exit status is then 1.
+Everything readable is still written. Exit status 2: nothing could be analysed at all.
 """
 
 import argparse
@@ -10,67 +15,150 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import parse, scaling, stages, tidy
+from scalesweep import parse, records, scaling, stages, tidy
 
 LOG_SUFFIXES = {".log", ".out", ".txt", ".err"}
 MANIFEST = "manifest.csv"
+# Manifest axes that are counts: a manifest is typed by hand, and a `four` there would reach the
+# tables as a GPU count.
+MANIFEST_COUNTS = {"gpus": 0, "nodes": 1, "repeat": 0, "world_size": 1, "per_gpu_batch": 1, "global_batch": 1}
+REFUSED_EXIT = 1
+FAILED_EXIT = 2
+
+
+class Refused(ValueError):
+    """An input that cannot be used; the message names the file (and line where there is one)."""
 
 
 def is_runs_table(path):
     return path.suffix == ".csv" and path.name != MANIFEST
 
 
+def check_text(path):
+    """Refused unless `path` is UTF-8 text: pandas would fail with a bare codec error."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as error:
+        raise Refused(f"{path}: cannot read: {error.strerror or error}") from None
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        byte = raw[error.start]
+        raise Refused(f"{path}:{line}: not a UTF-8 text CSV (byte 0x{byte:02x}: {error.reason})") from None
+
+
 def read_manifest(folder):
     """folder/manifest.csv: a `file` column plus axes (gpus, model, ...) for the logs beside it.
 
     The reference DDP logs do not print the world size; the manifest (or the file name) gives it.
+    Returns ({log path: axes}, [refused rows]); a manifest that cannot be read at all is Refused.
     """
     path = folder / MANIFEST
     if not path.exists():
-        return {}
-    manifest = pd.read_csv(path)
+        return {}, []
+    check_text(path)
+    try:
+        manifest = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise Refused(f"{path}: cannot read the manifest: {error}") from None
     if "file" not in manifest.columns:
-        raise ValueError(f"{path}: needs a 'file' column naming each log")
-    return {
-        str(folder / row.pop("file")): {k: v for k, v in row.items() if pd.notna(v)}
-        for row in manifest.to_dict("records")
-    }
+        raise Refused(f"{path}: needs a 'file' column naming each log")
+    axes_by_file, refused = {}, []
+    for line, row in enumerate(manifest.to_dict("records"), start=2):
+        axes = {k: v for k, v in row.items() if pd.notna(v)}
+        log = str(folder / str(axes.pop("file", "")))
+        problem = manifest_problem(axes)
+        if problem:
+            refused.append(f"{path}:{line}: {problem}; {log} left out")
+        axes_by_file[log] = None if problem else axes
+    return axes_by_file, refused
+
+
+def manifest_problem(axes):
+    """Why a manifest row's axes cannot be used, or None."""
+    for key, minimum in MANIFEST_COUNTS.items():
+        if key in axes:
+            value = tidy.whole_number(axes[key])
+            if value is None or value < minimum:
+                return f"column {key!r} must be a whole number >= {minimum}, got {records.shown(axes[key])}"
+    return None
 
 
 def log_items(paths):
-    """(log path, axes) pairs: axes from a folder's manifest where it has one. Without, the log
-    says what it can, and a DDP log's world size comes from its file name (parse.gpus_from_filename)."""
-    items = []
+    """((log path, axes) pairs, [refused]): axes from a folder's manifest where it has one. Without,
+    the log says what it can, and a DDP log's world size comes from its file name
+    (parse.gpus_from_filename)."""
+    items, refused = [], []
     for path in paths:
         if path.is_dir():
-            axes_by_file = read_manifest(path)
+            try:
+                axes_by_file, bad_rows = read_manifest(path)
+            except Refused as error:
+                refused.append(f"{error}; the logs of {path} left out")
+                continue
+            refused += bad_rows
             for log in sorted(p for p in path.iterdir() if p.suffix in LOG_SUFFIXES):
-                items.append((str(log), axes_by_file.get(str(log), {})))
+                axes = axes_by_file.get(str(log), {})
+                if axes is not None:
+                    items.append((str(log), axes))
         elif not is_runs_table(path):
             items.append((str(path), {}))
-    return items
+    return items, refused
+
+
+def read_runs_table(path):
+    """A runs table given on the command line, checked (scaling.read_runs); Refused naming it."""
+    check_text(path)
+    try:
+        return scaling.read_runs(path)
+    except ValueError as error:
+        raise Refused(str(error)) from None
 
 
 def collect_runs(paths, tidy_dir):
-    """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv; return runs.csv's path."""
+    """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv.
+
+    Returns (runs.csv's path or None when there is no run at all, [refused inputs]).
+    """
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
-    epochs, runs = tidy.runs_table(log_items(paths))
-    tables = [scaling.read_runs(p) for p in paths if p.is_file() and is_runs_table(p)]
+    items, refused = log_items(paths)
+    epochs, runs, refused_logs = tidy.tidy_tables(items)
+    refused += refused_logs
+    tables = []
+    for path in (p for p in paths if p.is_file() and is_runs_table(p)):
+        try:
+            tables.append(read_runs_table(path))
+        except Refused as error:
+            refused.append(str(error))
     frames = [frame for frame in [runs, *tables] if not frame.empty]
     if not frames:
-        raise ValueError("no runs found in " + ", ".join(map(str, paths)))
+        return None, refused
     runs = pd.concat(frames, ignore_index=True)
     tidy.write_tidy(epochs, runs, tidy_dir)
-    return Path(tidy_dir) / "runs.csv"
+    return Path(tidy_dir) / "runs.csv", refused
+
+
+def report_refused(refused, stream=None):
+    stream = sys.stderr if stream is None else stream
+    if refused:
+        print(f"scalesweep analyze: refused {len(refused)} input(s):", file=stream)
+        for reason in refused:
+            print(f"  {reason}", file=stream)
 
 
 def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0):
+    """Write out/tidy, out/tables and out/figures; return the refused inputs (already reported)."""
     out = Path(out)
-    runs_csv = collect_runs([Path(p) for p in paths], out / "tidy")
+    runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy")
+    report_refused(refused)
+    if runs_csv is None:
+        raise ValueError("no runs found in " + ", ".join(map(str, paths)))
     print(stages.write_tables(runs_csv, out / "tables", efficiency_floor, gpu_hour_budget, epoch_budget))
     print(stages.figures(out / "tables", out / "figures"))
+    return refused
 
 
 def main(argv=None):
@@ -85,8 +173,9 @@ def main(argv=None):
                              help="training epochs the sweet spot's projected GPU-hours stand for")
     args = parser.parse_args(argv)
     try:
-        analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget, args.epoch_budget)
+        refused = analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget,
+                          args.epoch_budget)
     except (ValueError, FileNotFoundError, parse.LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
-        return 2
-    return 0
+        return FAILED_EXIT
+    return REFUSED_EXIT if refused else 0

@@ -11,26 +11,33 @@ The format is detected from the text, never configured:
 - `unknown`: no training lines at all, but a failure signature (a job killed at its time limit
   before printing anything) - a failed run, not an unreadable log.
 
-Every run comes out as a `ParsedRun` keyed like docs/records.md. A run that did not finish is a
-run with status failed / oom / timeout and a one-line reason, never numbers that look valid.
+Every run comes out as a `ParsedRun` keyed like docs/records.md and checked against the record
+contract (scalesweep/records.py), whatever its format. A run that did not finish is a run with
+status failed / oom / timeout and a one-line reason, never numbers that look valid; so is a run
+whose log holds a value the contract does not allow (its reason names the log, line and key).
 """
 
 import json
+import math
 import os
 import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from scalesweep import records
 from scalesweep.catalog import MODELS
 
 RECORD_PREFIX = ":::SCALESWEEP"
 SCHEMA = 1
-STATUSES = ("ok", "failed", "oom", "timeout")
+STATUSES = records.STATUSES
 FIRST_STEADY_EPOCH = 2
 UNFINISHED_CAUSES = "run killed, timed out or crashed?"
 TRUNCATED_REASON = f"log ends before the summary record ({UNFINISHED_CAUSES})"
 REASON_LIMIT = 300
+# Digits of a count in a human-format log: a longer digit run is no count (records.MAX_COUNT),
+# and Python refuses to convert an integer of more than 4,300 digits at all.
+_N = r"\d{1,15}"
 
 # Reference model names -> catalog names; the rest are matched case-insensitively, with the `v2`
 # suffix the reference script leaves out of its header (` Model ResNet50` is ResNet50V2).
@@ -47,12 +54,19 @@ class LogFormatError(ValueError):
         self.line = line
 
 
+class EmptyLogError(LogFormatError):
+    """A log with nothing in it: the job died before printing, a failed run rather than bad input."""
+
+
 @dataclass
 class ParsedRun:
     """One training run: keys of docs/records.md wherever the log holds the information.
 
     `summary` is set for every parsed run: the log's own summary record, or one derived from the
     log (`status` ok for a complete reference run, failed/oom/timeout for an unfinished one).
+    `problems` lists the values that break the record contract, each naming the log, line (where
+    the format has lines per value) and key; a run with problems is `failed`, its first problem the
+    reason, and the bad keys are left out of header, epochs and summary.
     """
 
     format: str
@@ -60,6 +74,7 @@ class ParsedRun:
     header: dict
     epochs: list[dict]
     summary: dict | None = None
+    problems: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -70,6 +85,8 @@ class _Draft:
     epochs: list[dict] = field(default_factory=list)
     summary: dict | None = None
     lines: list[tuple[int, str]] = field(default_factory=list)
+    header_line: int | None = None
+    problems: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,15 +104,15 @@ def parse_file(path, world_size: int | None = None) -> list[ParsedRun]:
 def parse_log(text: str, source: str = "<string>", world_size: int | None = None) -> list[ParsedRun]:
     """All runs in one log text, in the order they ran."""
     if not text.strip():
-        raise LogFormatError(source, "empty log")
+        raise EmptyLogError(source, "empty log")
     lines = list(enumerate(text.splitlines(), start=1))
     fmt = detect_format(lines)
     if fmt == "scalesweep":
         return _parse_scalesweep(lines, source, world_size)
     if fmt == "ddp-reference":
-        return [_parse_ddp(lines, source, world_size)]
+        return [_checked(_parse_ddp(lines, source, world_size))]
     if fmt in ("tf-reference-keras2", "tf-keras3"):
-        return _parse_keras(lines, source, fmt, world_size)
+        return [_checked(run) for run in _parse_keras(lines, source, fmt, world_size)]
     return [_unknown_format_run(lines, source)]
 
 
@@ -131,10 +148,10 @@ def detect_format(lines) -> str | None:
 
 
 _GPUS_IN_NAME = (
-    re.compile(r"(?<![A-Za-z0-9])(\d+)[-_]?gpus?(?![A-Za-z])", re.IGNORECASE),  # vit_4gpus, 8gpu
-    re.compile(r"(?<![A-Za-z0-9])gpus?[-_=~]?(\d+)(?!\d)", re.IGNORECASE),  # gpus~2 (Paramspace)
+    re.compile(rf"(?<![A-Za-z0-9])({_N})[-_]?gpus?(?![A-Za-z])", re.IGNORECASE),  # vit_4gpus, 8gpu
+    re.compile(rf"(?<![A-Za-z0-9])gpus?[-_=~]?({_N})(?!\d)", re.IGNORECASE),  # gpus~2 (Paramspace)
 )
-_G_IN_NAME = re.compile(r"(?<![A-Za-z0-9])g(\d+)(?![A-Za-z0-9])", re.IGNORECASE)  # ddp-n2-g8
+_G_IN_NAME = re.compile(rf"(?<![A-Za-z0-9])g({_N})(?![A-Za-z0-9])", re.IGNORECASE)  # ddp-n2-g8
 
 
 def gpus_from_filename(name) -> int | None:
@@ -254,7 +271,7 @@ def _parse_scalesweep(lines, source, world_size) -> list[ParsedRun]:
         kind = record.pop("record")
         record.pop("schema")
         if kind == "header":
-            drafts.append(_Draft(header=record, lines=[] if drafts else prelude))
+            drafts.append(_Draft(header=record, lines=[] if drafts else prelude, header_line=number))
             continue
         if kind not in ("epoch", "summary"):
             continue  # a record kind added after schema 1's parser: not ours to judge
@@ -268,18 +285,38 @@ def _parse_scalesweep(lines, source, world_size) -> list[ParsedRun]:
 
 def _load_record(payload: str, source, number) -> dict:
     try:
-        record = json.loads(payload)
-    except json.JSONDecodeError as error:
+        record = _RECORD_DECODER.decode(payload)
+    except RecursionError:
+        raise LogFormatError(source, f"corrupt {RECORD_PREFIX} record: nested too deeply", number) from None
+    except ValueError as error:  # bad JSON, a duplicate key, an integer of over 4,300 digits
         raise LogFormatError(source, f"corrupt {RECORD_PREFIX} record: {error}", number) from None
     if not isinstance(record, dict) or not isinstance(record.get("record"), str):
         raise LogFormatError(
             source, f"{RECORD_PREFIX} record is not an object with a 'record' kind", number
         )
-    if record.get("schema") != SCHEMA:
-        raise LogFormatError(
-            source, f"record schema {record.get('schema')!r}, this parser reads schema {SCHEMA}", number
-        )
+    brackets = payload.count("[") + payload.count("{")  # a bound on the depth, at C speed
+    if brackets > records.MAX_DEPTH and records.depth(record) > records.MAX_DEPTH:
+        message = f"{RECORD_PREFIX} record nested deeper than {records.MAX_DEPTH} levels"
+        raise LogFormatError(source, message, number)
+    schema = record.get("schema")
+    if not records.is_integer(schema) or schema != SCHEMA:
+        message = f"record schema {records.shown(schema)}, this parser reads schema {SCHEMA}"
+        raise LogFormatError(source, message, number)
     return record
+
+
+def _object_without_duplicate_keys(pairs) -> dict:
+    # With a repeated key json keeps the last value: `"seconds": 8.0, "seconds": -5` would read as
+    # a valid-looking -5 (or 8) depending on the order a writer happened to use.
+    record = dict(pairs)
+    if len(record) < len(pairs):
+        seen = set()
+        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"key {records.shown(repeated)} appears twice in one object")
+    return record
+
+
+_RECORD_DECODER = json.JSONDecoder(object_pairs_hook=_object_without_duplicate_keys)
 
 
 def _add_record(draft: _Draft, kind: str, record: dict, source, number) -> None:
@@ -287,44 +324,81 @@ def _add_record(draft: _Draft, kind: str, record: dict, source, number) -> None:
         raise LogFormatError(source, f"{kind} record after the summary record", number)
     if kind == "summary":
         if record.get("status") not in STATUSES:
-            status = record.get("status")
-            message = f"summary status {status!r} is not one of {', '.join(STATUSES)}"
+            status = records.shown(record.get("status"))
+            message = f"summary status {status} is not one of {', '.join(STATUSES)}"
             raise LogFormatError(source, message, number)
-        draft.summary = record
+        draft.summary = _keep_valid(draft, "summary", record, f"{source}:{number}: summary record")
         return
     epoch = record.get("epoch")
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
-        message = f"epoch record needs a 1-based integer 'epoch', got {epoch!r}"
+    if not records.is_count(epoch):
+        message = f"epoch record needs a 1-based integer 'epoch' (at most 2**53), got {records.shown(epoch)}"
         raise LogFormatError(source, message, number)
     if any(seen["epoch"] == epoch for seen in draft.epochs):
         raise LogFormatError(source, f"epoch {epoch} recorded twice in one run", number)
-    draft.epochs.append(record)
+    draft.epochs.append(_keep_valid(draft, "epoch", record, f"{source}:{number}: epoch {epoch} record"))
+
+
+def _keep_valid(draft: _Draft, kind: str, record: dict, where: str, required: bool = True) -> dict:
+    """`record` without the keys that break the contract; each of those a problem of the run."""
+    found = records.problems(kind, record, required=required)
+    draft.problems.extend(f"{where}: {message}" for _, message in found)
+    return records.drop_bad_keys(record, found)
 
 
 def _finish_scalesweep(draft: _Draft, source, world_size) -> ParsedRun:
-    if world_size is not None:
+    if records.is_count(world_size):
         draft.header.setdefault("world_size", world_size)
+    where = f"{source}:{draft.header_line}: header record"
+    draft.header = _keep_valid(draft, "header", draft.header, where)
     summary = draft.summary
-    if summary is None:
+    if draft.problems:
+        summary = _refused_summary(draft.problems, len(draft.epochs))
+    elif summary is None:
         summary = _unfinished_summary(draft, TRUNCATED_REASON)
     else:
         asked = draft.header.get("epochs")
         if summary["status"] == "ok" and isinstance(asked, int) and len(draft.epochs) < asked:
             reason = f"summary says ok but only {len(draft.epochs)} of {asked} epoch records were logged"
             summary = {**summary, "status": "failed", "reason": reason}
-    return ParsedRun("scalesweep", source, draft.header, draft.epochs, summary)
+    return ParsedRun("scalesweep", source, draft.header, draft.epochs, summary, draft.problems)
+
+
+def _refused_summary(problems: list[str], epochs: int) -> dict:
+    """The verdict on a run whose log breaks the contract: failed, the first problem the reason."""
+    more = len(problems) - 1
+    reason = problems[0] + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+    return {"status": "failed", "reason": one_line(reason), "epochs": epochs}
+
+
+def _checked(run: ParsedRun) -> ParsedRun:
+    """A run parsed from a human-format log, checked against the same record contract.
+
+    Those logs print no value per line in one place, so problems name the epoch instead; no key is
+    required, since the reference scripts do not print everything a record holds.
+    """
+    draft = _Draft()
+    run.header = _keep_valid(draft, "header", run.header, f"{run.source}: header", required=False)
+    run.epochs = [
+        _keep_valid(draft, "epoch", epoch, f"{run.source}: epoch {epoch.get('epoch')}", required=False)
+        for epoch in run.epochs
+    ]
+    summary = _keep_valid(draft, "summary", run.summary, f"{run.source}: summary", required=False)
+    if draft.problems:
+        summary = _refused_summary(draft.problems, len(run.epochs))
+    run.summary, run.problems = summary, draft.problems
+    return run
 
 
 # ---------------------------------------------------------------------------------------------
 # TensorFlow reference script: header block + Keras verbose=2 epoch lines
 
-_KERAS_HEADER_RE = re.compile(r"^\s*Model\s+(?P<model>\S+)\s+(?P<gpus>\d+)\s+GPUs?\s*$")
-_KERAS_BATCH_RE = re.compile(r"^\s*Batch_size\s*:\s*(\d+)\s*$", re.IGNORECASE)
-_KERAS_REPLICAS_RE = re.compile(r"^\s*Num_replicas\s*:\s*(\d+)\s*$", re.IGNORECASE)
-_KERAS_EPOCH_RE = re.compile(r"^\s*Epoch\s+(\d+)\s*/\s*(\d+)\s*$")
+_KERAS_HEADER_RE = re.compile(rf"^\s*Model\s+(?P<model>\S+)\s+(?P<gpus>{_N})\s+GPUs?\s*$")
+_KERAS_BATCH_RE = re.compile(rf"^\s*Batch_size\s*:\s*({_N})\s*$", re.IGNORECASE)
+_KERAS_REPLICAS_RE = re.compile(rf"^\s*Num_replicas\s*:\s*({_N})\s*$", re.IGNORECASE)
+_KERAS_EPOCH_RE = re.compile(rf"^\s*Epoch\s+({_N})\s*/\s*({_N})\s*$")
 # `13/13 - 9s - <fields>`: Keras prints the elapsed time as whole seconds (`%.0fs`).
 _KERAS_PROGRESS_RE = re.compile(
-    r"(?:^|\s)(?P<step>\d+)/(?P<steps>\d+) - (?P<elapsed>\d+(?:\.\d+)?(?:s|ms|us)) *(?P<rest>(?:- .*)?)$"
+    rf"(?:^|\s)(?P<step>{_N})/(?P<steps>{_N}) - (?P<elapsed>\d+(?:\.\d+)?(?:s|ms|us)) *(?P<rest>(?:- .*)?)$"
 )
 _EPOCH_TIME_RE = re.compile(r"(?:^|- )\d+(?:\.\d+)?(?:s|ms|us)/epoch\b")
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(s|ms|us)(?:/(epoch|step|sample))?$")
@@ -403,7 +477,7 @@ def _keras_epoch(epoch: int, match) -> dict:
         elif ":" in token:
             name, _, value = token.partition(":")
             if name.strip() in _KERAS_METRICS:
-                metrics[_KERAS_METRICS[name.strip()]] = _number(value)
+                metrics[_KERAS_METRICS[name.strip()]] = _metric(value)
     elapsed = _duration(_DURATION_RE.match(match.group("elapsed")))
     return {
         "epoch": epoch,
@@ -443,11 +517,14 @@ def _keras_epoch_seconds(elapsed, times: dict, steps: int) -> float:
 def _finish_keras(draft: _Draft, source, fmt, world_size) -> ParsedRun:
     header = draft.header
     if "world_size" not in header:
-        header["world_size"] = header.get("gpus", world_size)
+        # 0 GPUs is the CPU baseline: its replica count is unknown unless Num_replicas says.
+        replicas = header.get("gpus") or world_size
+        if replicas:
+            header["world_size"] = replicas
     global_batch, replicas = header.get("global_batch"), header.get("world_size")
-    if global_batch and replicas:
-        per_gpu, remainder = divmod(global_batch, replicas)
-        header["per_gpu_batch"] = per_gpu if remainder == 0 else global_batch / replicas
+    if global_batch and replicas and global_batch % replicas == 0:
+        # An uneven split (TF allows one) has no per-GPU batch: a fraction is no batch size.
+        header["per_gpu_batch"] = global_batch // replicas
     for epoch in draft.epochs:
         steps = epoch.pop("steps")
         # Keras counts the last, partial batch as a whole step: steps x global batch is an upper
@@ -473,7 +550,7 @@ _DDP_PREFIX_RE = re.compile(
     r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\s*-\s?"
 )
 _DDP_ARG_RE = re.compile(r"^###\s*(?P<body>.+?)\s*$")
-_DDP_EPOCH_RE = re.compile(r"^\[EPOCH\s*:?\s*(\d+)\s*\]\s*(.*)$", re.IGNORECASE)
+_DDP_EPOCH_RE = re.compile(rf"^\[EPOCH\s*:?\s*({_N})\s*\]\s*(.*)$", re.IGNORECASE)
 _DDP_FINISHED_RE = re.compile(r"^Training finished", re.IGNORECASE)
 _DDP_TOTAL_TIME_RE = re.compile(r"^Complete training time\s*:?\s*(.+)$", re.IGNORECASE)
 _DDP_THROUGHPUT_RE = re.compile(r"^Training throughput\s*:?\s*([\d.]+)\s*imgs?/s", re.IGNORECASE)
@@ -535,12 +612,13 @@ def _parse_ddp(lines, source, world_size) -> ParsedRun:
         elif _DDP_TOTAL_TIME_RE.match(message):
             final["total_time_s"] = parse_duration(_DDP_TOTAL_TIME_RE.match(message).group(1))
         elif _DDP_THROUGHPUT_RE.match(message):
-            final["throughput_img_s"] = float(_DDP_THROUGHPUT_RE.match(message).group(1))
+            final["throughput_img_s"] = _number(_DDP_THROUGHPUT_RE.match(message).group(1))
         elif _DDP_MEMORY_RE.match(message):
             match = _DDP_MEMORY_RE.match(message)
             # The reference prints its own GB figure; kept as printed unless the unit says MB/KB.
             to_gb = _MEMORY_UNITS_GB.get((match.group(2) or "").upper(), 1.0)
-            final["memory_gb"] = float(match.group(1)) * to_gb
+            memory = _number(match.group(1))  # `[\d.]+` also matches `1.2.3`
+            final["memory_gb"] = None if memory is None else memory * to_gb
     draft.header = _ddp_header(args, world)
     draft.epochs = _ddp_epochs(epochs, draft.header.get("images_per_epoch"))
     return ParsedRun("ddp-reference", source, draft.header, draft.epochs, _ddp_summary(draft, final))
@@ -562,7 +640,11 @@ def _add_ddp_epoch_fields(epochs: dict, epoch: int, body: str, source, number) -
         match = _DDP_EPOCH_FIELD_RE.match(part)
         name = " ".join(match.group("name").lower().split()) if match else None
         if name in _DDP_EPOCH_FIELDS:
-            fields[_DDP_EPOCH_FIELDS[name]] = _number(match.group("value"))
+            target = _DDP_EPOCH_FIELDS[name]
+            # A diverged loss prints `nan`: no metric, as the record writer has it; a throughput
+            # keeps its value, for the record contract to refuse.
+            read = _number if "throughput" in target else _metric
+            fields[target] = read(match.group("value"))
     entry = epochs.setdefault(epoch, {})
     if "throughput_img_s" in fields and "throughput_img_s" in entry:
         message = f"epoch {epoch} reports its training throughput twice (one run per file expected)"
@@ -594,7 +676,7 @@ def _ddp_header(args: dict, world: int) -> dict:
     if parameters is not None:
         header["parameters"] = parameters
     samples = args.get("total_training_samples", "").replace(",", "")
-    counts = [int(number) for number in re.findall(r"\d+", samples)]
+    counts = [int(number) for number in re.findall(rf"(?<!\d){_N}(?!\d)", samples)]
     if counts:
         # `Total training samples (batches)` counts one rank's share (the DistributedSampler's).
         header["samples_per_rank"] = counts[0]
@@ -613,12 +695,14 @@ def _ddp_epochs(epochs: dict, images_per_epoch) -> list[dict]:
             continue
         throughput = entry.pop("throughput_img_s")
         seconds = images_per_epoch / throughput if images_per_epoch and throughput else None
+        # Throughput before seconds: it is what the log printed, the seconds follow from it, and
+        # the record check reports a bad value's keys in this order.
         finished.append(
             {
                 "epoch": number,
                 "images": images_per_epoch,
-                "seconds": seconds,
                 "throughput_img_s": throughput,
+                "seconds": seconds,
                 "loss": entry.pop("loss", None),
                 "accuracy": entry.pop("accuracy", None),
                 **entry,
@@ -673,7 +757,7 @@ _DURATION_UNITS.update({"m": 60, "min": 60, "minute": 60, "minutes": 60})
 def parse_duration(text: str) -> float | None:
     """Seconds in `702 s`, `702.5s`, `11m 42s`, `1h 2m 3s`, `0:11:42` (a bare number is seconds)."""
     text = text.strip()
-    clock = re.match(r"^(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$", text)
+    clock = re.match(rf"^({_N}):(\d{{2}}):(\d{{2}}(?:\.\d+)?)$", text)
     if clock:
         hours, minutes, seconds = clock.groups()
         return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
@@ -690,11 +774,16 @@ def _number(text) -> float | None:
         return None
 
 
+def _metric(text) -> float | None:
+    value = _number(text)
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _integer(text) -> int | None:
     if text is None:
         return None
     cleaned = str(text).strip().replace(",", "").replace("_", "")
-    return int(cleaned) if cleaned.isdigit() else None
+    return int(cleaned) if re.fullmatch(_N, cleaned) else None
 
 
 def _rate(images, seconds) -> float | None:

@@ -186,11 +186,15 @@ def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int 
         raise ValueError(f"{source}: missing column(s) {', '.join(map(repr, missing))} "
                          f"(runs.csv written by scalesweep.tidy has them)")
     runs = runs.reset_index(drop=True).copy()
+    logs = runs["log"] if "log" in runs.columns else pd.Series(None, index=runs.index)
 
     def where(position: int) -> str:
-        if line_offset is None:
-            return f"row {position}"
-        return f"line {position + line_offset}"
+        return f"row {position}" if line_offset is None else f"line {position + line_offset}"
+
+    def from_log(position: int) -> str:
+        # runs.csv is written by the tidy step: the value came from this log, the place to fix.
+        log = logs.iloc[position]
+        return f" (the run of {log})" if isinstance(log, str) and log else ""
 
     for column in NUMERIC_RUN_COLUMNS:
         if column not in runs.columns:
@@ -200,25 +204,26 @@ def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int 
         if bad.any():
             position = int(np.flatnonzero(bad.to_numpy())[0])
             raise ValueError(f"{source} {where(position)}: column {column!r} holds "
-                             f"{runs[column].iloc[position]!r}, not a number")
+                             f"{runs[column].iloc[position]!r}, not a number{from_log(position)}")
         runs[column] = numbers.astype(float)
     # A failed run whose log never said its GPU count (an empty log, say) stays in runs.csv but
-    # has no place in a scaling series; an ok run without one is an error.
-    runs = runs[runs["gpus"].notna() | (runs["status"] == "ok")].reset_index(drop=True)
+    # has no place in a scaling series; an ok run without one is an error. The index keeps the
+    # CSV rows' positions for the messages below.
+    runs = runs[runs["gpus"].notna() | (runs["status"] == "ok")].copy()
     gpus = runs["gpus"]
     bad = gpus.isna() | (gpus < 0) | (gpus != gpus.round())
     if bad.any():
-        position = int(np.flatnonzero(bad.to_numpy())[0])
+        position = int(gpus.index[bad.to_numpy()][0])
         raise ValueError(f"{source} {where(position)}: column 'gpus' must be a whole number >= 0, "
-                         f"got {gpus.iloc[position]!r}")
+                         f"got {gpus.loc[position]!r}{from_log(position)}")
     runs["gpus"] = gpus.astype(int)
     unknown = ~runs["status"].isin(STATUSES)
     if unknown.any():
-        position = int(np.flatnonzero(unknown.to_numpy())[0])
+        position = int(runs.index[unknown.to_numpy()][0])
         raise ValueError(f"{source} {where(position)}: column 'status' holds "
-                         f"{runs['status'].iloc[position]!r}; "
-                         f"expected one of {', '.join(STATUSES)}")
-    return runs
+                         f"{runs['status'].loc[position]!r}; "
+                         f"expected one of {', '.join(STATUSES)}{from_log(position)}")
+    return runs.reset_index(drop=True)
 
 
 def iter_groups(table: pd.DataFrame, keys: list[str]) -> Iterator[tuple[dict, pd.DataFrame]]:

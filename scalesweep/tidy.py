@@ -4,20 +4,23 @@ Each run is a log plus the sweep axes it was launched with. The axes say what wa
 what happened: axes override or complete the log, metrics always come from the log. Steady-state
 metrics are recomputed from the epochs (median over epochs >= 2), never copied from a summary.
 A run that did not finish is a row with status failed / oom / timeout, a reason, and NaN in every
-metric column, so no plot or fit can take it for a measurement.
+metric column, so no plot or fit can take it for a measurement. So is a log that cannot be read
+or breaks the record contract (scalesweep/records.py); `tidy_tables` also lists those as refused.
 """
 
 import math
+import numbers
 import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
-from scalesweep import breakdown, hardware
-from scalesweep.parse import FIRST_STEADY_EPOCH, LogFormatError, parse_file
+from scalesweep import breakdown, hardware, records
+from scalesweep.parse import FIRST_STEADY_EPOCH, EmptyLogError, LogFormatError, parse_file
 
 AXIS_COLUMNS = ["framework", "model", "dataset", "gpus", "nodes", "repeat"]
 METRIC_COLUMNS = [
@@ -78,6 +81,14 @@ NO_LOG_REASON = "no log"
 NO_STEADY_REASON = "only epoch 1 finished: no steady-state epoch (epoch >= 2) to measure"
 
 
+class TidyTables(NamedTuple):
+    epochs: pd.DataFrame
+    runs: pd.DataFrame
+    # One line per log, or run in a log, that could not be read or broke the record contract,
+    # naming the log (and line and key where there is one); each is also a failed row in `runs`.
+    refused: list[str]
+
+
 def runs_table(items) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(epochs, runs) tables from `(log path or None, config axes)` pairs.
 
@@ -85,17 +96,25 @@ def runs_table(items) -> tuple[pd.DataFrame, pd.DataFrame]:
     column that is also an axis appears once, as the axis). epochs holds the epochs of finished
     (status ok) runs only: a failed run's partial epochs are not measurements to plot.
     """
+    epochs, runs, _ = tidy_tables(items)
+    return epochs, runs
+
+
+def tidy_tables(items) -> TidyTables:
+    """runs_table's tables, and the logs it refused (TidyTables.refused)."""
     items = [(path, dict(config)) for path, config in items]
     extra_axes = _extra_axes(config for _, config in items)
-    run_rows, epoch_rows = [], []
+    run_rows, epoch_rows, refused = [], [], []
     for path, config in items:
-        for run_row, run_epochs in _rows_for_item(path, config):
+        for run_row, run_epochs, refusal in _rows_for_item(path, config):
             run_rows.append(run_row)
             epoch_rows.extend(run_epochs)
+            refused.extend([refusal] if refusal else [])
     axes = AXIS_COLUMNS + extra_axes
     runs = pd.DataFrame(run_rows, columns=axes + [c for c in RUN_RESULT_COLUMNS if c not in axes])
     epochs = pd.DataFrame(epoch_rows, columns=axes + [c for c in EPOCH_RESULT_COLUMNS if c not in axes])
-    return _typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + FLOAT_BREAKDOWN_COLUMNS)
+    float_columns = METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + FLOAT_BREAKDOWN_COLUMNS
+    return TidyTables(_typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, float_columns), refused)
 
 
 def _typed(frame: pd.DataFrame, float_columns) -> pd.DataFrame:
@@ -111,8 +130,10 @@ def _counts_as_integers(frame: pd.DataFrame) -> pd.DataFrame:
             continue
         values = pd.to_numeric(frame[column], errors="coerce")
         known = values.dropna()
-        # Only where every given value is a whole number: a user axis may hold other things.
-        if values.notna().sum() == frame[column].notna().sum() and (known == known.round()).all():
+        # Only where every given value is a whole number: a user axis may hold other things
+        # (and one past 2**53 is no count; Int64 could not even hold some of them).
+        whole = (known == known.round()).all() and (known.abs() <= records.MAX_COUNT).all()
+        if values.notna().sum() == frame[column].notna().sum() and whole:
             frame[column] = values.astype("Int64")
     return frame
 
@@ -157,29 +178,81 @@ def _extra_axes(configs) -> list[str]:
     return sorted(keys - set(AXIS_COLUMNS))
 
 
-def _rows_for_item(path, config: dict) -> list[tuple[dict, list[dict]]]:
-    """[(run row, epoch rows)] for one log: several runs when the file holds several."""
+def _rows_for_item(path, config: dict) -> list[tuple[dict, list[dict], str | None]]:
+    """[(run row, epoch rows, why refused or None)] for one log: several when it holds several runs.
+
+    An empty log is a job that died before printing: a failed run, not a refused log.
+    """
     if path is None or not Path(path).is_file():
-        return [(_failed_row(config, NO_LOG_REASON, path), [])]
+        return [(_failed_row(config, NO_LOG_REASON, path), [], None)]
     try:
         runs = parse_file(path, world_size=_world_size_hint(config))
-    except LogFormatError as error:
-        return [(_failed_row(config, str(error), path), [])]
-    return [_run_rows(run, config, path) for run in runs]
+    except EmptyLogError as error:
+        return [(_failed_row(config, str(error), path), [], None)]
+    except (LogFormatError, OSError) as error:  # OSError: unreadable (permissions, vanished)
+        reason = str(error) if isinstance(error, LogFormatError) else f"{path}: cannot read: {error}"
+        return [(_failed_row(config, reason, path), [], reason)]
+    rows = []
+    for run in runs:
+        row, run_epochs = _run_rows(run, config, path)
+        refusal = run.summary["reason"] if run.problems else None
+        rows.append(_refused_without_gpu_count(row, run_epochs, refusal))
+    return rows
+
+
+def _refused_without_gpu_count(row: dict, run_epochs: list[dict], refusal: str | None):
+    """An ok run whose GPU count neither the log nor the axes give has no place in any series."""
+    if row["status"] != "ok" or not pd.isna(row.get("gpus")):
+        return row, run_epochs, refusal
+    reason = (f"{row['log']}: GPU count unknown: the log gives no 'world_size' or 'gpus', "
+              "nor do the run's axes")
+    failed = {**row, "status": "failed", "reason": reason}
+    failed.update(dict.fromkeys(METRIC_COLUMNS))
+    return failed, [], reason
 
 
 def _world_size_hint(config: dict) -> int | None:
     """World size for logs that do not print it (ddp-reference): the run's total GPU count."""
     for key in ("world_size", "gpus"):
-        value = config.get(key)
-        if value is not None and int(value) >= 1:
-            return int(value)
+        value = whole_number(config.get(key))
+        if value is not None and value >= 1:
+            return value
     return None
 
 
+def whole_number(value) -> int | None:
+    """A config or log value that is a whole number up to records.MAX_COUNT (an int, a numpy int,
+    4.0 from a CSV column with gaps), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):  # exactly, where float() would round past 2**53
+        number = int(value)
+    else:
+        try:
+            real = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if not math.isfinite(real) or not real.is_integer():
+            return None
+        number = int(real)
+    return number if abs(number) <= records.MAX_COUNT else None
+
+
+def _global_batch(per_gpu_batch, world_size) -> int | None:
+    """per_gpu_batch x world_size, when both are whole numbers >= 1 (else unknown)."""
+    per_gpu, world = whole_number(per_gpu_batch), whole_number(world_size)
+    if per_gpu is None or world is None or per_gpu < 1 or world < 1:
+        return None
+    return per_gpu * world if per_gpu * world <= records.MAX_COUNT else None
+
+
 def _axes(log_values: dict, config: dict) -> dict:
-    """Axis values: config first, then the log, then the defaults (1 node, repeat 0)."""
-    values = {key: log_values.get(key) for key in AXIS_COLUMNS}
+    """Axis values: config first, then the log, then the defaults (1 node, repeat 0).
+
+    From the log only keys of the header contract: a `repeat` or `status` key in a header is
+    not one, and readers skip keys they do not know.
+    """
+    values = {key: log_values.get(key) if key in records.HEADER else None for key in AXIS_COLUMNS}
     values.update(config)
     if values.get("gpus") is None:
         values["gpus"] = log_values.get("world_size")
@@ -201,11 +274,11 @@ def _failed_row(config: dict, reason: str, path) -> dict:
 
 def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
     header, summary = run.header, run.summary or {}
-    row = {key: header.get(key) for key in RUN_RESULT_COLUMNS if key in header}
+    row = {key: header[key] for key in RUN_RESULT_COLUMNS if key in header and key in records.HEADER}
     row.update(_axes(header, config))
     row["world_size"] = row.get("world_size") or row.get("gpus")
-    if row.get("global_batch") is None and row.get("per_gpu_batch") is not None and row["world_size"]:
-        row["global_batch"] = row["per_gpu_batch"] * row["world_size"]
+    if row.get("global_batch") is None:
+        row["global_batch"] = _global_batch(row.get("per_gpu_batch"), row["world_size"])
     row["status"] = summary.get("status", "failed")
     row["epochs"] = row.get("epochs") if "epochs" in config else len(run.epochs)
     row["log_format"] = run.format
@@ -339,7 +412,7 @@ def _epoch_rate(epoch: dict):
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return records.is_number(value)
 
 
 def main(argv=None) -> int:

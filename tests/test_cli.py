@@ -1,5 +1,6 @@
 """`python -m scalesweep analyze`: logs and runs tables in, tidy/tables/figures out."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,67 @@ def test_empty_and_truncated_logs_become_failed_rows_not_numbers(tmp_path):
     failed = runs[runs["status"] != "ok"]
     assert len(failed) == 2
     assert failed["steady_epoch_time_s"].isna().all() and failed["reason"].notna().all()
+
+
+# --- broken input: each refused input listed, the rest written, exit status 1 ----------------
+
+
+def test_binary_runs_csv_is_refused_naming_file_and_line_and_the_log_still_analysed(tmp_path):
+    binary = tmp_path / "runs.csv"
+    binary.write_bytes(b"gpus,status\n1,ok\n\x89PNG\r\n\x1a\n\x00\xff")
+    result = analyze(binary, LOGS / "scalesweep_ok.log", "--out", tmp_path / "out")
+    assert result.returncode == 1, result.stderr
+    assert f"  {binary}:3: not a UTF-8 text CSV (byte 0x89: invalid start byte)" in result.stderr
+    assert "Traceback" not in result.stderr and "codec" not in result.stderr
+    runs = pd.read_csv(tmp_path / "out" / "tidy" / "runs.csv")
+    assert list(runs["status"]) == ["ok"]
+
+    alone = analyze(binary, "--out", tmp_path / "out2")
+    assert alone.returncode == 2
+    assert f"{binary}:3: not a UTF-8" in alone.stderr and "no runs found" in alone.stderr
+    assert "Traceback" not in alone.stderr
+
+
+def test_malformed_runs_csv_names_the_file_and_line(tmp_path):
+    ragged = tmp_path / "runs.csv"
+    hand_made_runs().to_csv(ragged, index=False)
+    ragged.write_text(ragged.read_text() + "1,2,3\n" + "4," * 40 + "\n")
+    result = analyze(ragged, LOGS / "scalesweep_ok.log", "--out", tmp_path / "out")
+    assert result.returncode == 1
+    assert re.search(rf"{re.escape(str(ragged))}: cannot read the runs table: .*line 6", result.stderr)
+
+
+def test_bad_value_in_a_generated_runs_csv_names_the_log_it_came_from(tmp_path):
+    runs = hand_made_runs().astype({"gpus": object})
+    runs.loc[1, "gpus"] = "two"
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    result = analyze(tmp_path / "runs.csv", "--out", tmp_path / "out")
+    assert result.returncode == 2  # the only input
+    assert (f"{tmp_path / 'runs.csv'} line 3: column 'gpus' holds 'two', not a number "
+            "(the run of run2.log)") in result.stderr
+
+
+def test_manifest_row_with_a_bad_count_leaves_that_log_out_only(tmp_path):
+    folder = tmp_path / "ddp"
+    folder.mkdir()
+    for name in ("first.log", "second.log"):
+        (folder / name).write_text((LOGS / "ddp_vit_4gpus.log").read_text())
+    (folder / "manifest.csv").write_text("file,gpus\nfirst.log,four\nsecond.log,4\n")
+    result = analyze(folder, "--out", tmp_path / "out")
+    assert result.returncode == 1
+    assert (f"  {folder / 'manifest.csv'}:2: column 'gpus' must be a whole number >= 0, got 'four'; "
+            f"{folder / 'first.log'} left out") in result.stderr
+    runs = pd.read_csv(tmp_path / "out" / "tidy" / "runs.csv")
+    assert list(runs["log"]) == [str(folder / "second.log")] and runs.loc[0, "gpus"] == 4
+
+
+def test_unreadable_manifest_leaves_its_folder_out(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a.log").write_text((LOGS / "scalesweep_ok.log").read_text())
+    (folder / "manifest.csv").write_bytes(b"file,gpus\na.log,\xff\n")
+    result = analyze(folder, LOGS / "scalesweep_ok.log", "--out", tmp_path / "out")
+    assert result.returncode == 1
+    assert f"{folder / 'manifest.csv'}:2: not a UTF-8 text CSV" in result.stderr
+    assert f"the logs of {folder} left out" in result.stderr
+    assert len(pd.read_csv(tmp_path / "out" / "tidy" / "runs.csv")) == 1

@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from scalesweep.parse import LogFormatError, gpus_from_filename, parse_duration, parse_file, parse_log
+from scalesweep.parse import (
+    EmptyLogError,
+    LogFormatError,
+    gpus_from_filename,
+    parse_duration,
+    parse_file,
+    parse_log,
+)
 
 LOGS = Path(__file__).parent / "data" / "logs"
 
@@ -335,3 +342,94 @@ def test_gpus_from_filename(name, gpus):
 )
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
+
+
+# --- the record contract on read (scalesweep/records.py) ---------------------------------------
+
+
+def test_empty_log_is_its_own_error_type():
+    """tidy tells a job that printed nothing (a failed run) from a log it cannot read."""
+    with pytest.raises(EmptyLogError):
+        parse_log("\n")
+    assert issubclass(EmptyLogError, LogFormatError)
+
+
+def test_bad_header_value_fails_the_run_names_line_and_key_and_is_left_out():
+    header = record("header", framework="tensorflow", model="cnn_small", world_size="4", gpus=2, epochs=1)
+    text = "\n".join(["human line", header, record("epoch", epoch=1, images=64, seconds=2.0),
+                      record("summary", status="ok")])
+    (run,) = parse_log(text, source="x.log")
+    assert run.summary == {
+        "status": "failed",
+        "reason": "x.log:2: header record: 'world_size' must be a whole number from 1 to 2**53, got '4'",
+        "epochs": 1,
+    }
+    assert run.problems == [run.summary["reason"]]
+    assert "world_size" not in run.header and run.header["gpus"] == 2
+
+
+def test_every_problem_is_kept_and_the_reason_counts_the_others():
+    epochs = [record("epoch", epoch=1, images=-64, seconds=0), record("epoch", epoch=2, images=64, seconds=2.0)]
+    (run,) = parse_log("\n".join([HEADER, *epochs, record("summary", status="ok", memory_gb=-1)]), source="x.log")
+    assert run.problems == [
+        "x.log:2: epoch 1 record: 'images' must be a whole number from 1 to 2**53, got -64",
+        "x.log:2: epoch 1 record: 'seconds' must be a finite number > 0 and <= 1e+15, got 0",
+        "x.log:4: summary record: 'memory_gb' must be a finite number >= 0 or null, got -1",
+    ]
+    assert run.summary["reason"] == run.problems[0] + " (and 2 more problems)"
+    assert run.epochs[0] == {"epoch": 1}  # the bad keys are gone: nothing computes with them
+
+
+def test_duplicate_json_key_is_a_corrupt_record_even_in_a_nested_object():
+    line = ':::SCALESWEEP {"record": "header", "schema": 1, "versions": {"torch": "2", "torch": "3"}}'
+    with pytest.raises(LogFormatError, match=r"^x\.log:1: corrupt .*key 'torch' appears twice"):
+        parse_log(line, source="x.log")
+
+
+def test_world_size_hint_fills_a_header_without_one_but_not_with_a_bad_value():
+    header = record("header", framework="pytorch", model="resnet18", epochs=1)
+    text = "\n".join([header, record("epoch", epoch=1, images=64, seconds=2.0), record("summary", status="ok")])
+    (run,) = parse_log(text, world_size=8)
+    assert run.header["world_size"] == 8 and run.summary["status"] == "ok"
+    (run,) = parse_log(text, source="x.log", world_size=0)
+    assert run.summary["reason"] == "x.log:1: header record: 'world_size' is required, got nothing"
+
+
+def test_keras_uneven_split_has_no_per_gpu_batch_and_nan_loss_no_metric():
+    head = " Model ResNet50 3 GPUs\nBatch_size: 1000\nNum_replicas: 3\n"
+    (run,) = parse_log(head + "4/4 - 9s - 2s/step - accuracy: 0.1 - loss: nan\n")
+    assert run.header["global_batch"] == 1000 and "per_gpu_batch" not in run.header
+    assert run.epochs[0]["loss"] is None and run.summary["status"] == "ok"
+
+
+def test_keras_digit_runs_too_long_for_a_count_are_not_read_as_one():
+    """Python refuses int() of over 4,300 digits; a count past 15 digits is no count anyway."""
+    head = " Model ResNet50 1 GPUs\nBatch_size: " + "9" * 5000 + "\n"
+    (run,) = parse_log(head + "Epoch 1/1\n4/4 - 9s - 2s/step - loss: 2.3\n")
+    assert "global_batch" not in run.header and run.epochs[0]["images"] is None
+
+
+def test_keras_cpu_baseline_without_num_replicas_has_no_world_size_of_zero():
+    (run,) = parse_log(" Model ResNet50 0 GPUs\nBatch_size: 64\n4/4 - 9s - 2s/step - loss: 2.3\n")
+    assert run.header["gpus"] == 0 and "world_size" not in run.header
+    assert run.summary["status"] == "ok"
+
+
+def test_ddp_unreadable_numbers_are_no_crash():
+    text = (
+        "### model_name: vit\n### batch_size: 64\n### num_epochs: 1\n"
+        "### Total training samples (batches): 100 (2)\n"
+        "[EPOCH: 1] Training throughput: 50 imgs/s | Loss: nan\nTraining finished!\n"
+        "Training throughput: 1.2.3 imgs/s\nGPU memory reserved: 1.2.3 GB\n"
+    )
+    (run,) = parse_log(text, world_size=2)
+    assert run.summary["status"] == "ok"
+    assert (run.summary["throughput_img_s"], run.summary["memory_gb"]) == (None, None)
+    assert run.epochs[0]["loss"] is None and run.epochs[0]["seconds"] == 200 / 50
+
+
+def test_ddp_negative_throughput_fails_the_run_naming_the_epoch_and_key():
+    text = "### model_name: vit\n### Total training samples (batches): 100 (2)\n[EPOCH: 1] Training throughput: -50 imgs/s\n"
+    (run,) = parse_log(text + "Training finished!\n", source="d.log", world_size=2)
+    assert run.summary["status"] == "failed"
+    assert run.summary["reason"].startswith("d.log: epoch 1: 'throughput_img_s' must be a finite number > 0")

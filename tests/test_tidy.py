@@ -254,3 +254,74 @@ def test_cli_writes_both_tables(tmp_path, capsys):
     assert tidy.main(["--out", str(tmp_path), str(LOGS / "tf_keras3_resnet50_2gpus.log")]) == 0
     assert len(pd.read_csv(tmp_path / "runs.csv")) == 1
     assert "runs.csv" in capsys.readouterr().out
+
+
+# --- broken input: refused logs, crash cases of bad values ---------------------------------------
+
+
+def test_tidy_tables_lists_refused_logs_but_not_failed_runs(tmp_path):
+    bad = tmp_path / "bad.log"
+    bad.write_text(record("header", framework="pytorch", model="resnet18", world_size="4", epochs=1))
+    result = tidy.tidy_tables([(bad, {}), (LOGS / "empty.log", {}), (LOGS / "scalesweep_oom.log", {}),
+                               (LOGS / "scalesweep_ok.log", {})])
+    assert list(result.runs["status"]) == ["failed", "failed", "oom", "ok"]
+    assert result.refused == [f"{bad}:1: header record: 'world_size' must be a whole number from 1 to 2**53, got '4'"]
+    assert result.runs.iloc[0]["reason"] == result.refused[0]
+    assert runs_table([(bad, {})])[1].iloc[0]["reason"] == result.refused[0]
+
+
+def test_global_batch_is_per_gpu_batch_times_world_size_when_the_log_leaves_it_out(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("\n".join([
+        record("header", framework="pytorch", model="resnet18", world_size=4, per_gpu_batch=16, epochs=1),
+        record("epoch", epoch=1, images=64, seconds=2.0),
+        record("summary", status="ok"),
+    ]))
+    _, row = one_row(log)
+    assert (row["per_gpu_batch"], row["world_size"], row["global_batch"]) == (16, 4, 64)
+    # From the sweep's axes, given as text by a hand-written manifest.
+    _, row = one_row(log, {"per_gpu_batch": "32"})
+    assert row["global_batch"] == 128
+
+
+@pytest.mark.parametrize(
+    "value, number",
+    [(4, 4), ("4", 4), (4.0, 4), (2.5, None), ("four", None), (True, None), (None, None),
+     (float("nan"), None), (2**53, 2**53), (2**53 + 1, None), (10**400, None), ([1], None)],
+)
+def test_whole_number_reads_config_values_without_raising(value, number):
+    assert tidy.whole_number(value) == number
+
+
+def test_config_values_that_are_no_count_do_not_crash_the_table():
+    """`gpus: four` or 2**70 from a config used to end in ValueError / TypeError (Int64 cast)."""
+    _, runs = runs_table([(LOGS / "ddp_vit_4gpus.log", {"gpus": "four"}), (None, {"gpus": 2**70})])
+    assert runs.iloc[0]["world_size"] == 4  # from the file name, not from `four`
+    assert list(runs["status"]) == ["ok", "failed"]
+
+
+def test_ok_run_without_any_gpu_count_is_refused_not_an_ok_row_without_gpus(tmp_path):
+    log = tmp_path / "keras.log"
+    log.write_text("Epoch 1/2\n4/4 - 9s - 2s/step - loss: 2.3\nEpoch 2/2\n4/4 - 8s - 2s/step - loss: 2.1\n")
+    result = tidy.tidy_tables([(log, {})])
+    row = result.runs.iloc[0]
+    assert_failed_row(row, "failed")
+    assert row["reason"] == f"{log}: GPU count unknown: the log gives no 'world_size' or 'gpus', nor do the run's axes"
+    assert result.refused == [row["reason"]] and result.epochs.empty
+    # With the count from the sweep's axes it is a measurement.
+    _, row = one_row(log, {"gpus": 1})
+    assert (row["status"], row["steady_epoch_time_s"]) == ("ok", 8.0)
+
+
+def test_unreadable_log_file_is_a_refused_row(tmp_path):
+    folder = tmp_path / "run.log"
+    folder.mkdir()
+    result = tidy.tidy_tables([(folder, {"gpus": 1})])
+    assert result.runs.iloc[0]["reason"] == "no log"  # a folder is no log file
+    # A file that exists and cannot be read, even by root: reading it fails with EIO.
+    unreadable = Path("/proc/self/mem")
+    if not unreadable.is_file():
+        pytest.skip("needs Linux /proc")
+    result = tidy.tidy_tables([(unreadable, {"gpus": 1})])
+    assert result.refused == [result.runs.iloc[0]["reason"]]
+    assert result.refused[0].startswith(f"{unreadable}: cannot read: ")

@@ -1,0 +1,311 @@
+"""The record contract of docs/records.md as one table: for each record kind, key -> rule.
+
+Every parsed run passes through here before anything is computed from it, whatever log format
+it came from: a value of the wrong type, out of range, not finite or contradicting the rest of
+its record is a problem that names the key, and the run becomes `failed` with that reason (see
+docs/records.md, "Validation on read"). Keys not in the table are skipped, as the contract says.
+
+Standard library only: the rules are plain small checks, so that each message says in words what
+the key must hold and what it held.
+"""
+
+import math
+import sys
+from dataclasses import dataclass
+
+# Counts above 2**53 are no longer exact as floats, and a CSV column of counts is read back as
+# floats wherever a failed run leaves a cell empty; no real count comes near it.
+MAX_COUNT = 2**53
+# Measured times and rates above this are no measurement (3e7 years; a petaimage per second), and
+# the medians and ratios computed from them could overflow to infinity.
+MAX_MEASURE = 1e15
+MAX_FLOAT_INT = int(sys.float_info.max)
+# Records nest at most two levels (`versions`, `tried`); anything far deeper is not a record and
+# would exhaust the recursion of generic code (deep copies, JSON writers) further on.
+MAX_DEPTH = 32
+# Logged throughput vs images / seconds: both are the writer's own division of the same numbers,
+# so they agree to the last digits; 0.1 % leaves room for hand-rounded logs only.
+RATE_TOLERANCE = 1e-3
+STATUSES = ("ok", "failed", "oom", "timeout")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one key may hold: `kind` is count, number, text, flag, texts or scalars."""
+
+    kind: str
+    minimum: float | None = None
+    strict: bool = False  # the minimum itself is excluded
+    maximum: float | None = None
+    nullable: bool = False
+    choices: tuple = ()
+
+    def accepts(self, value) -> bool:
+        if value is None:
+            return self.nullable
+        if self.kind == "count":  # choices: words allowed in place of a number
+            return is_count(value, self.minimum) or (is_text(value) and value in self.choices)
+        if self.kind == "number":
+            return is_number(value) and self._in_range(value)
+        if self.kind == "text":
+            return is_text(value) and (not self.choices or value in self.choices)
+        if self.kind == "flag":
+            return isinstance(value, bool)
+        if self.kind == "texts":
+            return isinstance(value, list) and all(is_text(item) for item in value)
+        if self.kind == "scalars":
+            return isinstance(value, dict) and all(_is_scalar(item) for item in value.values())
+        raise ValueError(f"unknown rule kind {self.kind!r}")
+
+    def describe(self, nullable: bool | None = None) -> str:
+        """The rule in words; `nullable` False leaves out "or null" (a required key)."""
+        if self.kind == "count":
+            what = f"a whole number from {self.minimum:g} to 2**53"
+            what += "".join(f", {choice!r}" for choice in self.choices)
+        elif self.kind == "number":
+            bounds = [] if self.minimum is None else [f"{'>' if self.strict else '>='} {self.minimum:g}"]
+            bounds += [] if self.maximum is None else [f"<= {self.maximum:g}"]
+            what = " ".join(["a finite number", " and ".join(bounds)]).strip()
+        elif self.kind == "text":
+            what = "one of " + ", ".join(map(repr, self.choices)) if self.choices else "a one-line string"
+        else:
+            what = {
+                "flag": "true or false",
+                "texts": "a list of one-line strings",
+                "scalars": "an object of strings, numbers or nulls",
+            }[self.kind]
+        return what + (" or null" if self.nullable and nullable is not False else "")
+
+    def _in_range(self, value) -> bool:
+        if self.maximum is not None and value > self.maximum:
+            return False
+        if self.minimum is None:
+            return True
+        return value > self.minimum if self.strict else value >= self.minimum
+
+
+def count(minimum: int = 1, nullable: bool = False, choices: tuple = ()) -> Rule:
+    return Rule("count", minimum=minimum, nullable=nullable, choices=choices)
+
+
+def number(minimum: float | None = None, strict: bool = False, nullable: bool = True) -> Rule:
+    return Rule("number", minimum=minimum, strict=strict, nullable=nullable)
+
+
+def measure(nullable: bool = True) -> Rule:
+    """A measured time or rate: > 0 and at most MAX_MEASURE."""
+    return Rule("number", minimum=0, strict=True, maximum=MAX_MEASURE, nullable=nullable)
+
+
+def text(nullable: bool = True, choices: tuple = ()) -> Rule:
+    return Rule("text", nullable=nullable, choices=choices)
+
+
+def flag(nullable: bool = False) -> Rule:
+    return Rule("flag", nullable=nullable)
+
+
+# The tables of docs/records.md (tests/test_records.py keeps both in step).
+HEADER = {
+    "framework": text(nullable=False, choices=("tensorflow", "pytorch")),
+    "model": text(nullable=False),
+    "dataset": text(),
+    "resolution": count(nullable=True),
+    "gpus": count(0),  # 0 = CPU-only baseline
+    "device_kind": text(choices=("gpu", "cpu")),
+    "world_size": count(),
+    "nodes": count(),
+    "per_gpu_batch": count(),
+    "global_batch": count(),
+    "requested_per_gpu_batch": count(),
+    "oom_policy": text(choices=("fail", "halve")),
+    "learning_rate": number(0),
+    "precision": text(),
+    "compile": flag(),
+    "channels_last": flag(),
+    "num_workers": count(0),
+    "epochs": count(0),  # 0 for max_batch
+    "images_per_epoch": count(nullable=True),
+    "protocol": text(choices=("epochs", "steps", "max_batch")),
+    "warmup_steps": count(0),
+    "timed_steps": count(nullable=True, choices=("auto",)),  # auto: the window ends when precise
+    "max_batch_limit": count(),
+    "target_ci_pct": measure(),
+    "max_timed_steps": count(nullable=True),
+    "train_images": count(nullable=True),
+    "flops_per_image": measure(),
+    "versions": Rule("scalars"),
+    "devices": Rule("texts"),
+    "gpu_models": Rule("texts"),
+    "gpu_driver": text(),
+    "cpu_model": text(),
+    "hostname": text(),
+    "slurm_job_id": text(),
+    "slurm_nodelist": text(),
+    "container_image": text(),
+    "start_time": text(),
+}
+EPOCH = {
+    "epoch": count(),
+    "images": count(nullable=True),
+    "seconds": measure(),
+    "throughput_img_s": measure(),
+    "loss": number(),
+    "accuracy": number(),
+    "steps": count(nullable=True),
+    "step_time_median_s": measure(),
+    "step_time_p90_s": measure(),
+    "phase": text(choices=("warmup", "timed")),
+    "step_time_mean_s": measure(),
+    "step_time_ci_pct": number(0),
+    "timed_steps_rule": text(choices=("fixed", "auto")),
+    "target_ci_pct": measure(),
+    "stop_reason": text(choices=("fixed", "target", "cap")),
+}
+SUMMARY = {
+    "status": text(nullable=False, choices=STATUSES),
+    "reason": text(),
+    "epochs": count(0),
+    "total_time_s": measure(),
+    "train_time_s": number(0),  # 0: no epoch finished
+    "steady_epoch_time_s": measure(),
+    "throughput_img_s": measure(),
+    "memory_gb": number(0),
+    "peak_host_rss_gb": number(0),
+    "oom_retries": count(0),
+    "timed_steps": count(0),
+    "step_time_mean_s": measure(),
+    "step_time_ci_pct": number(0),
+    "wall_time_s": measure(),
+    # the step breakdown (scripts/stepparts.py): other_s and overlap_pct may be negative
+    "breakdown_step_s": measure(),
+    "data_wait_s": number(0),
+    "compute_s": measure(),
+    "sync_exposed_s": number(0),
+    "other_s": number(),
+    "breakdown_steps": count(0, nullable=True),
+    "allreduce_s": measure(),
+    "allreduce_bytes": count(nullable=True),
+    "algbw_gb_s": measure(),
+    "busbw_gb_s": measure(),
+    "overlap_pct": number(),
+    "comm_compute_ratio": number(0),
+}
+RULES = {"header": HEADER, "epoch": EPOCH, "summary": SUMMARY}
+
+# What a `:::SCALESWEEP` record must hold beyond its kind; other formats leave out what their
+# logs do not print. The epoch's numbers are needed together: a steady time and a steady
+# throughput taken over different epochs would disagree without saying so.
+REQUIRED = {"header": ("world_size",), "epoch": ("epoch", "images", "seconds"), "summary": ("status",)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+
+
+def problems(kind: str, record: dict, required: bool = False) -> list[tuple[str, str]]:
+    """[(key, message)] for every key of `record` that breaks the contract of its `kind`.
+
+    `required`: also report the keys REQUIRED of a `:::SCALESWEEP` record that are missing.
+    """
+    rules = RULES[kind]
+    needed = REQUIRED[kind] if required else ()
+    missing = [key for key in needed if record.get(key) is None]
+    found = [(key, f"'{key}' is required, got {'null' if key in record else 'nothing'}") for key in missing]
+    for key, value in record.items():
+        rule = rules.get(key)
+        if rule is not None and key not in missing and not rule.accepts(value):
+            must = rule.describe(nullable=key not in needed)
+            found.append((key, f"'{key}' must be {must}, got {shown(value)}"))
+    # Values that agree with each other, among those that are valid on their own.
+    check = {"header": _batch_disagreement, "epoch": _rate_disagreement}.get(kind)
+    disagreement = check(drop_bad_keys(record, found) if found else record) if check else None
+    return found + ([disagreement] if disagreement else [])
+
+
+def drop_bad_keys(record: dict, found: list[tuple[str, str]]) -> dict:
+    """`record` without the keys `problems` found bad: no later step may compute with them."""
+    if not found:
+        return record
+    bad = {key for key, _ in found}
+    return {key: value for key, value in record.items() if key not in bad}
+
+
+def _batch_disagreement(header: dict) -> tuple[str, str] | None:
+    per_gpu, world, total = (header.get(key) for key in ("per_gpu_batch", "world_size", "global_batch"))
+    if None in (per_gpu, world, total) or total == per_gpu * world:
+        return None
+    return "global_batch", f"'global_batch' {total} is not per_gpu_batch x world_size = {per_gpu} x {world}"
+
+
+def _rate_disagreement(epoch: dict) -> tuple[str, str] | None:
+    images, seconds, rate = (epoch.get(key) for key in ("images", "seconds", "throughput_img_s"))
+    if images is None or seconds is None:
+        return None
+    implied = images / seconds
+    if implied > MAX_MEASURE:
+        message = f"'seconds' {seconds!r} for {images} images is {implied:g} img/s, beyond {MAX_MEASURE:g}"
+        return "seconds", message
+    if rate is None or math.isclose(rate, implied, rel_tol=RATE_TOLERANCE):
+        return None
+    return (
+        "throughput_img_s",
+        f"'throughput_img_s' {rate!r} disagrees with images / seconds = {images} / {seconds!r}",
+    )
+
+
+def depth(value) -> int:
+    """How deeply JSON arrays and objects nest in `value` (0 for a scalar); no recursion."""
+    deepest, pending = 0, [(value, 0)]
+    while pending:
+        item, level = pending.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level + 1)
+            if level + 1 > MAX_DEPTH:
+                break
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def is_integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """An int or float that converts to a finite float (an int past 1e308 does not)."""
+    if is_integer(value):
+        return abs(value) <= MAX_FLOAT_INT
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def is_count(value, minimum: int = 1) -> bool:
+    """A whole number from `minimum` to MAX_COUNT (a bool is not one)."""
+    return is_integer(value) and minimum <= value <= MAX_COUNT
+
+
+def is_text(value) -> bool:
+    """A string that a CSV cell keeps on one line and UTF-8 can write."""
+    if not isinstance(value, str) or "\n" in value or "\r" in value or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a `\ud800` escape
+        return False
+    return True
+
+
+def shown(value, limit: int = 60) -> str:
+    """`value` for a message: repr, shortened (a hostile value may be megabytes long)."""
+    if isinstance(value, (dict, list)) and depth(value) > MAX_DEPTH:
+        return f"a {type(value).__name__} nested deeper than {MAX_DEPTH} levels"
+    try:
+        text_form = repr(value)
+    except (RecursionError, ValueError):  # ValueError: an int past the repr digit limit
+        return f"a {type(value).__name__} too large to show"
+    return text_form if len(text_form) <= limit else text_form[: limit - 3] + "..."
+
+
+def _is_scalar(value) -> bool:
+    return value is None or is_number(value) or is_text(value) or isinstance(value, bool)
+
