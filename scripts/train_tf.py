@@ -475,17 +475,17 @@ class KerasBackend(harness.Backend):
 
     def setup(self, args) -> None:
         self.args = args
-        self.setup_ = prepare(args)
+        self.prepared = prepare(args)
         self.jit = args.compile
         if args.find_max_batch:  # what XLA does for this model, for the header
-            start_attempt(args, self.setup_)
-            _, self.jit = build_compiled_model(args, self.setup_)
+            start_attempt(args, self.prepared)
+            _, self.jit = build_compiled_model(args, self.prepared)
 
     def header(self, per_gpu_batch: int) -> dict:
-        return header_record(self.args, self.setup_, per_gpu_batch, self.jit)
+        return header_record(self.args, self.prepared, per_gpu_batch, self.jit)
 
     def build(self, per_gpu_batch: int, attempt: int) -> KerasAttempt:
-        args, setup = self.args, self.setup_
+        args, setup = self.args, self.prepared
         start_attempt(args, setup)
         global_batch = per_gpu_batch * setup.replicas
         print(human_header(args.model, args.gpus, setup.device_kind, global_batch, setup.replicas), flush=True)
@@ -499,7 +499,7 @@ class KerasBackend(harness.Backend):
                             injected_failures(per_gpu_batch, attempt))
 
     def probe(self, per_gpu_batch: int, attempt: int, steps: int) -> None:
-        args, setup = self.args, self.setup_
+        args, setup = self.args, self.prepared
         start_attempt(args, setup)
         dataset = make_dataset(setup.images, setup.labels, per_gpu_batch * setup.replicas, args.seed, repeat=STREAM)
         model, _ = build_compiled_model(args, setup)
