@@ -205,19 +205,22 @@ def peak_host_rss_gb() -> float:
     return round(peak_bytes / _GIB, 3)
 
 
-def window_timing(begins, ends, first_step: int, steps: int, warmup_steps: int = 0, started=None) -> dict:
+def window_timing(begins, ends, first_step: int, steps: int, warmup_steps: int = 0, started=None,
+                  ended=None) -> dict:
     """Seconds and step keys of `steps` consecutive steps from run-wide step `first_step`.
 
     `begins`/`ends` are the clock readings at every step's begin and (device-synchronized) end,
     0-based over the run. The window's seconds run from `started` (default: the begin of its
-    first step) to the end of its last step, so the host work between steps counts too.
+    first step) to `ended` (default: the end of its last step), so the host work between steps
+    counts too.
     """
     last = first_step + steps - 1
     if steps < 1 or first_step < 0 or last >= min(len(begins), len(ends)):
         raise ValueError(f"steps {first_step}..{last} asked, {min(len(begins), len(ends))} steps recorded")
     start = begins[first_step] if started is None else started
+    end = ends[last] if ended is None else ended
     durations = [ends[index] - begins[index] for index in range(first_step, last + 1)]
-    return {"seconds": ends[last] - start, **step_statistics(durations, first_step, warmup_steps)}
+    return {"seconds": end - start, **step_statistics(durations, first_step, warmup_steps)}
 
 
 STEP_KEYS = ("steps", "step_time_median_s", "step_time_p90_s", "step_time_mean_s", "step_time_ci_pct")
@@ -244,12 +247,7 @@ def epoch_record(
     stats.update(step_stats or {})
     return {
         "record": "epoch",
-        "epoch": epoch,
-        "images": images,
-        "seconds": seconds,
-        "throughput_img_s": images / seconds if seconds > 0 else None,
-        "loss": None if loss is None else float(loss),
-        "accuracy": None if accuracy is None else float(accuracy),
+        **_work_keys(epoch, images, seconds, loss, accuracy),
         "steps": stats["steps"],
         "step_time_median_s": stats["step_time_median_s"],
         "step_time_p90_s": stats["step_time_p90_s"],
@@ -259,6 +257,22 @@ def epoch_record(
         **(window or {}),
     }
 
+
+
+def eval_record(epoch: int, images: int, seconds: float, loss=None, accuracy=None) -> dict:
+    """The `eval` record: validation after epoch `epoch` (PyTorch --eval)."""
+    return {"record": "eval", **_work_keys(epoch, images, seconds, loss, accuracy)}
+
+
+def _work_keys(epoch: int, images: int, seconds: float, loss, accuracy) -> dict:
+    return {
+        "epoch": epoch,
+        "images": images,
+        "seconds": seconds,
+        "throughput_img_s": images / seconds if seconds > 0 else None,
+        "loss": None if loss is None else float(loss),
+        "accuracy": None if accuracy is None else float(accuracy),
+    }
 
 def percentile(values, fraction: float) -> float:
     """The `fraction` quantile (0..1) with linear interpolation between order statistics.
@@ -563,73 +577,6 @@ def raise_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-
-def add_timed_window_options(parser) -> None:
-    """--timed-steps (a number or auto), --target-ci-pct and --max-timed-steps, for both trainers."""
-    import argparse
-
-    def timed_steps(text):
-        try:
-            return timed_steps_setting(text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    def positive(kind):
-        def parse(text):
-            value = kind(text)
-            if not (value > 0 and math.isfinite(value)):
-                raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-            return value
-        return parse
-
-    parser.add_argument("--timed-steps", type=timed_steps, default=DEFAULT_TIMED_STEPS,
-                        help="timed steps of the steps protocol, or 'auto': until the mean step "
-                             f"time is known to --target-ci-pct (default {DEFAULT_TIMED_STEPS})")
-    parser.add_argument("--target-ci-pct", type=positive(float), default=DEFAULT_TARGET_CI_PCT,
-                        help="auto window: 95 %% half-width of the mean step time to reach, in %% "
-                             f"of the mean (default {DEFAULT_TARGET_CI_PCT:g})")
-    parser.add_argument("--max-timed-steps", type=positive(int), default=DEFAULT_MAX_TIMED_STEPS,
-                        help=f"auto window: the most steps it times (default {DEFAULT_MAX_TIMED_STEPS})")
-
-
-def protocol_fields(args, global_batch, steps_per_epoch, train_images=None):
-    """Header keys that depend on the measurement protocol, for both trainers' parsed options.
-    `train_images`: the training images the run draws from (after --max-train-images), what a
-    full epoch would process: the sweet spot projects an epoch budget's cost from it."""
-    return {**_protocol_keys(args, global_batch, steps_per_epoch), "train_images": train_images}
-
-
-def _protocol_keys(args, global_batch, steps_per_epoch):
-    if args.find_max_batch:
-        return {"protocol": "max_batch", "epochs": 0, "images_per_epoch": None, "warmup_steps": 0,
-                "timed_steps": PROBE_STEPS, "max_batch_limit": args.max_batch_limit}
-    if args.protocol == "steps":
-        # Two epoch records, the windows: the parser's "epochs asked" check counts them. An
-        # adaptive window's images are known only once it ends (its epoch record has them).
-        auto = args.timed_steps == AUTO_TIMED_STEPS
-        return {"protocol": "steps", "epochs": 2,
-                "images_per_epoch": None if auto else args.timed_steps * global_batch,
-                "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps,
-                "target_ci_pct": args.target_ci_pct if auto else None,
-                "max_timed_steps": args.max_timed_steps if auto else None}
-    return {"protocol": "epochs", "epochs": args.epochs,
-            "images_per_epoch": steps_per_epoch * global_batch,
-            "warmup_steps": args.warmup_steps, "timed_steps": None}
-
-def window_line(record: dict) -> str:
-    """The human line of a steps-protocol window, printed by both trainers."""
-    line = f"{record['phase']} window: {record['steps']} steps, {record['seconds']:.2f} s"
-    if record["phase"] == "warmup":
-        return line + " (left out of the step statistics)"
-    line += (f", {record['throughput_img_s']:.1f} img/s, step median {record['step_time_median_s']:.4f} s, "
-             f"p90 {record['step_time_p90_s']:.4f} s")
-    if record.get("step_time_ci_pct") is not None:
-        line += f", mean +/- {record['step_time_ci_pct']:.2f} % (95 %)"
-    if record.get("stop_reason") == "target":
-        line += f": target {record['target_ci_pct']:g} % reached"
-    elif record.get("stop_reason") == "cap":
-        line += f": target {record['target_ci_pct']:g} % NOT reached, stopped at the step cap"
-    return line
 
 
 class RunLog:

@@ -8,24 +8,21 @@ resizes on the host and caches float32 (about 9.8 GB for 50k images at 128 px).
 Where no GPU exists, --gpus N splits the CPU into N logical devices and mirrors over them, so a
 laptop runs the same code path. --gpus 0 is the CPU-only baseline (default strategy).
 
-Measurement: every training step is timed, its end waiting for the devices; the run's first
---warmup-steps steps are left out of the step statistics. --protocol epochs times whole epochs
-(time to solution included); --protocol steps runs --warmup-steps then --timed-steps steps and
-records them as two windows (epoch records 1 and 2), minutes of GPU time per sweep point.
-
-Prints the reference's human header, Keras' epoch lines, and the `:::SCALESWEEP` records of
-docs/records.md. Out of memory: summary status oom, exit 0; with --oom-policy halve the run first
-retries with half the per-GPU batch (down to 1) and records the batch it used. Any other
-failure: summary status failed, then the exception propagates (exit non-zero).
---find-max-batch searches the largest per-GPU batch that trains (a few steps per try) instead of
-training. SCALESWEEP_FAIL_INJECT (scripts/runlog.py) injects failures at the first training step.
+This file is the TensorFlow backend of scripts/harness.py (docs/trainers.md): the harness runs
+the life cycle, the measurement options shared with scripts/train_torch.py (--protocol,
+--warmup-steps, --timed-steps, --oom-policy, --find-max-batch, ...), the out-of-memory policy, the
+maximum-batch search and the protocols; this file supplies the devices, the model, one Keras fit
+per attempt (its callbacks time every step, its end waiting for the devices) and the provenance,
+and scripts/tf_data.py the data. It prints the reference's human header, Keras' epoch lines and
+the `:::SCALESWEEP` records of docs/records.md. Out of memory: summary status oom, exit 0; any
+other failure: summary status failed, exit non-zero. SCALESWEEP_FAIL_INJECT (scripts/runlog.py)
+injects failures at the first training step.
 
     python scripts/train_tf.py --model resnet50v2 --data data/cifar10 --resolution 128 \\
         --gpus 2 --per-gpu-batch 2048 --epochs 5 [--compile] [--protocol steps]
 """
 
 import argparse
-import itertools
 import os
 import sys
 import time
@@ -44,7 +41,15 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cifar  # noqa: E402  (scripts/ is not a package: containers run these files directly)
+import harness  # noqa: E402
 import runlog  # noqa: E402
+from tf_data import (  # noqa: E402, F401  (make_dataset, load_training_data: benchmarks/bench_trainer.py)
+    PASSES,
+    STREAM,
+    load_training_data,
+    make_dataset,
+    steps_per_epoch,
+)
 
 # keras.applications constructors by catalog name (scalesweep/catalog.py MODELS["tensorflow"]).
 APPLICATIONS = {
@@ -57,14 +62,6 @@ MODEL_NAMES = (*APPLICATIONS, "cnn_small")
 DISPLAY_NAMES = {**APPLICATIONS, "cnn_small": "CNNSmall"}
 
 PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
-# Measurement options shared with the PyTorch trainer (one command builder drives both).
-from runlog import (  # noqa: E402
-    DEFAULT_MAX_BATCH_LIMIT,
-    DEFAULT_WARMUP_STEPS,
-    OOM_POLICIES,
-    PROBE_STEPS,
-    PROTOCOLS,
-)
 _GIB = 1024**3
 
 
@@ -121,126 +118,6 @@ def peak_device_memory_gb(device_kind: str, replicas: int):
         return None
     peaks = [tf.config.experimental.get_memory_info(f"GPU:{index}")["peak"] for index in range(replicas)]
     return round(max(peaks) / _GIB, 3)
-
-
-# ---------------------------------------------------------------------------------------------
-# Data
-# ---------------------------------------------------------------------------------------------
-
-
-def steps_per_epoch(num_images: int, global_batch: int) -> int:
-    steps = num_images // global_batch
-    if steps == 0:
-        raise ValueError(f"{num_images} training images are fewer than one global batch of {global_batch}")
-    return steps
-
-
-# TF's CPU kernels assume tensor buffers aligned like its own allocator's (64 bytes); a tensor
-# over a misaligned buffer aborts the process.
-TENSOR_ALIGNMENT = 64
-
-
-def load_training_data(path, max_images: int = 0, seed: int = 0):
-    """The run's training images and labels as host tensors, uint8 32 x 32 as the pickles hold
-    them: all, or the seeded subset of `max_images` that runlog.subset_indices picks (the same
-    images the PyTorch trainer would pick); nothing else of the data set stays in memory.
-
-    The batch files are copied one by one into one aligned array, each file's rows freed once
-    copied, and the tensor shares that array: TF's own conversion would copy the whole set
-    twice, tripling the input path's peak host memory.
-    """
-    folder = cifar.batches_dir(path)
-    parts = [cifar.read_batch(folder / name) for name in cifar.TRAIN_BATCHES]
-    keep = np.asarray(runlog.subset_indices(sum(len(labels) for _, labels in parts), max_images, seed))
-    images = aligned_empty((len(keep), cifar.SIDE, cifar.SIDE, cifar.CHANNELS), np.uint8)
-    labels = np.empty(len(keep), np.int32)
-    offset = filled = 0
-    while parts:
-        part_images, part_labels = parts.pop(0)
-        rows = keep[(keep >= offset) & (keep < offset + len(part_labels))] - offset
-        images[filled : filled + len(rows)] = part_images[rows]
-        labels[filled : filled + len(rows)] = part_labels[rows]
-        filled, offset = filled + len(rows), offset + len(part_labels)
-        del part_images, part_labels
-    return host_tensors(images, labels)
-
-
-def aligned_empty(shape, dtype) -> np.ndarray:
-    """An uninitialized C-contiguous array whose buffer starts on a TENSOR_ALIGNMENT boundary."""
-    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    buffer = np.empty(size + TENSOR_ALIGNMENT, np.uint8)
-    offset = -buffer.ctypes.data % TENSOR_ALIGNMENT
-    return buffer[offset : offset + size].view(dtype).reshape(shape)
-
-
-def host_tensors(images, labels):
-    """uint8 images and int32 labels as tensors in host memory, built once per run.
-
-    Eagerly created tensors would otherwise land on GPU:0, and tf.data runs on the host. A
-    contiguous, aligned uint8 array is shared with its tensor through DLPack instead of copied.
-    """
-    with tf.device("/cpu:0"):
-        return _shared_or_copied(images, tf.uint8), tf.convert_to_tensor(np.asarray(labels, np.int32))
-
-
-def _shared_or_copied(array, dtype):
-    if isinstance(array, tf.Tensor):
-        return array
-    shareable = (isinstance(array, np.ndarray) and array.dtype == dtype.as_numpy_dtype
-                 and array.flags.c_contiguous and array.ctypes.data % TENSOR_ALIGNMENT == 0)
-    if shareable:
-        try:
-            return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
-        except (AttributeError, TypeError, ValueError, tf.errors.OpError):
-            pass  # numpy or TF too old for DLPack: copy instead
-    return tf.convert_to_tensor(array, dtype=dtype)
-
-
-# How make_dataset repeats the data set.
-ONE_PASS = "one pass"  # a finite dataset: one shuffled pass
-PASSES = "passes"  # endless, pass after pass, each reshuffled; a batch never spans two passes
-STREAM = "stream"  # endless, batches drawn across passes: one batch may exceed the data set
-REPEAT_MODES = (ONE_PASS, PASSES, STREAM)
-
-
-def make_dataset(images, labels, global_batch: int, seed: int, repeat: str = ONE_PASS) -> tf.data.Dataset:
-    """Shuffled uint8 batches of `global_batch`; each pass drops its remainder, so every epoch
-    is equal.
-
-    Shuffles indices and gathers whole batches: no per-image tf.data overhead and no float copy
-    of the data set on the host (the device-side model input does the conversion); the gather is
-    the pipeline's only map, run in parallel and prefetched. Training uses PASSES with
-    `steps_per_epoch`: Keras then keeps one iterator for the whole fit instead of replacing it
-    every epoch (see train_attempt); the maximum-batch probes use STREAM.
-    """
-    if repeat not in REPEAT_MODES:
-        raise ValueError(f"repeat must be one of {REPEAT_MODES}, got {repeat!r}")
-    images, labels = host_tensors(images, labels)
-    count = int(images.shape[0])
-    indices = tf.data.Dataset.range(count).shuffle(count, seed=seed, reshuffle_each_iteration=True)
-    if repeat == STREAM:
-        indices = indices.repeat()
-    batches = indices.batch(global_batch, drop_remainder=True)
-    if repeat == PASSES:
-        batches = batches.repeat()
-    dataset = (
-        batches.map(lambda index: (tf.gather(images, index), tf.gather(labels, index)),
-                    num_parallel_calls=tf.data.AUTOTUNE)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-    return dataset.with_options(pipeline_options())
-
-
-def pipeline_options() -> tf.data.Options:
-    """No graph rewrites: tf.data's static optimizations and auto-sharding serialize the
-    pipeline's graph, which embeds the captured image tensor as a constant, a second copy of the
-    data set in host memory (measured: +30 MB for 10k images). This pipeline, one parallel map
-    over whole batches, gains nothing from them, and a single-node MirroredStrategy has nothing
-    to shard."""
-    options = tf.data.Options()
-    options.experimental_optimization.apply_default_optimizations = False
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return options
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,8 +189,8 @@ def compile_model(model: keras.Model, learning_rate: float, jit_compile: bool = 
 # ---------------------------------------------------------------------------------------------
 
 
-class StepClock(keras.callbacks.Callback):
-    """Begin and end time of every training step of the fit, 0-based.
+class ClockCallback(keras.callbacks.Callback):
+    """Times every training step of the fit on a harness.StepClock.
 
     A step's end waits for the devices: GPUs run asynchronously, so without the wait the clock
     would stop when the step's kernels are queued, not done. Keras has already converted the
@@ -321,88 +198,66 @@ class StepClock(keras.callbacks.Callback):
     every replica); sync_devices() makes the wait explicit for every device of the run.
     """
 
-    def __init__(self):
+    def __init__(self, clock: harness.StepClock):
         super().__init__()
-        self.begins = []
-        self.ends = []
-
-    @property
-    def durations(self) -> list:
-        return [end - begin for begin, end in zip(self.begins, self.ends)]
+        self.clock = clock
 
     def on_train_batch_begin(self, batch, logs=None):
-        self.begins.append(time.perf_counter())
+        self.clock.begin()
 
     def on_train_batch_end(self, batch, logs=None):
-        tf.test.experimental.sync_devices()
-        self.ends.append(time.perf_counter())
+        self.clock.end()
 
 
 class EpochRecorder(keras.callbacks.Callback):
-    """The epochs protocol: one `epoch` record per epoch, with its step statistics.
+    """The epochs protocol: one `epoch` record per epoch.
 
     Keras converts the epoch's logs to Python numbers before on_epoch_end runs, which waits for
     the devices: the clock is read after the work of the epoch is done.
     """
 
-    def __init__(self, log: runlog.RunLog, clock: StepClock, global_batch: int, warmup_steps: int):
+    def __init__(self, meter: harness.WindowMeter):
         super().__init__()
-        self.log, self.clock = log, clock
-        self.global_batch, self.warmup_steps = global_batch, warmup_steps
-        self._started = self._first_step = None
+        self.meter = meter
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._first_step = len(self.clock.ends)
-        self._started = time.perf_counter()
+        self.meter.start(time.perf_counter())
 
     def on_epoch_end(self, epoch, logs=None):
-        seconds = time.perf_counter() - self._started
-        durations = self.clock.durations[self._first_step :]
-        stats = runlog.step_statistics(durations, self._first_step, self.warmup_steps)
+        ended = time.perf_counter()
         logs = logs or {}
-        images = len(durations) * self.global_batch
-        self.log.epoch(runlog.epoch_record(
-            epoch + 1, images, seconds, logs.get("loss"), logs.get("accuracy"), step_stats=stats),
-            runlog.timed_durations(durations, self._first_step, self.warmup_steps))
+        self.meter.finish(epoch + 1, logs.get("loss"), logs.get("accuracy"), ended=ended)
 
 
 class WindowRecorder(keras.callbacks.Callback):
-    """The steps protocol: the warm-up window as epoch record 1, the timed window as record 2.
+    """The steps protocol: its windows (harness.step_windows) as epoch records 1 and 2.
 
-    The warm-up window runs from the begin of the first step to the synchronized end of step W;
-    the timed window from right after that (once the metrics are reset, so each window's loss and
-    accuracy are its own) to the synchronized end of the step at which `window` is done (a fixed
+    The warm-up window runs from the begin of the first step to the synchronized end of its last
+    step; the next window from right after that (once the metrics are reset, so each window's loss
+    and accuracy are its own) to the synchronized end of the step at which it is done (a fixed
     count, or the adaptive rule). One fit, one data iterator: no pipeline restart falls into the
     timed window.
     """
 
-    def __init__(self, log: runlog.RunLog, clock: StepClock, global_batch: int, warmup_steps: int,
-                 window: runlog.TimedWindow):
+    def __init__(self, meter: harness.WindowMeter, windows: list):
         super().__init__()
-        self.log, self.clock, self.global_batch = log, clock, global_batch
-        self.warmup_steps, self.window = warmup_steps, window
-        self._timed_started = None
+        self.meter, self.windows = meter, list(windows)
+
+    def on_train_begin(self, logs=None):
+        self.meter.start()
 
     def on_train_batch_end(self, batch, logs=None):
-        done = len(self.clock.ends)
-        if done == self.warmup_steps:
-            self._close_window(1, "warmup", 0, self.warmup_steps, None, logs)
-            self.model.reset_metrics()
-            self._timed_started = time.perf_counter()
-        elif done > self.warmup_steps and self.window.done(self.clock.durations[self.warmup_steps:]):
-            self._close_window(2, "timed", self.warmup_steps, done - self.warmup_steps, self._timed_started, logs)
-            self.model.stop_training = True
-
-    def _close_window(self, number: int, phase: str, first_step: int, steps: int, started, logs) -> None:
-        timing = runlog.window_timing(self.clock.begins, self.clock.ends, first_step, steps, self.warmup_steps, started)
-        stats = {key: timing[key] for key in runlog.STEP_KEYS}
+        number, phase, window = self.windows[0]
+        if not window.done(self.meter.durations()):
+            return
         logs = logs or {}
-        window = self.window.record_keys() if phase == "timed" else None
-        record = runlog.epoch_record(number, steps * self.global_batch, timing["seconds"], logs.get("loss"),
-                                     logs.get("accuracy"), step_stats=stats, phase=phase, window=window)
-        print(runlog.window_line(record), flush=True)
-        timed = self.clock.durations[first_step:first_step + steps]
-        self.log.epoch(record, runlog.timed_durations(timed, first_step, self.warmup_steps))
+        self.meter.finish(number, logs.get("loss"), logs.get("accuracy"), phase=phase, window=window)
+        self.windows.pop(0)
+        if not self.windows:
+            self.model.stop_training = True
+            return
+        self.model.reset_metrics()
+        self.meter.start(time.perf_counter())
 
 
 class FailureInjector(keras.callbacks.Callback):
@@ -517,7 +372,7 @@ def header_record(args, setup: Setup, per_gpu_batch: int, jit_compile: bool) -> 
         "learning_rate": scaled_learning_rate(args.base_lr, args.gpus),
         "precision": args.precision,
         "compile": jit_compile,
-        **runlog.protocol_fields(args, global_batch, steps_per_epoch(setup.image_count, global_batch),
+        **harness.protocol_fields(args, global_batch, steps_per_epoch(setup.image_count, global_batch),
                                  setup.image_count),
         "versions": framework_versions(),
         "devices": setup.devices,
@@ -583,138 +438,84 @@ def build_compiled_model(args, setup: Setup) -> tuple:
     return model, jit
 
 
-def train_attempt(args, setup: Setup, per_gpu_batch: int, attempt: int, log: runlog.RunLog) -> None:
-    """One training run at `per_gpu_batch`; its records go to `log`."""
-    start_attempt(args, setup)
-    global_batch = per_gpu_batch * setup.replicas
-    print(human_header(args.model, args.gpus, setup.device_kind, global_batch, setup.replicas), flush=True)
-    # Pending before the model build: an out-of-memory error there still gets its header.
-    log.expect(header_record(args, setup, per_gpu_batch, args.compile))
-    steps = args.protocol == "steps"
-    # One endless dataset and steps_per_epoch: Keras keeps its iterator across epochs. Given a
-    # finite dataset it replaces the iterator every epoch, and tearing one down waits for
-    # tf.data's autotuning thread to wake from its sleep, which doubles up to 60 s: measured
-    # 9-60 s of idle time before every epoch after the first (ResNet50V2, 2 cores).
-    dataset = make_dataset(setup.images, setup.labels, global_batch, args.seed, repeat=PASSES)
-    model, jit = build_compiled_model(args, setup)
-    log.header["compile"] = jit
-    if args.oom_policy == "fail":
-        log.open()
-    clock = StepClock()
-    callbacks = [*injected_failures(per_gpu_batch, attempt), clock]
-    if steps:
-        window = runlog.TimedWindow(args.timed_steps, args.target_ci_pct, args.max_timed_steps)
-        callbacks.append(WindowRecorder(log, clock, global_batch, args.warmup_steps, window))
-        fit_options = dict(epochs=1, steps_per_epoch=args.warmup_steps + window.max_steps)
-    else:
-        callbacks.append(EpochRecorder(log, clock, global_batch, args.warmup_steps))
-        fit_options = dict(epochs=args.epochs, steps_per_epoch=steps_per_epoch(setup.image_count, global_batch))
-    # shuffle=False: the dataset shuffles itself (Keras would only warn that it ignores it).
-    model.fit(dataset, verbose=2, callbacks=callbacks, shuffle=False, **fit_options)
+class KerasAttempt:
+    """One training attempt (harness.Backend.build's attempt): the model and the endless dataset
+    at one per-GPU batch, trained by one model.fit per protocol."""
+
+    def __init__(self, model, dataset, global_batch: int, steps: int, jit: bool, injected: list):
+        self.model, self.dataset, self.global_batch, self.steps = model, dataset, global_batch, steps
+        self.injected = injected
+        self.clock = harness.StepClock(tf.test.experimental.sync_devices)
+        self.header_updates = {"compile": jit}
+
+    def fit_epochs(self, meter: harness.WindowMeter, epochs: int) -> None:
+        self._fit(EpochRecorder(meter), epochs=epochs, steps_per_epoch=self.steps)
+
+    def fit_steps(self, meter: harness.WindowMeter, windows: list) -> None:
+        steps = sum(window.max_steps for _, _, window in windows)
+        self._fit(WindowRecorder(meter, windows), epochs=1, steps_per_epoch=steps)
+
+    def _fit(self, recorder: keras.callbacks.Callback, **options) -> None:
+        callbacks = [*self.injected, ClockCallback(self.clock), recorder]
+        # shuffle=False: the dataset shuffles itself (Keras would only warn that it ignores it).
+        self.model.fit(self.dataset, verbose=2, callbacks=callbacks, shuffle=False, **options)
 
 
-def train_with_oom_policy(args, setup: Setup, log: runlog.RunLog) -> None:
-    """Train; with --oom-policy halve, an attempt that runs out of memory before its first epoch
-    record is retried at half the per-GPU batch."""
-    batch = args.per_gpu_batch
-    for attempt in itertools.count(1):
-        try:
-            train_attempt(args, setup, batch, attempt, log)
-            return
-        except Exception as exc:
-            if not (may_retry(args, log, batch) and is_out_of_memory(exc)):
-                raise
-            reason = error_reason(exc)
-        # Retried outside the except block: the traceback, and the failed model with it, is gone.
-        log.emit({"record": "oom_retry", "per_gpu_batch": batch, "next_per_gpu_batch": batch // 2, "reason": reason})
-        print(f"Out of memory at per-GPU batch {batch}; retrying with {batch // 2} (--oom-policy halve)", flush=True)
-        log.oom_retries += 1
-        batch //= 2
+class KerasBackend(harness.Backend):
+    """What the harness needs from TensorFlow/Keras (docs/trainers.md): one process drives every
+    replica of a MirroredStrategy."""
 
+    framework = "tensorflow"
 
-def may_retry(args, log: runlog.RunLog, batch: int) -> bool:
-    return args.oom_policy == "halve" and batch > 1 and not log.header_emitted
+    def info(self, message: str) -> None:
+        print(message, flush=True)
 
+    def emit(self, record: dict) -> None:
+        runlog.emit(record)
 
-def probe_fits(args, setup: Setup, per_gpu_batch: int, attempt: int) -> bool:
-    """Whether PROBE_STEPS training steps at `per_gpu_batch` run without running out of memory."""
-    start_attempt(args, setup)
-    try:
+    def setup(self, args) -> None:
+        self.args = args
+        self.prepared = prepare(args)
+        self.jit = args.compile
+        if args.find_max_batch:  # what XLA does for this model, for the header
+            start_attempt(args, self.prepared)
+            _, self.jit = build_compiled_model(args, self.prepared)
+
+    def header(self, per_gpu_batch: int) -> dict:
+        return header_record(self.args, self.prepared, per_gpu_batch, self.jit)
+
+    def build(self, per_gpu_batch: int, attempt: int) -> KerasAttempt:
+        args, setup = self.args, self.prepared
+        start_attempt(args, setup)
+        global_batch = per_gpu_batch * setup.replicas
+        print(human_header(args.model, args.gpus, setup.device_kind, global_batch, setup.replicas), flush=True)
+        # One endless dataset and steps_per_epoch: Keras keeps its iterator across epochs. Given a
+        # finite dataset it replaces the iterator every epoch, and tearing one down waits for
+        # tf.data's autotuning thread to wake from its sleep, which doubles up to 60 s: measured
+        # 9-60 s of idle time before every epoch after the first (ResNet50V2, 2 cores).
+        dataset = make_dataset(setup.images, setup.labels, global_batch, args.seed, repeat=PASSES)
+        model, jit = build_compiled_model(args, setup)
+        return KerasAttempt(model, dataset, global_batch, steps_per_epoch(setup.image_count, global_batch), jit,
+                            injected_failures(per_gpu_batch, attempt))
+
+    def probe(self, per_gpu_batch: int, attempt: int, steps: int) -> None:
+        args, setup = self.args, self.prepared
+        start_attempt(args, setup)
         dataset = make_dataset(setup.images, setup.labels, per_gpu_batch * setup.replicas, args.seed, repeat=STREAM)
         model, _ = build_compiled_model(args, setup)
         callbacks = injected_failures(per_gpu_batch, attempt)
-        model.fit(dataset, epochs=1, steps_per_epoch=PROBE_STEPS, verbose=0, callbacks=callbacks, shuffle=False)
-    except Exception as exc:
-        if not is_out_of_memory(exc):
-            raise
-        print(f"max batch: per-GPU batch {per_gpu_batch} runs out of memory ({error_reason(exc)})", flush=True)
-        return False
-    print(f"max batch: per-GPU batch {per_gpu_batch} fits", flush=True)
-    return True
+        model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=callbacks, shuffle=False)
 
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return is_out_of_memory(error)
 
-def find_max_batch(args, setup: Setup, log: runlog.RunLog) -> dict:
-    """Search the largest per-GPU batch that trains; emits the `max_batch` record."""
-    start_attempt(args, setup)
-    _, jit = build_compiled_model(args, setup)  # what XLA does for this model, for the header
-    log.expect(header_record(args, setup, args.per_gpu_batch, jit))
-    log.open()
-    attempts = itertools.count(1)
-    result = runlog.search_max_batch(
-        lambda batch: probe_fits(args, setup, batch, next(attempts)), args.per_gpu_batch, args.max_batch_limit)
-    log.emit({"record": "max_batch", **result, "max_batch_limit": args.max_batch_limit,
-              "probe_steps": PROBE_STEPS, "resolution": args.resolution, "precision": args.precision,
-              "compile": jit})
-    limit_note = f" (the --max-batch-limit {args.max_batch_limit} was reached)" if result["limit_reached"] else ""
-    print(f"max batch: largest per-GPU batch that trains: {result['per_gpu_batch']}{limit_note}", flush=True)
-    return result
+    def error_text(self, error: BaseException) -> str:
+        return error_reason(error)
 
-
-def run(args) -> int:
-    """Train (or search the maximum batch) and always close the log with a summary record; the
-    exit status of the run."""
-    started = time.perf_counter()
-    log = runlog.RunLog(started=STARTED)
-    runlog.raise_on_sigterm()
-
-    def close(status, reason=None):
-        # The steps protocol measures throughput, not time to solution.
-        total = None if args.protocol == "steps" and not args.find_max_batch else time.perf_counter() - started
-        log.close(status, total, reason, _peak_memory_or_none(args.gpus))
-
-    try:
-        setup = prepare(args)
-        if args.find_max_batch:
-            found = find_max_batch(args, setup, log)["per_gpu_batch"]
-            if found is None:
-                close("oom", f"no per-GPU batch fits, not even 1 ({args.resolution} px, {args.precision})")
-                return 0
-        else:
-            train_with_oom_policy(args, setup, log)
-    except BaseException as exc:
-        if is_out_of_memory(exc):
-            close("oom", oom_reason(args, log, exc))
-            return 0
-        close("failed", error_reason(exc))
-        raise
-    close("ok")
-    return 0
-
-
-def oom_reason(args, log: runlog.RunLog, exc: BaseException) -> str:
-    batch = log.header["per_gpu_batch"] if log.header else args.per_gpu_batch
-    halvings = f" after {log.oom_retries} halving(s) from {args.per_gpu_batch}" if log.oom_retries else ""
-    return (f"out of memory at per-GPU batch {batch}{halvings} ({args.resolution} px, {args.precision}): "
-            f"{error_reason(exc)}")
-
-
-def _peak_memory_or_none(gpus: int):
-    # The summary must get out even when the failure left the devices unusable.
-    try:
+    def peak_memory_gb(self):
         visible_gpus = len(tf.config.get_visible_devices("GPU"))
+        gpus = self.args.gpus
         return peak_device_memory_gb("gpu" if visible_gpus and gpus else "cpu", min(gpus, visible_gpus))
-    except Exception:  # noqa: BLE001 - any error here would hide the run's own failure
-        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -723,63 +524,18 @@ def _peak_memory_or_none(gpus: int):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=MODEL_NAMES, help="catalog name")
-    parser.add_argument("--data", help="cifar-10-batches-py/ or its parent")
-    parser.add_argument("--dataset-name", default="cifar10", help="name written to the records")
-    parser.add_argument("--resolution", type=int, default=128, help="training resolution in px")
-    parser.add_argument("--gpus", type=int, default=1, help="replicas; 0 = CPU-only baseline")
-    parser.add_argument("--per-gpu-batch", type=int, default=256)
-    parser.add_argument("--base-lr", type=float, default=0.01, help="scaled by max(1, gpus)")
-    parser.add_argument("--epochs", type=int, default=5, help="epochs of the epochs protocol")
-    parser.add_argument("--max-train-images", type=int, default=0, help="first M training images; 0 = all")
-    parser.add_argument("--precision", choices=tuple(PRECISION_POLICIES), default="fp32")
-    parser.add_argument("--compile", action="store_true", help="XLA: model.compile(jit_compile=True)")
-    parser.add_argument("--protocol", choices=PROTOCOLS, default="epochs",
-                        help="epochs: time whole epochs; steps: --warmup-steps then --timed-steps steps")
-    parser.add_argument("--warmup-steps", type=int, default=DEFAULT_WARMUP_STEPS,
-                        help="first steps of the run, left out of the step statistics "
-                             f"(default {DEFAULT_WARMUP_STEPS})")
-    parser.add_argument("--oom-policy", choices=OOM_POLICIES, default="fail",
-                        help="out of memory: fail (status oom) or halve the per-GPU batch and retry, down to 1")
-    parser.add_argument("--find-max-batch", action="store_true",
-                        help="search the largest per-GPU batch that trains, from --per-gpu-batch up")
-    parser.add_argument("--max-batch-limit", type=int, default=DEFAULT_MAX_BATCH_LIMIT,
-                        help=f"largest per-GPU batch the search tries (default {DEFAULT_MAX_BATCH_LIMIT})")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--list-models", action="store_true", help="print the model names and exit")
-    runlog.add_timed_window_options(parser)
-    args = parser.parse_args(argv)
-    if not args.list_models:
-        _check_args(parser, args)
-    return args
+    parser = harness.trainer_parser(__doc__.splitlines()[0], MODEL_NAMES, "cifar-10-batches-py/ or its parent",
+                                    resolution=128, gpus=1, per_gpu_batch=256, dataset_name="cifar10")
+    return harness.parse_args(parser, argv, _check_own_args)
 
 
-def _check_args(parser, args) -> None:
-    if not args.model or not args.data:
-        parser.error("--model and --data are required")
-    if args.gpus < 0:
-        parser.error(f"--gpus must be 0 (CPU baseline) or more, got {args.gpus}")
-    for flag in ("resolution", "per_gpu_batch", "epochs", "max_batch_limit"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
-    if args.warmup_steps < 0:
-        parser.error(f"--warmup-steps must be 0 or more, got {args.warmup_steps}")
-    if args.protocol == "steps" and args.warmup_steps < 1:
-        parser.error("--protocol steps needs --warmup-steps of at least 1: the first step holds graph tracing")
-    if args.find_max_batch and args.max_batch_limit < args.per_gpu_batch:
-        parser.error(f"--max-batch-limit {args.max_batch_limit} is below the starting "
-                     f"--per-gpu-batch {args.per_gpu_batch}")
+def _check_own_args(parser, args) -> None:
     if args.resolution < 32 and args.model != "cnn_small":
         parser.error(f"--resolution {args.resolution}: keras.applications models need at least 32 px")
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.list_models:
-        print("\n".join(MODEL_NAMES))
-        return 0
-    return run(args)
+    return harness.main(argv, parse_args, MODEL_NAMES, KerasBackend, STARTED)
 
 
 if __name__ == "__main__":

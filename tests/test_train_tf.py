@@ -1,4 +1,5 @@
-"""TensorFlow trainer (scripts/train_tf.py); its record writer has tests/test_runlog.py.
+"""TensorFlow trainer (scripts/train_tf.py, its data scripts/tf_data.py); its record writer has
+tests/test_runlog.py, the contract both trainers share tests/test_backends.py.
 
 TensorFlow runs only in subprocesses: importing tensorflow here and torch later in the same pytest
 process (another stage's tests) segfaults. Records are parsed with json directly, following
@@ -7,8 +8,6 @@ docs/records.md; one test feeds a log to scalesweep's parser, the records' reade
 
 import json
 import os
-import signal
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -24,16 +23,15 @@ PREFIX = ":::SCALESWEEP "
 sys.path.insert(0, str(SCRIPTS))
 import make_cifar  # noqa: E402
 import runlog  # noqa: E402
+from test_backends import assert_finished_run  # noqa: E402  (the epochs protocol's contract)
 
 
 def parse_records(output: str) -> list[dict]:
     return [json.loads(line[line.index(PREFIX) + len(PREFIX) :]) for line in output.splitlines() if PREFIX in line]
 
 
-def run_trainer(data, *args, inject=None, timeout=300) -> subprocess.CompletedProcess:
+def run_trainer(data, *args, timeout=300) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key != runlog.FAIL_INJECT_ENV}
-    if inject:
-        env[runlog.FAIL_INJECT_ENV] = inject
     command = [sys.executable, str(TRAINER), "--data", str(data), *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
 
@@ -102,12 +100,12 @@ def test_device_preprocessing_equals_the_reference_input_path(cifar_256):
         import json
         import keras, numpy as np, tensorflow as tf
         sys.path.insert(0, {str(ROOT / "benchmarks")!r})
-        import reference_tf, train_tf
+        import reference_tf, tf_data, train_tf
         out = {{}}
         for resolution in (64, 128):
             reference_ds, _ = reference_tf.load_cifar(16, {str(cifar_256)!r} + "/cifar-10-batches-py", resolution)
             reference_images, reference_labels = next(iter(reference_ds))
-            images, labels = train_tf.load_training_data({str(cifar_256)!r})
+            images, labels = tf_data.load_training_data({str(cifar_256)!r})
             model = train_tf.build_model("cnn_small", resolution)
             ours = keras.Model(model.input, model.get_layer("rescale").output)(images[:16])
             out[resolution] = {{
@@ -131,10 +129,10 @@ def test_dataset_gives_whole_shuffled_uint8_batches():
         """
         import json
         import numpy as np
-        import train_tf
+        import tf_data
         images = np.arange(70, dtype=np.uint8)[:, None, None, None] * np.ones((1, 32, 32, 3), np.uint8)
         labels = np.arange(70) % 10
-        dataset = train_tf.make_dataset(images, labels, global_batch=16, seed=1)
+        dataset = tf_data.make_dataset(images, labels, global_batch=16, seed=1)
         epochs = []
         for _ in range(2):
             batches = [(x.numpy(), y.numpy()) for x, y in dataset]
@@ -187,14 +185,6 @@ def test_errors_are_classified_and_reasons_are_informative():
     assert result["graph_reason"] == "InvalidArgumentError: Incompatible shapes: [2] vs. [3]"
 
 
-def test_model_list_matches_the_catalog():
-    from scalesweep.catalog import MODELS
-
-    done = subprocess.run([sys.executable, str(TRAINER), "--list-models"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert tuple(done.stdout.split()) == MODELS["tensorflow"]
-
-
 def test_endless_datasets_pass_by_pass_and_as_a_stream():
     """Training draws endless passes (each a fresh permutation, remainder dropped); the
     maximum-batch probes draw a stream whose batches may exceed the data set."""
@@ -202,13 +192,13 @@ def test_endless_datasets_pass_by_pass_and_as_a_stream():
         """
         import json
         import numpy as np
-        import train_tf
+        import tf_data
         images = np.arange(10, dtype=np.uint8)[:, None, None, None] * np.ones((1, 32, 32, 3), np.uint8)
         labels = np.arange(10) % 10
         def ids(repeat, global_batch, batches):
-            dataset = train_tf.make_dataset(images, labels, global_batch, seed=0, repeat=repeat)
+            dataset = tf_data.make_dataset(images, labels, global_batch, seed=0, repeat=repeat)
             return [x.numpy()[:, 0, 0, 0].tolist() for x, _ in dataset.take(batches)]
-        print(json.dumps({"passes": ids(train_tf.PASSES, 4, 6), "stream": ids(train_tf.STREAM, 25, 4)}))
+        print(json.dumps({"passes": ids(tf_data.PASSES, 4, 6), "stream": ids(tf_data.STREAM, 25, 4)}))
         """
     )
     passes, stream = result["passes"], result["stream"]
@@ -227,32 +217,14 @@ def test_dataset_rejects_an_unknown_repeat_mode():
         """
         import json
         import numpy as np
-        import train_tf
+        import tf_data
         try:
-            train_tf.make_dataset(np.zeros((4, 32, 32, 3), np.uint8), np.zeros(4), 2, 0, repeat="forever")
+            tf_data.make_dataset(np.zeros((4, 32, 32, 3), np.uint8), np.zeros(4), 2, 0, repeat="forever")
         except ValueError as error:
             print(json.dumps({"error": str(error)}))
         """
     )
     assert "repeat must be one of" in result["error"] and "'forever'" in result["error"]
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--gpus", "-1"], "--gpus must be 0"),
-        (["--protocol", "steps", "--warmup-steps", "0"], "--protocol steps needs --warmup-steps of at least 1"),
-        (["--warmup-steps", "-1"], "--warmup-steps must be 0 or more"),
-        (["--timed-steps", "0"], "--timed-steps must be >= 1"),
-        (["--find-max-batch", "--per-gpu-batch", "64", "--max-batch-limit", "32"],
-         "--max-batch-limit 32 is below the starting --per-gpu-batch 64"),
-        (["--oom-policy", "retry"], "invalid choice: 'retry'"),
-    ],
-)
-def test_bad_arguments_exit_before_training(cifar_256, args, message):
-    done = run_trainer(cifar_256, "--model", "cnn_small", *args)
-    assert done.returncode == 2 and message in done.stderr
-    assert parse_records(done.stdout) == []
 
 
 def test_xla_over_several_cpu_replicas_is_refused_with_the_reason(cifar_256):
@@ -267,33 +239,6 @@ def test_xla_over_several_cpu_replicas_is_refused_with_the_reason(cifar_256):
 # ---------------------------------------------------------------------------------------------
 # Real runs
 # ---------------------------------------------------------------------------------------------
-
-
-def assert_finished_run(records: list[dict], epochs: int):
-    kinds = by_kind(records)
-    assert [r["record"] for r in records] == ["header", *["epoch"] * epochs, "summary"]
-    header, summary = kinds["header"][0], kinds["summary"][0]
-    assert [r["epoch"] for r in kinds["epoch"]] == list(range(1, epochs + 1))
-    for epoch in kinds["epoch"]:
-        assert epoch["images"] == header["images_per_epoch"]
-        assert epoch["steps"] == epoch["images"] // header["global_batch"]
-        assert epoch["phase"] is None
-        assert epoch["seconds"] > 0
-        assert epoch["throughput_img_s"] == pytest.approx(epoch["images"] / epoch["seconds"])
-        assert 0 <= epoch["accuracy"] <= 1 and epoch["loss"] > 0
-        if epoch["step_time_median_s"] is not None:
-            assert 0 < epoch["step_time_median_s"] <= epoch["step_time_p90_s"]
-            assert epoch["step_time_median_s"] * epoch["steps"] < epoch["seconds"] * 1.5
-    steady = kinds["epoch"][1:]
-    assert summary["status"] == "ok" and summary["reason"] is None
-    assert summary["epochs"] == epochs
-    assert summary["steady_epoch_time_s"] == pytest.approx(statistics.median(r["seconds"] for r in steady))
-    assert summary["throughput_img_s"] == pytest.approx(statistics.median(r["throughput_img_s"] for r in steady))
-    assert summary["train_time_s"] == pytest.approx(sum(r["seconds"] for r in kinds["epoch"]))
-    assert summary["total_time_s"] >= summary["train_time_s"]
-    assert summary["memory_gb"] is None  # CPU: TF does not track it
-    assert summary["peak_host_rss_gb"] > 0
-    return header, summary
 
 
 @pytest.mark.slow
@@ -329,76 +274,10 @@ def test_two_cpu_replicas_train_and_log_every_record(cifar_256):
 
 
 @pytest.mark.slow
-def test_cpu_baseline_uses_one_device_and_a_subset(cifar_256):
-    done = run_trainer(
-        cifar_256, "--model", "cnn_small", "--gpus", 0, "--resolution", 40, "--epochs", 2,
-        "--per-gpu-batch", 16, "--max-train-images", 100, "--precision", "bf16",
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    header, _ = assert_finished_run(parse_records(done.stdout), epochs=2)
-    assert (header["gpus"], header["world_size"], header["global_batch"]) == (0, 1, 16)
-    assert header["devices"] == ["CPU:0"] and header["precision"] == "bf16"
-    assert header["images_per_epoch"] == 96  # 100 images, whole batches of 16
-    assert " Model CNNSmall CPU only\n" in done.stdout
-
-
-@pytest.mark.slow
-def test_injected_oom_is_a_measured_outcome_exit_zero(cifar_256):
-    done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 2, "--resolution", 32,
-                       "--per-gpu-batch", 64, inject="oom")
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = parse_records(done.stdout)
-    assert [r["record"] for r in records] == ["header", "summary"]
-    summary = records[-1]
-    assert summary["status"] == "oom" and summary["epochs"] == 0
-    assert summary["reason"].startswith("out of memory at per-GPU batch 64 (32 px, fp32): ResourceExhaustedError")
-
-
-@pytest.mark.slow
-def test_injected_crash_is_a_failure_exit_nonzero(cifar_256):
-    done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 1, "--resolution", 32, inject="crash")
-    assert done.returncode != 0
-    summary = parse_records(done.stdout)[-1]
-    assert summary["record"] == "summary" and summary["status"] == "failed"
-    assert "RuntimeError: SCALESWEEP_FAIL_INJECT=crash" in summary["reason"]
-
-
-@pytest.mark.slow
-def test_missing_data_fails_with_the_path_in_the_summary(tmp_path):
-    done = run_trainer(tmp_path / "absent", "--model", "cnn_small", "--gpus", 1, "--resolution", 32)
-    assert done.returncode != 0
-    records = parse_records(done.stdout)
-    assert [r["record"] for r in records] == ["summary"]
-    assert records[0]["status"] == "failed" and "absent" in records[0]["reason"]
-
-
-@pytest.mark.slow
 def test_too_few_images_for_one_global_batch_is_a_clear_failure(cifar_256):
     done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 2, "--per-gpu-batch", 200, "--resolution", 32)
     assert done.returncode != 0
     assert "256 training images are fewer than one global batch of 400" in parse_records(done.stdout)[-1]["reason"]
-
-
-@pytest.mark.slow
-def test_sigterm_mid_training_still_writes_a_failed_summary(cifar_256):
-    """SLURM's time limit sends SIGTERM first: the log must say why it ends."""
-    env = {key: value for key, value in os.environ.items() if key != runlog.FAIL_INJECT_ENV}
-    command = [sys.executable, str(TRAINER), "--data", str(cifar_256), "--model", "cnn_small", "--gpus", "1",
-               "--resolution", "32", "--per-gpu-batch", "32", "--epochs", "100000"]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env) as trainer:
-        lines = []
-        for line in trainer.stdout:
-            lines.append(line)
-            if '"record": "epoch"' in line:
-                break
-        trainer.send_signal(signal.SIGTERM)
-        rest, _ = trainer.communicate(timeout=120)
-    records = parse_records("".join(lines) + rest)
-    assert trainer.returncode != 0
-    summary = records[-1]
-    assert summary["record"] == "summary" and summary["status"] == "failed"
-    assert summary["reason"].startswith("Terminated: terminated by SIGTERM")
-    assert summary["epochs"] == sum(r["record"] == "epoch" for r in records) >= 1
 
 
 @pytest.mark.slow
@@ -433,58 +312,6 @@ def test_steps_protocol_with_xla_records_two_windows(cifar_256):
 
 
 @pytest.mark.slow
-def test_oom_policy_halve_retries_and_records_the_batch_used(cifar_256):
-    done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 2, "--resolution", 32, "--epochs", 2,
-                       "--per-gpu-batch", 32, "--oom-policy", "halve", inject="oom-once")
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = parse_records(done.stdout)
-    assert [r["record"] for r in records] == ["oom_retry", "header", "epoch", "epoch", "summary"]
-    retry, header = records[:2]
-    assert (retry["per_gpu_batch"], retry["next_per_gpu_batch"]) == (32, 16)
-    assert retry["reason"].startswith("ResourceExhaustedError: SCALESWEEP_FAIL_INJECT=oom-once")
-    assert (header["per_gpu_batch"], header["global_batch"], header["requested_per_gpu_batch"]) == (16, 32, 32)
-    assert header["oom_policy"] == "halve" and header["images_per_epoch"] == 256
-    assert [r["steps"] for r in records[2:4]] == [8, 8]  # 256 images in global batches of 32
-    assert records[-1]["status"] == "ok" and records[-1]["oom_retries"] == 1
-    assert "retrying with 16 (--oom-policy halve)" in done.stdout
-    # The records' reader sees one run, at the batch actually used.
-    from scalesweep import parse
-
-    (run,) = parse.parse_log(done.stdout)
-    assert run.header["per_gpu_batch"] == 16 and run.summary["status"] == "ok" and len(run.epochs) == 2
-
-
-@pytest.mark.slow
-def test_oom_policy_halve_gives_up_at_batch_one(cifar_256):
-    done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 1, "--resolution", 32,
-                       "--per-gpu-batch", 4, "--oom-policy", "halve", inject="oom")
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = parse_records(done.stdout)
-    assert [r["record"] for r in records] == ["oom_retry", "oom_retry", "header", "summary"]
-    assert [r["per_gpu_batch"] for r in records[:3]] == [4, 2, 1]
-    summary = records[-1]
-    assert summary["status"] == "oom" and summary["oom_retries"] == 2 and summary["epochs"] == 0
-    assert summary["reason"].startswith("out of memory at per-GPU batch 1 after 2 halving(s) from 4 (32 px, fp32)")
-
-
-@pytest.mark.slow
-def test_max_batch_finder_bisects_to_the_injected_capacity(cifar_256):
-    done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 2, "--resolution", 32,
-                       "--per-gpu-batch", 16, "--find-max-batch", "--max-batch-limit", 4096, inject="oom-above:100")
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = parse_records(done.stdout)
-    assert [r["record"] for r in records] == ["header", "max_batch", "summary"]
-    header, found, summary = records
-    assert (header["protocol"], header["epochs"], header["max_batch_limit"]) == ("max_batch", 0, 4096)
-    # The doubling overshoots 256 images (per-GPU 128 x 2 replicas): probes draw endless batches.
-    expected = runlog.search_max_batch(lambda batch: batch <= 100, 16, 4096)
-    assert found["per_gpu_batch"] == 100 and found["tried"] == expected["tried"]
-    assert found["limit_reached"] is False and found["probe_steps"] == 2
-    assert summary["status"] == "ok" and summary["epochs"] == 0
-    assert "largest per-GPU batch that trains: 100" in done.stdout
-
-
-@pytest.mark.slow
 def test_benchmark_input_path_figures(tmp_path):
     """benchmarks/bench_trainer.py's memory figure on 1,000 images: it runs both sides and the
     reference's float32 cache (1,000 x 128 x 128 x 3 x 4 B = 188 MiB) dwarfs our uint8 set."""
@@ -506,8 +333,8 @@ def test_benchmark_input_path_figures(tmp_path):
 def test_max_train_images_picks_the_shared_seeded_subset(cifar_256):
     """The same images the PyTorch trainer would pick for that seed (runlog.subset_indices)."""
     picked = tf_probe(f"""
-        import json, numpy as np, cifar, runlog, train_tf
-        images, labels = train_tf.load_training_data({str(cifar_256)!r}, 40, seed=7)
+        import json, numpy as np, cifar, runlog, tf_data
+        images, labels = tf_data.load_training_data({str(cifar_256)!r}, 40, seed=7)
         all_images, all_labels = cifar.load_train({str(cifar_256)!r})
         keep = runlog.subset_indices(len(all_labels), 40, 7)
         print(json.dumps({{"images": bool(np.array_equal(images.numpy(), all_images[keep])),
@@ -516,17 +343,3 @@ def test_max_train_images_picks_the_shared_seeded_subset(cifar_256):
     """)
     assert picked["images"] and picked["labels"] and picked["count"] == 40
     assert picked["head"] != [0, 1, 2]  # a seeded pick, not the first 40
-
-
-@pytest.mark.slow
-def test_adaptive_window_stops_on_its_target_or_at_its_cap(cifar_256):
-    common = ("--model", "cnn_small", "--gpus", 1, "--resolution", 32, "--per-gpu-batch", 16,
-              "--protocol", "steps", "--warmup-steps", 2, "--timed-steps", "auto", "--max-timed-steps", 40)
-    for target, steps, reason in (("50", 30, "target"), ("0.0001", 40, "cap")):
-        done = run_trainer(cifar_256, *common, "--target-ci-pct", target)
-        assert done.returncode == 0, done.stderr[-3000:]
-        header, _, timed, summary = parse_records(done.stdout)
-        assert header["timed_steps"] == "auto" and header["images_per_epoch"] is None
-        assert (timed["steps"], timed["stop_reason"], timed["images"]) == (steps, reason, steps * 16)
-        assert (summary["timed_steps"], summary["step_time_ci_pct"]) == (steps, timed["step_time_ci_pct"])
-        assert summary["wall_time_s"] > timed["seconds"]

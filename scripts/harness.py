@@ -1,0 +1,514 @@
+"""The trainers' framework-neutral harness: one run's life cycle around a framework backend.
+
+scripts/train_tf.py and scripts/train_torch.py are backends. Each supplies only what its framework
+knows: devices and the distributed world, the data, the model, one training step, one probe of the
+maximum-batch search, how out of memory shows and how memory is given back, provenance. This module
+does the rest, the same way for both: the options both trainers share, the records in contract
+order (runlog.RunLog: header, epoch..., summary), the out-of-memory policy, the maximum-batch
+search, the epochs and steps protocols and their step timing, the human lines and the exit status.
+docs/trainers.md is the checklist for a third backend.
+
+Standard library only: it runs inside the TensorFlow and PyTorch containers alike.
+"""
+
+import argparse
+import itertools
+import math
+import sys
+import time
+import traceback
+
+import runlog
+from runlog import (
+    AUTO_TIMED_STEPS,
+    DEFAULT_MAX_BATCH_LIMIT,
+    DEFAULT_MAX_TIMED_STEPS,
+    DEFAULT_TARGET_CI_PCT,
+    DEFAULT_TIMED_STEPS,
+    DEFAULT_WARMUP_STEPS,
+    OOM_POLICIES,
+    PROBE_STEPS,
+    PROTOCOLS,
+)
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+# Any failure but out of memory: Snakemake marks the job failed and a rerun repeats it.
+EXIT_FAILED = 1
+
+
+# ---------------------------------------------------------------- what a backend supplies
+
+
+class Backend:
+    """One framework's side of a run (docs/trainers.md). The harness calls, in this order:
+    setup() once; per attempt header() then build(); probe() per try of the maximum-batch search;
+    after_training() once training is done; teardown() last, whatever happened.
+
+    build() returns the attempt: an object with `clock` (a StepClock its steps are timed on),
+    `global_batch`, `header_updates` (header keys only known once the model is built, {} if none),
+    and fit_epochs(meter, epochs) / fit_steps(meter, windows), which train, timing every step on
+    the clock and giving each window's loss and accuracy to meter.finish().
+    """
+
+    framework = None
+
+    def info(self, message: str) -> None:
+        """A human line (the primary process only)."""
+        raise NotImplementedError
+
+    def emit(self, record: dict) -> None:
+        """A `:::SCALESWEEP` record (the primary process only)."""
+        raise NotImplementedError
+
+    def setup(self, args: argparse.Namespace) -> None:
+        """Devices, the distributed world and the training data: what every attempt shares."""
+        raise NotImplementedError
+
+    def header(self, per_gpu_batch: int) -> dict:
+        """The header record of an attempt at `per_gpu_batch`."""
+        raise NotImplementedError
+
+    def build(self, per_gpu_batch: int, attempt: int):
+        """Data pipeline and model of one training attempt (1-based `attempt`)."""
+        raise NotImplementedError
+
+    def probe(self, per_gpu_batch: int, attempt: int, steps: int) -> None:
+        """Train `steps` steps at `per_gpu_batch`; raises the framework's out-of-memory error."""
+        raise NotImplementedError
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        raise NotImplementedError
+
+    def error_text(self, error: BaseException) -> str:
+        """`Type: message`, for the one-line reasons of the records."""
+        return f"{type(error).__name__}: {error}"
+
+    def after_training(self, attempt, log: runlog.RunLog) -> None:
+        """Work after the time to solution (validation); nothing by default."""
+
+    def release_memory(self) -> None:
+        """Give a failed attempt's or a finished probe's memory back; nothing by default."""
+
+    def peak_memory_gb(self) -> float | None:
+        """Peak device memory of the attempt in GiB; None where the framework cannot tell."""
+        return None
+
+    def teardown(self) -> None:
+        """Leave the distributed world; nothing by default."""
+
+
+# ---------------------------------------------------------------- step timing and the protocols
+
+
+class StepClock:
+    """Begin and end time of every training step of an attempt, 0-based.
+
+    A step's end first waits for the devices (`synchronize`, when given): they run asynchronously,
+    so without the wait a step would end when its work is queued, not done. With `at_begin` the
+    begin waits too (work queued between two steps then counts for neither).
+    """
+
+    def __init__(self, synchronize=None, at_begin: bool = False):
+        self.synchronize = synchronize or (lambda: None)
+        self.at_begin = at_begin
+        self.begins: list[float] = []
+        self.ends: list[float] = []
+
+    def begin(self) -> None:
+        if self.at_begin:
+            self.synchronize()
+        self.begins.append(time.perf_counter())
+
+    def end(self) -> None:
+        self.synchronize()
+        self.ends.append(time.perf_counter())
+
+    @property
+    def finished(self) -> int:
+        return len(self.ends)
+
+    @property
+    def durations(self) -> list[float]:
+        return [end - begin for begin, end in zip(self.begins, self.ends)]
+
+
+def step_windows(args: argparse.Namespace) -> list[tuple]:
+    """The steps protocol's windows, (epoch record number, phase, runlog.TimedWindow): the run's
+    --warmup-steps steps, then the timed window (a fixed count, or the adaptive rule)."""
+    return [(1, "warmup", runlog.TimedWindow(args.warmup_steps)),
+            (2, "timed", runlog.TimedWindow(args.timed_steps, args.target_ci_pct, args.max_timed_steps))]
+
+
+class WindowMeter:
+    """Turns a window of timed steps (an epoch, or a window of the steps protocol) into its
+    `epoch` record, writes it to the run's log and prints its human line.
+
+    A window runs from `start(at)` (None: the begin of its first step) to `finish(ended=...)`
+    (None: the device-synchronized end of its last step); the steps among the run's first
+    `warmup_steps` are left out of its step statistics.
+    """
+
+    def __init__(self, log: runlog.RunLog, clock: StepClock, global_batch: int, warmup_steps: int, info):
+        self.log, self.clock, self.info = log, clock, info
+        self.global_batch, self.warmup_steps = global_batch, warmup_steps
+        self.first_step, self.started = 0, None
+
+    def start(self, at: float | None = None) -> None:
+        self.first_step, self.started = self.clock.finished, at
+
+    def durations(self) -> list[float]:
+        """The durations of the window's steps so far (what a TimedWindow decides on)."""
+        return self.clock.durations[self.first_step:]
+
+    def finish(self, number: int, loss=None, accuracy=None, *, phase=None, window=None, ended=None) -> dict:
+        """The window's epoch record (1-based `number`); `window` (the TimedWindow) adds how a
+        timed window ended."""
+        steps = self.clock.finished - self.first_step
+        timing = runlog.window_timing(self.clock.begins, self.clock.ends, self.first_step, steps,
+                                      self.warmup_steps, self.started, ended)
+        record = runlog.epoch_record(
+            number, steps * self.global_batch, timing["seconds"], loss, accuracy,
+            step_stats={key: timing[key] for key in runlog.STEP_KEYS}, phase=phase,
+            window=window.record_keys() if phase == "timed" and window else None,
+        )
+        self.log.epoch(record, runlog.timed_durations(self.durations(), self.first_step, self.warmup_steps))
+        self.info(window_line(record) if phase else epoch_line(record))
+        return record
+
+
+# ---------------------------------------------------------------- the run's life cycle
+
+
+def run(backend: Backend, args: argparse.Namespace, started: float | None = None) -> int:
+    """Set up, train (or search the maximum batch), report; always close the log with a summary.
+    Returns the exit status: 0 when the run finished or ran out of memory (a measured outcome),
+    EXIT_FAILED on any other failure. `started`: time.perf_counter() at the trainer's start, for
+    the summary's wall_time_s."""
+    start = time.perf_counter()  # time to solution: data loading and model build included
+    log = runlog.RunLog(backend.emit, started=started)
+    # SLURM's time limit and scancel send SIGTERM: end with a `failed` summary saying so.
+    runlog.raise_on_sigterm()
+    try:
+        backend.setup(args)
+        if args.find_max_batch:
+            search_and_report(backend, args, log, start)
+        else:
+            train_and_report(backend, args, log, start)
+        return 0
+    except BaseException as error:
+        status = close_early(backend, args, log, error, start)
+        if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: theirs to end
+            raise
+        return status
+    finally:
+        backend.teardown()
+
+
+def train_and_report(backend: Backend, args, log: runlog.RunLog, start: float) -> None:
+    attempt = train_with_oom_policy(backend, args, log)
+    # Time to solution ends with the last epoch: validation is reported beside it, not inside it.
+    total_time_s = time_to_solution(args, start)
+    backend.after_training(attempt, log)
+    summary = log.close("ok", total_time_s, memory_gb=peak_memory(backend))
+    finish_lines(backend.info, summary)
+
+
+def close_early(backend: Backend, args, log: runlog.RunLog, error: BaseException, start: float) -> int:
+    """The summary of a run that stopped early, with the epochs it finished; the exit status.
+    Called inside the `except` block: a failure's traceback goes to stderr (every rank's own)."""
+    if backend.is_out_of_memory(error):
+        status, reason = "oom", oom_reason(args, log, backend.error_text(error))
+    else:
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
+        status, reason = "failed", backend.error_text(error)
+    log.close(status, time_to_solution(args, start), reason, peak_memory(backend))
+    outcome = "ran out of memory" if status == "oom" else "failed"
+    backend.info(f"Training {outcome}: {runlog.one_line(reason)}")
+    return 0 if status == "oom" else EXIT_FAILED
+
+
+def oom_reason(args, log: runlog.RunLog, error_text: str) -> str:
+    batch = log.header["per_gpu_batch"] if log.header else args.per_gpu_batch
+    halvings = f" after {log.oom_retries} halving(s) from {args.per_gpu_batch}" if log.oom_retries else ""
+    return f"out of memory at per-GPU batch {batch}{halvings} ({args.resolution} px, {args.precision}): {error_text}"
+
+
+def time_to_solution(args, start: float) -> float | None:
+    """Seconds since the run started; None under the steps protocol, which measures throughput."""
+    if args.protocol == "steps" and not args.find_max_batch:
+        return None
+    return time.perf_counter() - start
+
+
+def peak_memory(backend: Backend) -> float | None:
+    # The summary must get out even when the failure left the device unusable.
+    try:
+        return backend.peak_memory_gb()
+    except Exception:  # noqa: BLE001 - any error here would hide the run's own failure
+        return None
+
+
+# ---------------------------------------------------------------- out-of-memory policy
+
+
+def train_attempt(backend: Backend, args, log: runlog.RunLog, per_gpu_batch: int, number: int):
+    """One training run at `per_gpu_batch` under the asked protocol; its records go to `log`."""
+    # Pending before the model build: an out-of-memory error there still gets its header.
+    log.expect(backend.header(per_gpu_batch))
+    attempt = backend.build(per_gpu_batch, number)
+    log.header.update(attempt.header_updates)
+    if args.oom_policy == "fail":
+        log.open()
+    meter = WindowMeter(log, attempt.clock, attempt.global_batch, args.warmup_steps, backend.info)
+    if args.protocol == "steps":
+        attempt.fit_steps(meter, step_windows(args))
+    else:
+        attempt.fit_epochs(meter, args.epochs)
+    return attempt
+
+
+def train_with_oom_policy(backend: Backend, args, log: runlog.RunLog):
+    """Train; with --oom-policy halve, an attempt that runs out of memory before its first epoch
+    record is retried at half the per-GPU batch, down to 1. Returns the attempt that trained."""
+    batch = args.per_gpu_batch
+    for number in itertools.count(1):
+        try:
+            return train_attempt(backend, args, log, batch, number)
+        except Exception as error:
+            if not (backend.is_out_of_memory(error) and may_retry(args, log, batch)):
+                raise
+            reason = runlog.one_line(backend.error_text(error))
+        # Retried outside the except block: the traceback, and the failed model with it, is gone.
+        backend.release_memory()
+        log.emit({"record": "oom_retry", "per_gpu_batch": batch, "next_per_gpu_batch": batch // 2,
+                  "reason": reason})
+        backend.info(f"Out of memory at per-GPU batch {batch}; retrying with {batch // 2} (--oom-policy halve)")
+        log.oom_retries += 1
+        batch //= 2
+
+
+def may_retry(args, log: runlog.RunLog, batch: int) -> bool:
+    return args.oom_policy == "halve" and batch > 1 and not log.header_emitted
+
+
+# ---------------------------------------------------------------- maximum-batch search
+
+
+def probe_fits(backend: Backend, args, per_gpu_batch: int, attempt: int) -> bool:
+    """Whether PROBE_STEPS training steps at `per_gpu_batch` run without running out of memory."""
+    try:
+        backend.probe(per_gpu_batch, attempt, PROBE_STEPS)
+        note = "fits"
+    except Exception as error:
+        if not backend.is_out_of_memory(error):
+            raise
+        note = f"runs out of memory ({runlog.one_line(backend.error_text(error))})"
+    backend.release_memory()
+    backend.info(f"max batch: per-GPU batch {per_gpu_batch} {note}")
+    return note == "fits"
+
+
+def find_max_batch(backend: Backend, args, log: runlog.RunLog) -> dict:
+    """Search the largest per-GPU batch that trains; emits the `max_batch` record."""
+    log.expect(backend.header(args.per_gpu_batch))
+    log.open()
+    attempts = itertools.count(1)
+    result = runlog.search_max_batch(
+        lambda batch: probe_fits(backend, args, batch, next(attempts)), args.per_gpu_batch, args.max_batch_limit)
+    log.emit({"record": "max_batch", **result, "max_batch_limit": args.max_batch_limit,
+              "probe_steps": PROBE_STEPS, "resolution": args.resolution, "precision": args.precision,
+              "compile": log.header["compile"]})
+    limit_note = f" (the --max-batch-limit {args.max_batch_limit} was reached)" if result["limit_reached"] else ""
+    backend.info(f"max batch: largest per-GPU batch that trains: {result['per_gpu_batch']}{limit_note}")
+    return result
+
+
+def search_and_report(backend: Backend, args, log: runlog.RunLog, start: float) -> None:
+    status, reason = "ok", None
+    if find_max_batch(backend, args, log)["per_gpu_batch"] is None:
+        status = "oom"
+        reason = f"no per-GPU batch fits, not even 1 ({args.resolution} px, {args.precision})"
+    log.close(status, time_to_solution(args, start), reason, peak_memory(backend))
+
+
+# ---------------------------------------------------------------- header keys and human lines
+
+
+def protocol_fields(args, global_batch, steps_per_epoch, train_images=None):
+    """Header keys that depend on the measurement protocol, for both trainers' parsed options.
+    `train_images`: the training images the run draws from (after --max-train-images), what a
+    full epoch would process: the sweet spot projects an epoch budget's cost from it."""
+    return {**_protocol_keys(args, global_batch, steps_per_epoch), "train_images": train_images}
+
+
+def _protocol_keys(args, global_batch, steps_per_epoch):
+    if args.find_max_batch:
+        return {"protocol": "max_batch", "epochs": 0, "images_per_epoch": None, "warmup_steps": 0,
+                "timed_steps": PROBE_STEPS, "max_batch_limit": args.max_batch_limit}
+    if args.protocol == "steps":
+        # Two epoch records, the windows: the parser's "epochs asked" check counts them. An
+        # adaptive window's images are known only once it ends (its epoch record has them).
+        auto = args.timed_steps == AUTO_TIMED_STEPS
+        return {"protocol": "steps", "epochs": 2,
+                "images_per_epoch": None if auto else args.timed_steps * global_batch,
+                "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps,
+                "target_ci_pct": args.target_ci_pct if auto else None,
+                "max_timed_steps": args.max_timed_steps if auto else None}
+    return {"protocol": "epochs", "epochs": args.epochs,
+            "images_per_epoch": steps_per_epoch * global_batch,
+            "warmup_steps": args.warmup_steps, "timed_steps": None}
+
+
+def epoch_line(record: dict) -> str:
+    """The reference's human line of a finished epoch."""
+    return f"[EPOCH: {record['epoch']}] Training throughput: {record['throughput_img_s']:.3f} imgs/s"
+
+
+def window_line(record: dict) -> str:
+    """The human line of a steps-protocol window."""
+    line = f"{record['phase']} window: {record['steps']} steps, {record['seconds']:.2f} s"
+    if record["phase"] == "warmup":
+        return line + " (left out of the step statistics)"
+    line += (f", {record['throughput_img_s']:.1f} img/s, step median {record['step_time_median_s']:.4f} s, "
+             f"p90 {record['step_time_p90_s']:.4f} s")
+    if record.get("step_time_ci_pct") is not None:
+        line += f", mean +/- {record['step_time_ci_pct']:.2f} % (95 %)"
+    if record.get("stop_reason") == "target":
+        line += f": target {record['target_ci_pct']:g} % reached"
+    elif record.get("stop_reason") == "cap":
+        line += f": target {record['target_ci_pct']:g} % NOT reached, stopped at the step cap"
+    return line
+
+
+def finish_lines(info, summary: dict) -> None:
+    """The reference's closing lines of a run that finished."""
+    info("Training finished!")
+    # The steps protocol measures no time to solution.
+    if summary["total_time_s"] is not None:
+        info(f"Complete training Time: {summary['total_time_s']:.0f} s")
+    # The reference's final throughput leaves epoch 1 out; with one epoch there is none to print.
+    if summary["throughput_img_s"] is not None:
+        info(f"Training throughput:    {summary['throughput_img_s']:.0f} imgs/s")
+    if summary["memory_gb"] is not None:
+        info(f"GPU memory reserved:    {summary['memory_gb']:.0f} GB")
+
+
+# ---------------------------------------------------------------- command line
+
+
+def common_parser(models, data_help: str) -> argparse.ArgumentParser:
+    """The options both trainers share, as an argparse parent: one command builder
+    (scalesweep/launch.py) drives both trainers, with the same names and meanings. A trainer
+    sets its own defaults where they differ (parser.set_defaults)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add = parser.add_argument
+    add("--model", choices=models, help="model to train (see --list-models)")
+    add("--data", help=data_help)
+    add("--dataset-name", help="the dataset's name in the records")
+    add("--resolution", type=int, default=224, help="training resolution in px (default %(default)s)")
+    add("--gpus", type=int, default=0, help="GPUs asked for, all nodes together; 0 = the CPU baseline "
+                                            "(default %(default)s)")
+    add("--per-gpu-batch", type=int, default=64, help="images per GPU per step (default %(default)s)")
+    add("--base-lr", type=float, default=0.01, help="learning rate of one GPU, scaled by the world size")
+    add("--epochs", type=int, default=5, help="epochs of the epochs protocol (default %(default)s)")
+    add("--max-train-images", type=int, default=0, help="train on a seeded subset of this many images; 0 = all")
+    add("--precision", choices=PRECISIONS, default="fp32", help="fp32, or bf16/fp16 mixed precision")
+    add("--compile", action="store_true", help="run the model compiled (TF: XLA, PyTorch: torch.compile)")
+    add("--seed", type=int, default=0, help="random seed (default %(default)s)")
+    add("--list-models", action="store_true", help="print the model names and exit")
+    add_measurement_options(parser)
+    return parser
+
+
+def add_measurement_options(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--protocol", choices=PROTOCOLS, default="epochs",
+        help="epochs: time whole epochs; steps: --warmup-steps then --timed-steps steps")
+    add("--warmup-steps", type=int, default=DEFAULT_WARMUP_STEPS,
+        help=f"first steps of the run, left out of the step statistics (default {DEFAULT_WARMUP_STEPS})")
+    add("--oom-policy", choices=OOM_POLICIES, default="fail",
+        help="out of memory: fail (status oom) or halve the per-GPU batch and retry, down to 1")
+    add("--find-max-batch", action="store_true",
+        help="search the largest per-GPU batch that trains, from --per-gpu-batch up")
+    add("--max-batch-limit", type=int, default=DEFAULT_MAX_BATCH_LIMIT,
+        help=f"largest per-GPU batch the search tries (default {DEFAULT_MAX_BATCH_LIMIT})")
+    add_timed_window_options(parser)
+
+
+def add_timed_window_options(parser: argparse.ArgumentParser) -> None:
+    """--timed-steps (a number or auto), --target-ci-pct and --max-timed-steps."""
+
+    def timed_steps(text):
+        try:
+            return runlog.timed_steps_setting(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    def positive(kind):
+        def parse(text):
+            value = kind(text)
+            if not (value > 0 and math.isfinite(value)):
+                raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+            return value
+        return parse
+
+    parser.add_argument("--timed-steps", type=timed_steps, default=DEFAULT_TIMED_STEPS,
+                        help="timed steps of the steps protocol, or 'auto': until the mean step "
+                             f"time is known to --target-ci-pct (default {DEFAULT_TIMED_STEPS})")
+    parser.add_argument("--target-ci-pct", type=positive(float), default=DEFAULT_TARGET_CI_PCT,
+                        help="auto window: 95 %% half-width of the mean step time to reach, in %% "
+                             f"of the mean (default {DEFAULT_TARGET_CI_PCT:g})")
+    parser.add_argument("--max-timed-steps", type=positive(int), default=DEFAULT_MAX_TIMED_STEPS,
+                        help=f"auto window: the most steps it times (default {DEFAULT_MAX_TIMED_STEPS})")
+
+
+def trainer_parser(description: str, models, data_help: str, **defaults) -> argparse.ArgumentParser:
+    """A trainer's parser: the shared options with the trainer's `defaults`, to which it adds
+    its own. allow_abbrev=False: a prefix of one option must never silently mean another (and
+    torchrun claims abbreviations of its own options)."""
+    parser = argparse.ArgumentParser(description=description, parents=[common_parser(models, data_help)],
+                                     allow_abbrev=False)
+    parser.set_defaults(**defaults)
+    return parser
+
+
+# (flag, smallest value) of the shared whole-number options.
+_LEAST = (("--resolution", 1), ("--gpus", 0), ("--per-gpu-batch", 1), ("--epochs", 1),
+          ("--max-train-images", 0), ("--warmup-steps", 0), ("--max-batch-limit", 1))
+
+
+def parse_args(parser: argparse.ArgumentParser, argv=None, check=None) -> argparse.Namespace:
+    """Parse and check the shared options, then the trainer's own (`check(parser, args)`);
+    a bad command line exits with status 2 before anything runs."""
+    args = parser.parse_args(argv)
+    if args.list_models:
+        return args
+    for flag in ("--model", "--data"):
+        if getattr(args, flag[2:]) is None:
+            parser.error(f"{flag} is required")
+    for flag, least in _LEAST:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value < least:
+            parser.error(f"{flag} must be {'0 or more' if least == 0 else f'>= {least}'}, got {value}")
+    if not math.isfinite(args.base_lr) or args.base_lr <= 0:
+        parser.error(f"--base-lr must be a positive number, got {args.base_lr}")
+    if args.protocol == "steps" and args.warmup_steps < 1:
+        parser.error("--protocol steps needs --warmup-steps of at least 1: the first step holds tracing or "
+                     "compilation, the first allocations and the input pipeline's first fill")
+    if args.find_max_batch and args.max_batch_limit < args.per_gpu_batch:
+        parser.error(f"--max-batch-limit {args.max_batch_limit} is below the starting "
+                     f"--per-gpu-batch {args.per_gpu_batch}")
+    if check is not None:
+        check(parser, args)
+    return args
+
+
+def main(argv, parse, models, make_backend, started: float | None) -> int:
+    """A trainer's main: parse the command line with `parse(argv)`; then print `models` for
+    --list-models, or run the backend `make_backend()` returns."""
+    args = parse(argv)
+    if args.list_models:
+        print("\n".join(models))
+        return 0
+    return run(make_backend(), args, started)

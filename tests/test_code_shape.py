@@ -1,0 +1,41 @@
+"""The shape the team's guide asks of scripts/: small functions, and trainers that hold only their
+framework's side (scripts/harness.py holds the rest)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_FUNCTION_LINES = 60
+MAX_TRAINER_LINES = 550
+
+
+def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """`name:line (n lines)` of every function or method in `path` longer than `limit` lines,
+    its decorators included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])
+            lines = node.end_lineno - first + 1
+            if lines > limit:
+                found.append(f"{path.name}:{first} {node.name} ({lines} lines)")
+    return found
+
+
+def test_long_functions_are_found(tmp_path):
+    body, method_body = "    x = 1\n" * 59, "        x = 1\n" * 60
+    path = tmp_path / "probe.py"
+    # 60 lines pass; 61, counting the decorator, and a 61-line method do not.
+    path.write_text(f"def short():\n{body}@property\ndef long():\n{body}class A:\n    def method(self):\n{method_body}")
+    assert long_functions(path) == ["probe.py:61 long (61 lines)", "probe.py:123 method (61 lines)"]
+
+
+def test_no_function_in_scripts_is_over_sixty_lines():
+    assert [found for path in sorted((ROOT / "scripts").glob("*.py")) for found in long_functions(path)] == []
+
+
+@pytest.mark.parametrize("trainer", ["train_tf.py", "train_torch.py"])
+def test_each_trainer_is_at_most_550_lines(trainer):
+    assert len((ROOT / "scripts" / trainer).read_text().splitlines()) <= MAX_TRAINER_LINES
