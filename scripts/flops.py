@@ -26,3 +26,12 @@ def count_flops(build_model, resolution: int, train: bool = True, batch: int = 2
         if train:
             logits.float().sum().backward()
     return counter.get_total_flops() / batch
+
+
+def count_flops_or_none(build_model, resolution: int) -> float | None:
+    """count_flops of training, or None where the counter cannot follow the model: provenance
+    must never fail a run."""
+    try:
+        return count_flops(build_model, resolution)
+    except Exception:  # noqa: BLE001
+        return None

@@ -19,6 +19,7 @@ import time
 import traceback
 
 import runlog
+import stepparts
 from runlog import (
     AUTO_TIMED_STEPS,
     DEFAULT_MAX_BATCH_LIMIT,
@@ -47,7 +48,11 @@ class Backend:
     build() returns the attempt: an object with `clock` (a StepClock its steps are timed on),
     `global_batch`, `header_updates` (header keys only known once the model is built, {} if none),
     and fit_epochs(meter, epochs) / fit_steps(meter, windows), which train, timing every step on
-    the clock and giving each window's loss and accuracy to meter.finish().
+    the clock (and marking clock.data_ready() once the step's batch is on the device) and giving
+    each window's loss and accuracy to meter.finish(). Its breakdown_probes() returns what the
+    step breakdown needs beyond the timed steps: {"compute": [seconds of probe steps without
+    gradient synchronisation], "allreduce": [seconds of one bucket-sized all-reduce], "ranks",
+    "gradient_bytes"} (scripts/stepparts.py), or None where the backend does not measure it.
     """
 
     framework = None
@@ -113,11 +118,25 @@ class StepClock:
         self.at_begin = at_begin
         self.begins: list[float] = []
         self.ends: list[float] = []
+        self.readies: list[float] = []
 
     def begin(self) -> None:
         if self.at_begin:
             self.synchronize()
         self.begins.append(time.perf_counter())
+        runlog.inject_delay(runlog.STEP_DELAY_ENV)
+
+    def data_ready(self) -> None:
+        """The step's batch is on the device (the copy waited for): its data wait ends here."""
+        self.synchronize()
+        self.readies.append(time.perf_counter())
+
+    @property
+    def data_waits(self) -> list[float]:
+        """Per step, from its begin to data_ready(); empty where the backend does not mark it."""
+        if len(self.readies) != len(self.begins):
+            return []
+        return [ready - begin for begin, ready in zip(self.begins, self.readies)]
 
     def end(self) -> None:
         self.synchronize()
@@ -171,7 +190,9 @@ class WindowMeter:
             step_stats={key: timing[key] for key in runlog.STEP_KEYS}, phase=phase,
             window=window.record_keys() if phase == "timed" and window else None,
         )
-        self.log.epoch(record, runlog.timed_durations(self.durations(), self.first_step, self.warmup_steps))
+        waits = self.clock.data_waits[self.first_step:]
+        self.log.epoch(record, runlog.timed_durations(self.durations(), self.first_step, self.warmup_steps),
+                       runlog.timed_durations(waits, self.first_step, self.warmup_steps))
         self.info(window_line(record) if phase else epoch_line(record))
         return record
 
@@ -206,11 +227,39 @@ def run(backend: Backend, args: argparse.Namespace, started: float | None = None
 
 def train_and_report(backend: Backend, args, log: runlog.RunLog, start: float) -> None:
     attempt = train_with_oom_policy(backend, args, log)
-    # Time to solution ends with the last epoch: validation is reported beside it, not inside it.
+    # Time to solution ends with the last epoch: validation is reported beside it, not inside it,
+    # and so are the breakdown's probes (outside every window, too).
     total_time_s = time_to_solution(args, start)
+    log.measured.update(step_breakdown(attempt, log, backend.info))
     backend.after_training(attempt, log)
     summary = log.close("ok", total_time_s, memory_gb=peak_memory(backend))
     finish_lines(backend.info, summary)
+
+
+def step_breakdown(attempt, log: runlog.RunLog, info) -> dict:
+    """The summary's breakdown keys (scripts/stepparts.py) from the steady steps and the
+    attempt's probes; {} where the attempt does not measure them. Prints the parts."""
+    probes = attempt.breakdown_probes() if hasattr(attempt, "breakdown_probes") else None
+    if probes is None:
+        return {}
+    seconds, steps = log.steady_window()
+    parts = stepparts.step_parts(seconds, steps, log.steady_durations, log.steady_waits, probes["compute"])
+    parts.update(stepparts.allreduce_keys(probes["gradient_bytes"], probes["allreduce"], probes["ranks"], parts))
+    info(breakdown_line(parts))
+    return parts
+
+
+def breakdown_line(parts: dict) -> str:
+    """The human line of the step breakdown: every part, `other` included."""
+    if parts.get("breakdown_step_s") is None:
+        return "step breakdown: not measured (too few steady steps)"
+    ms = {key: 1000.0 * parts[key] for key in stepparts.PART_KEYS}
+    line = (f"step breakdown: {ms['breakdown_step_s']:.2f} ms per step = data {ms['data_wait_s']:.2f} + compute "
+            f"{ms['compute_s']:.2f} + exposed sync {ms['sync_exposed_s']:.2f} + other {ms['other_s']:.2f} ms")
+    if parts.get("allreduce_s") is not None:
+        line += (f"; all-reduce {1000.0 * parts['allreduce_s']:.2f} ms for {parts['allreduce_bytes'] / 1e6:.1f} MB "
+                 f"(busbw {parts['busbw_gb_s']:.2f} GB/s), overlap {parts['overlap_pct']:.0f} %")
+    return line
 
 
 def close_early(backend: Backend, args, log: runlog.RunLog, error: BaseException, start: float) -> int:

@@ -513,6 +513,47 @@ def fail_inject_mode(environ=None) -> str | None:
     return mode
 
 
+# Delay injection, for tests that check where a known slowdown lands: a delay inside every timed
+# step (the comparison of sweeps must find it), inside the gradient all-reduce (a DDP comm hook:
+# the step breakdown must put it into exposed synchronisation) or in the data loader (into data
+# wait). Seconds; unset or 0 = none.
+STEP_DELAY_ENV = "SCALESWEEP_INJECT_STEP_DELAY_S"
+SYNC_DELAY_ENV = "SCALESWEEP_INJECT_SYNC_DELAY_S"
+DATA_DELAY_ENV = "SCALESWEEP_INJECT_DATA_DELAY_S"
+
+
+def injected_delay_s(name: str, environ=None) -> float:
+    """The delay `name` asks for in seconds (0 when unset); a bad value is an error, not ignored."""
+    env = os.environ if environ is None else environ
+    text = env.get(name, "").strip()
+    try:
+        delay = float(text) if text else 0.0
+    except ValueError:
+        delay = math.nan
+    if not (math.isfinite(delay) and delay >= 0):
+        raise ValueError(f"{name}={text!r}: expected seconds >= 0")
+    return delay
+
+
+def busy_wait(seconds: float) -> None:
+    """Keep the CPU busy `seconds`: a sleeping process hands its core to others and waits to get
+    it back, which would add an unknown slowdown to the known one."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def inject_delay(name: str) -> None:
+    """Spend the delay `name` asks for; a no-op unless it is set."""
+    delay = injected_delay_s(name)
+    if delay:
+        busy_wait(delay)
+
+
+def inject_step_delay() -> None:
+    inject_delay(STEP_DELAY_ENV)
+
+
 def injected_failure(mode: str | None, per_gpu_batch: int, attempt: int = 1) -> str | None:
     """What an attempt (1-based) at `per_gpu_batch` must raise: "oom", "crash" or None."""
     if mode in ("oom", "crash"):
@@ -596,6 +637,9 @@ class RunLog:
         self.header_emitted = False
         self.epochs = []
         self.steady_durations = []
+        self.steady_waits = []
+        # Summary keys measured after the epochs (the step breakdown's probes), given to close().
+        self.measured = {}
         self.oom_retries = 0
         # time.perf_counter() at the trainer's start: the summary's wall_time_s counts from it.
         self.started = started
@@ -610,14 +654,23 @@ class RunLog:
             self.emit(self.header)
             self.header_emitted = True
 
-    def epoch(self, record, timed=()):
-        """Emit an epoch record; `timed` are the durations of its non-warm-up steps, kept for the
-        summary's step-time interval when the record is steady (epoch >= 2)."""
+    def epoch(self, record, timed=(), waits=()):
+        """Emit an epoch record; `timed` are the durations of its non-warm-up steps and `waits`
+        their data waits, kept for the summary's step-time interval and step breakdown when the
+        record is steady (epoch >= 2)."""
         self.open()
         self.epochs.append(record)
         if record["epoch"] >= FIRST_STEADY_EPOCH:
             self.steady_durations.extend(timed)
+            self.steady_waits.extend(waits)
         self.emit(record)
+
+    def steady_window(self) -> tuple[float | None, int]:
+        """(seconds, steps) of the steady epochs or timed window together."""
+        steady = [rec for rec in self.epochs if rec["epoch"] >= FIRST_STEADY_EPOCH and rec.get("steps")]
+        if not steady:
+            return None, 0
+        return sum(rec["seconds"] for rec in steady), sum(rec["steps"] for rec in steady)
 
     def close(self, status, total_time_s, reason=None, memory_gb=None):
         self.open()
@@ -626,5 +679,6 @@ class RunLog:
             status, self.epochs, total_time_s, reason, memory_gb, oom_retries=self.oom_retries,
             steady_durations=self.steady_durations, wall_time_s=wall,
         )
+        summary.update(self.measured)
         self.emit(summary)
         return summary

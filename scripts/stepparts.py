@@ -24,6 +24,7 @@ BUCKET_BYTES = 25 * 1024 * 1024
 ALLREDUCE_WARMUP = 2
 ALLREDUCE_REPEATS = 5
 COMPUTE_PROBE_STEPS = 10
+PART_KEYS = ("breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s", "other_s")
 
 
 def _median_or_none(values):
@@ -33,7 +34,7 @@ def _median_or_none(values):
 
 def step_parts(window_seconds: float, window_steps: int, step_durations, data_waits, compute_durations) -> dict:
     """The breakdown keys of the summary record (nulls where a part was not measured)."""
-    keys = ("breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s", "other_s", "breakdown_steps")
+    keys = (*PART_KEYS, "breakdown_steps")
     step, data, compute = (_median_or_none(step_durations), _median_or_none(data_waits),
                            _median_or_none(compute_durations))
     if not window_steps or window_seconds is None or None in (step, data, compute):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, Sampler, Subset
+from torch.utils.data import DataLoader, DistributedSampler, Sampler, Subset, default_collate
 from torchvision import datasets, transforms
 
 import runlog
@@ -97,6 +97,13 @@ def steps_per_epoch(num_images: int, world_size: int, per_gpu_batch: int) -> int
     return (num_images // world_size) // per_gpu_batch
 
 
+def collate_with_injected_delay(samples):
+    """The default collation, after the delay runlog.DATA_DELAY_ENV asks for (a slowed loader,
+    for the test that the step breakdown puts it into data wait; none when unset)."""
+    runlog.inject_delay(runlog.DATA_DELAY_ENV)
+    return default_collate(samples)
+
+
 def make_loader(dataset, batch_size: int, sampler, num_workers: int, device: torch.device, train: bool):
     """The loader of one split. ImageFolder reads and decodes a JPEG in __getitem__, so with
     workers the decoding and the transforms run in the worker processes, off the training loop."""
@@ -109,6 +116,7 @@ def make_loader(dataset, batch_size: int, sampler, num_workers: int, device: tor
         pin_memory=device.type == "cuda",
         drop_last=train,
         prefetch_factor=PREFETCH_BATCHES_PER_WORKER if num_workers > 0 else None,
+        collate_fn=collate_with_injected_delay if train else None,
         # Validation runs once; keeping its workers alive would only hold memory.
         persistent_workers=train and num_workers > 0,
     )

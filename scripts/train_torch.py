@@ -5,16 +5,15 @@ Launched by torchrun, one process per GPU (options after the script path belong 
     torchrun --standalone --nproc-per-node 2 scripts/train_torch.py --model vit_tiny \
         --data DATASET --gpus 2 --resolution 32 --epochs 3 --per-gpu-batch 16 [--protocol steps]
 
-`python scripts/train_torch.py ...` without torchrun is a one-process run (world size 1, no
-process group): the `--gpus 0` CPU baseline. Without CUDA, gloo processes on the CPU stand in for
-GPUs and run the same code. Rank 0 prints the reference's human log lines and the
-`:::SCALESWEEP` records of docs/records.md.
+Without torchrun: one process, no process group (the `--gpus 0` CPU baseline). Without CUDA,
+gloo processes on the CPU stand in for GPUs. Rank 0 prints the reference's human log lines and
+the `:::SCALESWEEP` records of docs/records.md.
 
-This file is the PyTorch backend of scripts/harness.py (docs/trainers.md): the harness runs the
-life cycle, the measurement options shared with scripts/train_tf.py, the out-of-memory policy, the
-maximum-batch search and the protocols; this file supplies the data, the model, the training step
-and the run's provenance, and scripts/torch_distributed.py the devices and the DDP world. Every
-training step is timed from the fetch of its batch to its device-synchronized end.
+The PyTorch backend of scripts/harness.py (docs/trainers.md): the harness runs the life cycle,
+the shared options, the out-of-memory policy, the maximum-batch search and the protocols; this
+file supplies the data, the model, the training step and provenance (torch_distributed.py: the
+DDP world; torch_probes.py: the step breakdown's probes). A step is timed from the fetch of its
+batch to its device-synchronized end.
 
 Out of memory under DDP: until the run's first epoch record (the steps in which the halve
 policy may still retry, whatever the policy), every step runs in three parts: the batch's copy to
@@ -54,30 +53,15 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
 from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
 
+import flops  # noqa: E402
 import harness  # noqa: E402
 import runlog  # noqa: E402
-from torch_data import (  # noqa: E402
-    RepeatingSampler,
-    TrainData,
-    load_split,
-    load_train_data,
-    make_loader,
-    make_train_sampler,
-    steps_per_epoch,
-)
-from torch_distributed import (  # noqa: E402
-    OUT_OF_MEMORY,
-    Console,
-    World,
-    agree_on_oom,
-    all_reduce_sum,
-    gather_device_names,
-    is_primary,
-    rank_hint,
-    start_process,
-    synchronize,
-    teardown,
-)
+import torch_probes  # noqa: E402
+from torch_data import (RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
+                        make_loader, make_train_sampler, steps_per_epoch)
+from torch_distributed import (OUT_OF_MEMORY, Console, World, agree_on_oom, all_reduce_sum,  # noqa: E402
+                               gather_device_names, is_primary, rank_hint, start_process,
+                               synchronize, teardown)
 
 # Must equal scalesweep/catalog.py MODELS["pytorch"] (tests/test_catalog.py); scripts/ cannot
 # import the package inside the training containers.
@@ -212,10 +196,12 @@ class Trainer:
             lambda: model.to(self.device, memory_format=self.memory_format), self.device
         )
         self.num_parameters = count_parameters(self.module)
+        self.ddp = None
         wrapped = self.module
         if self.world.distributed:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            wrapped = DistributedDataParallel(self.module, device_ids=device_ids)
+            wrapped = self.ddp = DistributedDataParallel(self.module, device_ids=device_ids)
+            torch_probes.register_injected_delay(self.ddp)
         self.model = torch.compile(wrapped) if self.args.compile else wrapped
         self.optimizer = build_optimizer(self.args.optimizer, self.model.parameters(), self.lr)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.args.precision == "fp16")
@@ -250,10 +236,12 @@ class Trainer:
             # backward all-reduces gradients; a rank out of memory in the part before must not
             # leave the others waiting there.
             images, labels = agree_on_oom(lambda: self._to_device(images, labels), self.device)
+            self.clock.data_ready()
             logits, loss = agree_on_oom(lambda: self._forward(images, labels), self.device)
             agree_on_oom(lambda: self._update(loss), self.device)
         else:
             images, labels = self._to_device(images, labels)
+            self.clock.data_ready()
             logits, loss = self._forward(images, labels)
             self._update(loss)
         correct = (logits.argmax(dim=1) == labels).sum()
@@ -316,6 +304,17 @@ class Trainer:
         stream = iter(self.loader)
         for number, phase, window in windows:
             self._window(meter, number, window, lambda: stream, phase)
+
+    def breakdown_probes(self) -> dict:
+        """The compute and all-reduce probes of the step breakdown (scripts/torch_probes.py)."""
+        self.model.train()
+        images, labels = self._to_device(*next(iter(self.loader)))
+
+        def step():
+            self._update(self._forward(images, labels)[1])
+
+        compute = torch_probes.compute_probe(step, lambda: synchronize(self.device), self.ddp, self.optimizer)
+        return {"compute": compute, **torch_probes.allreduce_probe(self.module, self.device, self.world.world_size)}
 
     def probe(self, steps: int) -> None:
         """`steps` training steps, agreed on out-of-memory: torch.OutOfMemoryError on every rank
@@ -464,6 +463,9 @@ class TorchBackend(harness.Backend):
         self.world, self.device = start_process(args.gpus, self.console)
         self.data = load_train_data(args)
         self.facts = run_facts(self.world, self.device, start_timestamp)
+        if is_primary(self.world.rank):
+            build = lambda: build_model(args.model, len(self.data.classes), args.resolution)  # noqa: E731
+            self.facts["flops_per_image"] = flops.count_flops_or_none(build, args.resolution)
 
     def header(self, per_gpu_batch: int) -> dict:
         return header_record(self.args, self.world, self.device, self.data, self.facts, per_gpu_batch)
