@@ -244,6 +244,9 @@ class Trainer:
             self.clock.data_ready()
             logits, loss = self._forward(images, labels)
             self._update(loss)
+        return self._totals(logits, loss, labels)
+
+    def _totals(self, logits, loss, labels) -> torch.Tensor:
         correct = (logits.argmax(dim=1) == labels).sum()
         count = labels.new_tensor(labels.numel())
         return torch.stack([loss.detach().double() * labels.numel(), correct.double(), count.double()])
@@ -310,8 +313,10 @@ class Trainer:
         self.model.train()
         images, labels = self._to_device(*next(iter(self.loader)))
 
-        def step():
-            self._update(self._forward(images, labels)[1])
+        def step():  # a training step's own work, without its data
+            logits, loss = self._forward(images, labels)
+            self._update(loss)
+            self._totals(logits, loss, labels)
 
         compute = torch_probes.compute_probe(step, lambda: synchronize(self.device), self.ddp, self.optimizer)
         return {"compute": compute, **torch_probes.allreduce_probe(self.module, self.device, self.world.world_size)}

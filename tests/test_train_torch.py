@@ -348,15 +348,16 @@ def clean_env(**extra) -> dict:
     return {**env, **extra}
 
 
-def launch(dataset: Path, processes: int | None, *options: str) -> subprocess.CompletedProcess:
-    """The trainer under `torchrun --standalone` with `processes` ranks, or plain python when None."""
+def launch(dataset: Path, processes: int | None, *options: str, **env) -> subprocess.CompletedProcess:
+    """The trainer under `torchrun --standalone` with `processes` ranks, or plain python when None;
+    `env`: extra environment variables (the delay injections)."""
     launcher = [sys.executable]
     if processes is not None:
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)]
     command = [*launcher, str(TRAINER), "--data", str(dataset), "--dataset-name", "synthetic",
                "--resolution", "32", "--num-workers", "0", *options]
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env=clean_env(), cwd=ROOT
+        command, capture_output=True, text=True, timeout=300, env=clean_env(**env), cwd=ROOT
     )
 
 
@@ -463,3 +464,58 @@ def test_max_train_images_subset_is_the_shared_rule(dataset):
                                    "--max-train-images", "30", "--seed", "5"])
     data = torch_data.load_train_data(args)
     assert list(data.train_set.indices) == runlog.subset_indices(CLASSES * TRAIN_PER_CLASS, 30, 5)
+
+
+# ---------------------------------------------------------------- the step breakdown
+
+PART_KEYS = ("data_wait_s", "compute_s", "sync_exposed_s", "other_s")
+BREAKDOWN_RUN = ("--model", "vit_tiny", "--per-gpu-batch", "8", "--protocol", "steps",
+                 "--warmup-steps", "3", "--timed-steps", "30")
+
+
+def breakdown_of(dataset, processes, **env) -> dict:
+    run = launch(dataset, processes, *BREAKDOWN_RUN, "--gpus", str(processes or 0), **env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = records(run.stdout)[-1]
+    assert summary["record"] == "summary" and summary["status"] == "ok"
+    assert "step breakdown:" in run.stdout and " + other " in run.stdout  # `other` is printed
+    return summary
+
+
+@pytest.mark.slow
+def test_breakdown_parts_add_up_and_one_process_has_no_sync(dataset):
+    one = breakdown_of(dataset, None)
+    timed = one["timed_steps"]
+    assert sum(one[key] for key in PART_KEYS) == pytest.approx(one["breakdown_step_s"])
+    assert one["breakdown_step_s"] == pytest.approx(one["steady_epoch_time_s"] / timed)
+    assert one["sync_exposed_s"] <= 0.05 * one["breakdown_step_s"]
+    assert one["compute_s"] > 0 and one["data_wait_s"] > 0
+    assert one["allreduce_s"] is None and "flops_per_image" not in one  # a header key
+    header = records(launch(dataset, None, *BREAKDOWN_RUN).stdout)[0]
+    # vit_tiny at 32 px: counted on a meta-device copy; a trained image ~ 3 forwards
+    assert 0 < header["flops_per_image"] < 1e9
+
+
+@pytest.mark.slow
+def test_exposed_sync_grows_from_two_to_four_processes(dataset):
+    two, four = breakdown_of(dataset, 2), breakdown_of(dataset, 4)
+    for summary in (two, four):
+        assert sum(summary[key] for key in PART_KEYS) == pytest.approx(summary["breakdown_step_s"])
+        assert summary["busbw_gb_s"] > 0 and summary["allreduce_bytes"] > 0
+    assert four["sync_exposed_s"] > two["sync_exposed_s"]
+
+
+@pytest.mark.slow
+def test_injected_delays_land_in_their_own_part(dataset):
+    """100 ms in the gradient all-reduce (a DDP comm hook: vit_tiny's gradients are one bucket)
+    moves into exposed synchronisation, not compute or data; 100 ms in the loader into data wait.
+    (A delay well above the few ms a shared 2-core machine moves medians between runs.)"""
+    delay = 0.1
+    base = breakdown_of(dataset, 2)
+    synced = breakdown_of(dataset, 2, **{runlog.SYNC_DELAY_ENV: str(delay)})
+    loaded = breakdown_of(dataset, 2, **{runlog.DATA_DELAY_ENV: str(delay)})
+    assert synced["sync_exposed_s"] - base["sync_exposed_s"] == pytest.approx(delay, rel=0.2)
+    assert abs(synced["compute_s"] - base["compute_s"]) < 0.2 * delay
+    assert abs(synced["data_wait_s"] - base["data_wait_s"]) < 0.2 * delay
+    assert loaded["data_wait_s"] - base["data_wait_s"] == pytest.approx(delay, rel=0.2)
+    assert abs(loaded["sync_exposed_s"] - base["sync_exposed_s"]) < 0.2 * delay
