@@ -190,6 +190,7 @@ SUMMARY = {
     "busbw_gb_s": measure(),
     "overlap_pct": number(),
     "comm_compute_ratio": number(0),
+    "probe_s": number(0),
 }
 RULES = {"header": HEADER, "epoch": EPOCH, "summary": SUMMARY}
 

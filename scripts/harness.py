@@ -239,14 +239,16 @@ def train_and_report(backend: Backend, args, log: runlog.RunLog, start: float) -
 def step_breakdown(attempt, log: runlog.RunLog, info) -> dict:
     """The summary's breakdown keys (scripts/stepparts.py) from the steady steps and the
     attempt's probes; {} where the attempt does not measure them. Prints the parts."""
+    began = time.perf_counter()
     probes = attempt.breakdown_probes() if hasattr(attempt, "breakdown_probes") else None
     if probes is None:
         return {}
+    probe_s = time.perf_counter() - began
     seconds, steps = log.steady_window()
     parts = stepparts.step_parts(seconds, steps, log.steady_durations, log.steady_waits, probes["compute"])
     parts.update(stepparts.allreduce_keys(probes["gradient_bytes"], probes["allreduce"], probes["ranks"], parts))
     info(breakdown_line(parts))
-    return parts
+    return {**parts, "probe_s": probe_s}
 
 
 def breakdown_line(parts: dict) -> str:

@@ -23,7 +23,7 @@ import statistics
 BUCKET_BYTES = 25 * 1024 * 1024
 ALLREDUCE_WARMUP = 2
 ALLREDUCE_REPEATS = 5
-COMPUTE_PROBE_STEPS = 10
+COMPUTE_PROBE_STEPS = 5
 PART_KEYS = ("breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s", "other_s")
 
 
