@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep.parse import FIRST_STEADY_EPOCH, LogFormatError, parse_file
+from scalesweep.provenance import PROVENANCE_COLUMNS, run_provenance
 
 AXIS_COLUMNS = ["framework", "model", "dataset", "gpus", "nodes", "repeat"]
 METRIC_COLUMNS = [
@@ -43,6 +44,7 @@ RUN_RESULT_COLUMNS = [
     "images_per_epoch",
     "slurm_job_id",
     "hostname",
+    *PROVENANCE_COLUMNS,
 ]
 EPOCH_RESULT_COLUMNS = ["epoch", "images", "seconds", "throughput_img_s", "loss", "accuracy", "steady"]
 EPOCH_FLOAT_COLUMNS = ["seconds", "throughput_img_s", "loss", "accuracy"]
@@ -195,6 +197,7 @@ def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
     row["epochs"] = row.get("epochs") if "epochs" in config else len(run.epochs)
     row["log_format"] = run.format
     row["log"] = str(path)
+    row.update(run_provenance(header, config))
     if row["status"] != "ok":
         row["reason"] = summary.get("reason") or f"status {row['status']} without a reason in the log"
         return row, []

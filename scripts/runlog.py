@@ -16,6 +16,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 
 SCHEMA = 1
 PREFIX = ":::SCALESWEEP "
@@ -104,6 +105,7 @@ def provenance(start_timestamp: float | None = None, environ=None) -> dict:
         "hostname": socket.gethostname(),
         "slurm_job_id": env.get("SLURM_JOB_ID") or None,
         "slurm_nodelist": env.get("SLURM_JOB_NODELIST") or None,
+        "slurm_cluster_name": env.get("SLURM_CLUSTER_NAME") or None,
         "container_image": container_image(env),
         "start_time": utc_now_iso(start_timestamp),
     }
@@ -333,6 +335,37 @@ def fail_inject_mode(environ=None) -> str | None:
             " (N a whole number)"
         )
     return mode
+
+
+# Slowdown injection for the comparison of sweeps (scalesweep compare): both trainers call
+# inject_step_delay() inside every timed training step, which then sleeps this many seconds. A
+# known slowdown, so a test can check that the comparison finds it and measures its size.
+STEP_DELAY_ENV = "SCALESWEEP_INJECT_STEP_DELAY_S"
+
+
+def step_delay_s(environ=None) -> float:
+    """The injected delay per training step in seconds (0 when unset); bad values are errors."""
+    env = os.environ if environ is None else environ
+    text = env.get(STEP_DELAY_ENV, "").strip()
+    try:
+        delay = float(text) if text else 0.0
+    except ValueError:
+        delay = math.nan
+    if not (math.isfinite(delay) and delay >= 0):
+        raise ValueError(f"{STEP_DELAY_ENV}={text!r}: expected seconds >= 0")
+    return delay
+
+
+_STEP_DELAY_S = None
+
+
+def inject_step_delay() -> None:
+    """Sleep the injected delay (read once per process): a no-op unless STEP_DELAY_ENV is set."""
+    global _STEP_DELAY_S
+    if _STEP_DELAY_S is None:
+        _STEP_DELAY_S = step_delay_s()
+    if _STEP_DELAY_S:
+        time.sleep(_STEP_DELAY_S)
 
 
 def injected_failure(mode: str | None, per_gpu_batch: int, attempt: int = 1) -> str | None:

@@ -347,6 +347,7 @@ class StepClock(keras.callbacks.Callback):
         self.begins.append(time.perf_counter())
 
     def on_train_batch_end(self, batch, logs=None):
+        runlog.inject_step_delay()
         tf.test.experimental.sync_devices()
         self.ends.append(time.perf_counter())
 

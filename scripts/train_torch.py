@@ -663,6 +663,7 @@ class Trainer:
             self.clock.begin()
             images, labels = next(batches)
             totals += self._train_step(images, labels)
+            runlog.inject_step_delay()
             self.clock.end()
         return totals
 
