@@ -14,6 +14,7 @@ include: "workflow/rules/parse.smk"
 include: "workflow/rules/analyze.smk"
 include: "workflow/rules/plot.smk"
 include: "workflow/rules/max_batch.smk"
+include: "workflow/rules/history.smk"
 
 
 # Every run's result is a target itself: Snakemake does not rerun a missing intermediate file
@@ -25,3 +26,5 @@ rule all:
         "results/tidy/runs.csv",
         expand("results/tables/{table}.csv", table=stages.TABLES),
         "results/figures",
+        "results/tables/archived.json",
+        comparison_outputs(),

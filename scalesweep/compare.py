@@ -35,6 +35,7 @@ throughput:
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scalesweep import provenance, scaling
+from scalesweep import history, provenance, scaling
 
 CONFIDENCE = 0.95
 MIN_BOOTSTRAP_REPEATS = 10
@@ -408,7 +409,7 @@ def _cell_note(base: Cell, cand: Cell) -> str:
 
 # ----------------------------------------------------------------------------- outputs
 
-OUTPUTS = ("compare.csv", "compare.png", "summary.txt")
+OUTPUTS = history.COMPARE_OUTPUTS
 
 
 def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE,
@@ -423,6 +424,19 @@ def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE
     plot_ratios(table, facts, outdir / "compare.png")
     (outdir / "summary.txt").write_text(text)
     return table, text
+
+
+def compare_archived(baseline_spec: str, archived_json, history_dir, outdir) -> str:
+    """The workflow's comparison: the sweep archived in `archived_json` (the candidate) against
+    `baseline_spec` (config key compare_with); returns the verdict counts for the rule's log."""
+    archived = json.loads(Path(archived_json).read_text())
+    baseline = history.load_side(str(baseline_spec), history_dir)
+    candidate = history.load_side(archived["file"], history_dir)
+    candidate.label = f"this sweep ({archived['sweep_id']})"
+    table, _ = write_comparison(baseline, candidate, outdir)
+    counts = table["verdict"].value_counts()
+    return f"{len(table)} configurations compared with {baseline_spec}: " + ", ".join(
+        f"{n} {verdict}" for verdict, n in counts.items())
 
 
 def config_label(row, keys: list[str]) -> str:

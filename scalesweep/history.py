@@ -35,6 +35,7 @@ import pandas as pd
 from scalesweep.provenance import PROVENANCE_COLUMNS, scalesweep_version
 
 DEFAULT_HISTORY_DIR = "results/history"
+COMPARE_OUTPUTS = ("compare.csv", "compare.png", "summary.txt")  # scalesweep/compare.py writes them
 FILE_PREFIX, FILE_SUFFIX = "sweep-", ".parquet"
 SWEEP_COLUMNS = ("sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host")
 # Sweep ids are also file names and selector values: letters, digits, T, Z and the hyphen only.
@@ -216,6 +217,11 @@ def read_runs(history_dir, where: str | None = None, selectors=(), files=None) -
 def query(files, sql: str, parameters=(), where: str | None = None) -> pd.DataFrame:
     """`sql` over the view `runs` (every file's rows, columns united by name). A file DuckDB
     cannot read is left out with a DamagedArchiveWarning, and the query runs on the others."""
+    return _query(files, sql, parameters, where)[0]
+
+
+def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """query() and the files it could read."""
     import duckdb
 
     readable = [str(path) for path in files]
@@ -224,7 +230,7 @@ def query(files, sql: str, parameters=(), where: str | None = None) -> pd.DataFr
         try:
             connection.execute(f"CREATE VIEW runs AS SELECT * FROM read_parquet("
                                f"[{', '.join(map(_sql_text, readable))}], union_by_name = true)")
-            return connection.execute(sql, list(parameters)).df()
+            return connection.execute(sql, list(parameters)).df(), readable
         except duckdb.Error as error:
             damaged = {} if _is_query_error(error) else _damaged(readable, error)
             if not damaged:
@@ -235,7 +241,7 @@ def query(files, sql: str, parameters=(), where: str | None = None) -> pd.DataFr
             readable = [path for path in readable if path not in damaged]
         finally:
             connection.close()
-    return pd.DataFrame(columns=list(SWEEP_COLUMNS))
+    return pd.DataFrame(columns=list(SWEEP_COLUMNS)), []
 
 
 def _is_query_error(error: Exception) -> bool:
@@ -321,7 +327,8 @@ def sweeps_table(history_dir, where: str | None = None, selectors=()) -> pd.Data
                *(name for name, _ in LISTING[3:])]
     if not files:
         return pd.DataFrame(columns=columns)
-    present = _columns(files)
+    present, files = _query(files, "SELECT * FROM runs LIMIT 0")
+    present = list(present.columns)
     keys = [c for c in present if c not in NON_KEY_COLUMNS or c == "gpus"]
     fields = {c: (_sql_name(c) if c in present else "NULL") for c in ("cluster", "gpu_model", "cpu_model")}
     condition, parameters = _condition(where, parse_selectors(selectors))
@@ -329,6 +336,8 @@ def sweeps_table(history_dir, where: str | None = None, selectors=()) -> pd.Data
     distinct = f"count(DISTINCT row({', '.join(map(_sql_name, keys))}))" if keys else "1"
     sql = (f"SELECT sweep_id, {selects}, {distinct} AS configurations FROM runs "
            f"WHERE {condition} GROUP BY sweep_id ORDER BY date, sweep_id")
+    if not files:
+        return pd.DataFrame(columns=columns)
     return query(files, sql, parameters, where=where)[columns]
 
 
@@ -336,12 +345,6 @@ def _fill(sql: str, fields: dict) -> str:
     for name, expression in fields.items():
         sql = re.sub(rf"\b{name}\b", expression, sql)
     return sql
-
-
-def _columns(files) -> list[str]:
-    """The columns of the history (united over every readable file)."""
-    frame = query(files, "SELECT * FROM runs LIMIT 0")
-    return list(frame.columns)
 
 
 # ----------------------------------------------------------------------------- comparison sides
