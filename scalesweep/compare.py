@@ -7,13 +7,15 @@ throughput:
 
 - `ratio` = candidate / baseline throughput, the ratio of the geometric means of the repeats
   (one run a side: the ratio of the two runs), and its interval, computed on the log scale:
-  - `bootstrap`: at least MIN_BOOTSTRAP_REPEATS repeats on both sides: percentile interval of
-    BOOTSTRAP_RESAMPLES resamples of each side's repeats.
+  - `bootstrap`: at least MIN_BOOTSTRAP_REPEATS repeats on both sides (pooled sweeps, say):
+    percentile interval of BOOTSTRAP_RESAMPLES resamples of each side's repeats, each side's
+    resampled means spread by sqrt(n / (n - 1)) around its mean (a resample's variance is the
+    plug-in one, (n - 1) / n of the sample variance). No assumption on the noise's shape.
   - `repeats`: 2 or more repeats on both sides (fewer than for the bootstrap on one): Welch's t
     interval of the difference of mean log throughputs (Satterthwaite degrees of freedom). The
-    percentile bootstrap is too narrow with few repeats: with 2 a side it has no way to give a
-    wider interval than the data's range, and under no change at all it excludes 1.0 about one
-    time in three.
+    percentile bootstrap is too narrow with few repeats: under no change at all, with normal
+    noise, a 95 % percentile interval excludes 1.0 in 32 % of comparisons with 2 repeats a side,
+    20 % with 3 and 10 % with 10 (Welch's t: 2-4 %; tests/test_compare.py measures it).
   - `run intervals`: one run a side, each with its own 95 % interval from its step times
     (runs.csv `throughput_ci_low_img_s` / `_high_img_s`): each run's log throughput is taken as
     normal with sd = log-width / (2 x 1.96), and the two are combined (normal interval).
@@ -47,7 +49,7 @@ from scipy import stats
 from scalesweep import history, provenance, scaling
 
 CONFIDENCE = 0.95
-MIN_BOOTSTRAP_REPEATS = 10
+MIN_BOOTSTRAP_REPEATS = 20
 BOOTSTRAP_RESAMPLES = 10_000
 RUN_CI_LEVEL = 0.95  # the level of runs.csv's per-run throughput intervals
 CI_LOW, CI_HIGH = "throughput_ci_low_img_s", "throughput_ci_high_img_s"
@@ -74,7 +76,9 @@ def configuration_keys(baseline: pd.DataFrame, candidate: pd.DataFrame) -> tuple
     that value without naming the axis); with several values it stays a key, and the other
     side, which lacks it, then has none of those configurations.
     """
-    keys_b, keys_c = scaling.group_keys(baseline), scaling.group_keys(candidate)
+    # The metrics a comparison reads are never axes (whatever scaling.NON_KEY_COLUMNS lists).
+    keys_b, keys_c = ([k for k in scaling.group_keys(frame) if k not in METRIC_INPUTS]
+                      for frame in (baseline, candidate))
     keys, notes = [k for k in keys_b if k in keys_c], []
     for side, own, frame in (("baseline", keys_b, baseline), ("candidate", keys_c, candidate)):
         for key in own:
@@ -234,7 +238,7 @@ def estimate(base: Cell, cand: Cell, rng: np.random.Generator,
         return None
     log_ratio = float(cand.logs.mean() - base.logs.mean())
     if min(base.n, cand.n) >= MIN_BOOTSTRAP_REPEATS:
-        draws = bootstrap_means(cand.logs, rng, resamples) - bootstrap_means(base.logs, rng, resamples)
+        draws = resampled_means(cand.logs, rng, resamples) - resampled_means(base.logs, rng, resamples)
         return Estimate(log_ratio, "bootstrap", resamples=draws)
     (var_b, df_b), (var_c, df_c) = base.variance(), cand.variance()
     variance = var_b + var_c
@@ -243,6 +247,13 @@ def estimate(base: Cell, cand: Cell, rng: np.random.Generator,
     repeats = [cell.n >= 2 for cell in (base, cand)]
     method = "repeats" if all(repeats) else "run intervals" if not any(repeats) else "repeats + run interval"
     return Estimate(log_ratio, method, variance, welch_df([var_b, var_c], [df_b, df_c]))
+
+
+def resampled_means(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """bootstrap_means spread by sqrt(n / (n - 1)) around the sample mean: the sample variance's
+    spread instead of the plug-in variance's."""
+    n, mean = len(values), values.mean()
+    return mean + (bootstrap_means(values, rng, resamples) - mean) * math.sqrt(n / (n - 1))
 
 
 def bootstrap_means(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
