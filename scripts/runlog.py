@@ -338,8 +338,8 @@ def fail_inject_mode(environ=None) -> str | None:
 
 
 # Slowdown injection for the comparison of sweeps (scalesweep compare): both trainers call
-# inject_step_delay() inside every timed training step, which then sleeps this many seconds. A
-# known slowdown, so a test can check that the comparison finds it and measures its size.
+# inject_step_delay() inside every timed training step, which then keeps the CPU busy this many
+# seconds. A known slowdown, so a test can check that the comparison finds it and measures its size.
 STEP_DELAY_ENV = "SCALESWEEP_INJECT_STEP_DELAY_S"
 
 
@@ -360,12 +360,18 @@ _STEP_DELAY_S = None
 
 
 def inject_step_delay() -> None:
-    """Sleep the injected delay (read once per process): a no-op unless STEP_DELAY_ENV is set."""
+    """Spend the injected delay (read once per process): a no-op unless STEP_DELAY_ENV is set.
+
+    Busy, not asleep: a sleeping process hands its core to others and its next step waits to
+    get it back (and for the CPU to wake up), which would add an unknown slowdown to the known one.
+    """
     global _STEP_DELAY_S
     if _STEP_DELAY_S is None:
         _STEP_DELAY_S = step_delay_s()
     if _STEP_DELAY_S:
-        time.sleep(_STEP_DELAY_S)
+        end = time.perf_counter() + _STEP_DELAY_S
+        while time.perf_counter() < end:
+            pass
 
 
 def injected_failure(mode: str | None, per_gpu_batch: int, attempt: int = 1) -> str | None:

@@ -30,7 +30,7 @@ import runlog  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-# Seconds slept in every training step of the candidate: 8 steps per epoch at 1 GPU (128 images,
+# Seconds spent (busy) in every training step of the candidate: 8 steps per epoch at 1 GPU (128 images,
 # batch 16) and 4 per rank at 2 make the candidate's epoch 2 s / 1 s longer than the baseline's
 # ~0.1 s, a factor the noise of a shared 2-core machine cannot hide or imitate.
 DELAY_S = 0.25
@@ -60,7 +60,7 @@ def run_sweep(workdir: Path, config: dict, *args) -> Path:
 
 def expected_ratio(baseline_runs: pd.DataFrame) -> dict:
     """Per GPU count: baseline epoch time / (that time + steps per epoch x DELAY_S), the
-    throughput ratio the injected delay alone makes (each rank sleeps in each of its steps)."""
+    throughput ratio the injected delay alone makes (each rank spends it in each of its steps)."""
     expected = {}
     for gpus, runs in baseline_runs.groupby("gpus"):
         epoch_s = math.exp(np.log(runs["steady_epoch_time_s"]).mean())
