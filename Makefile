@@ -23,6 +23,7 @@ test-fast: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PYTHON) benchmarks/bench_analysis.py
 	$(PYTHON) benchmarks/bench_trainer.py
+	$(PYTHON) benchmarks/bench_history.py
 
 $(VENV)/.installed: envs/requirements.txt envs/workflow.txt envs/constraints.txt pyproject.toml
 	python3 -m venv $(VENV)
