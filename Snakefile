@@ -27,4 +27,4 @@ rule all:
         expand("results/tables/{table}.csv", table=stages.TABLES),
         "results/figures",
         "results/tables/archived.json",
-        comparison_outputs(),
+        history.comparison_outputs(config["compare_with"], "results/compare"),

@@ -19,7 +19,6 @@ The sweep id is `<UTC start of the sweep's first run>-<8 hex digits of the runs'
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
@@ -408,9 +407,20 @@ def filter_frame(runs: pd.DataFrame, where: str) -> pd.DataFrame:
         connection.close()
 
 
-def archive_runs_csv(runs_csv, history_dir, config=None, source=None) -> Archived:
-    """archive() of a runs.csv file (the workflow's rule)."""
-    return archive(read_runs_csv(runs_csv), history_dir, config=config, source=source)
+def archive_stage(runs_csv, history_dir, config, archived_json) -> str:
+    """The workflow's rule: archive runs.csv (its results folder as the source), write
+    `archived_json` naming the file, return the log line."""
+    source = Path(runs_csv).resolve().parent.parent
+    archived = archive(read_runs_csv(runs_csv), history_dir, config=config, source=source)
+    Path(archived_json).write_text(archived.as_json() + "\n")
+    return f"archived {archived.runs} runs as {archived.sweep_id}: {archived.path}"
+
+
+def comparison_outputs(compare_with, outdir) -> list[str]:
+    """The comparison's files when the config names a sweep to compare with, else none."""
+    if compare_with is None:
+        return []
+    return [f"{outdir}/{name}" for name in COMPARE_OUTPUTS]
 
 
 # Provenance read as text: a driver "550.540" or a CUDA "12.10" read as numbers would lose digits.
@@ -422,7 +432,3 @@ def read_runs_csv(path) -> pd.DataFrame:
         return pd.read_csv(path, dtype={column: str for column in TEXT_COLUMNS})
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: cannot read the runs table: {error}") from error
-
-
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

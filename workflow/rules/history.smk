@@ -6,13 +6,6 @@
 from scalesweep import history
 
 
-def comparison_outputs():
-    """The comparison's files when the config names a sweep to compare with (compare_with)."""
-    if config["compare_with"] is None:
-        return []
-    return [f"results/compare/{name}" for name in history.COMPARE_OUTPUTS]
-
-
 rule archive:
     input:
         runs="results/tidy/runs.csv",
@@ -26,9 +19,8 @@ rule archive:
         "logs/archive.log",
     localrule: True
     run:
-        archived = history.archive_runs_csv(input.runs, params.history_dir, params.config, "results")
-        Path(output[0]).write_text(archived.as_json() + "\n")
-        stages.write_log(log[0], f"archived {archived.runs} runs as {archived.sweep_id}: {archived.path}")
+        line = history.archive_stage(input.runs, params.history_dir, params.config, output[0])
+        stages.write_log(log[0], line)
 
 
 rule compare:
