@@ -13,8 +13,9 @@ place (`read_parquet`), in memory: no server and no lock held on the folder. A d
 disk full, a copy cut short) is skipped with a warning naming it; the rest of the history still
 answers.
 
-The sweep id is `<UTC start of the sweep's first run>-<8 hex digits of the runs' content>`, e.g.
-`20261122T101502Z-3fa4c1d2`: ids sort by date and name the content.
+The sweep id is `<UTC start of the sweep's first run>-<12 hex digits of the runs' content>`, e.g.
+`20261122T101502Z-3fa4c1d2e5b6`: ids sort by date and name the content (48 bits: two different
+sweeps share a hash with a chance of about 2 in 10^9 in a history of 1,000 sweeps).
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ DEFAULT_HISTORY_DIR = "results/history"
 COMPARE_OUTPUTS = ("compare.csv", "compare.png", "summary.txt")  # scalesweep/compare.py writes them
 FILE_PREFIX, FILE_SUFFIX = "sweep-", ".parquet"
 SWEEP_COLUMNS = ("sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host")
-# Sweep ids are also file names and selector values: letters, digits, T, Z and the hyphen only.
-SWEEP_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{8}$")
 SELECTOR_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 
 
@@ -72,8 +71,8 @@ def archive(runs: pd.DataFrame, history_dir, config: dict | None = None, source=
     date = sweep_date(runs)
     existing = sorted(history_dir.glob(f"{FILE_PREFIX}*-{content}{FILE_SUFFIX}"))
     if existing:
-        sweep_id = existing[0].name[len(FILE_PREFIX):-len(FILE_SUFFIX)]
-        return Archived(sweep_id, existing[0], date, len(runs))
+        sweep_id = sweep_id_of(existing[0])
+        return Archived(sweep_id, existing[0], _id_date(sweep_id), len(runs))
     sweep_id = f"{_id_time(date)}-{content}"
     path = history_dir / f"{FILE_PREFIX}{sweep_id}{FILE_SUFFIX}"
     frame = archive_frame(runs, sweep_id, date, config, source)
@@ -82,8 +81,8 @@ def archive(runs: pd.DataFrame, history_dir, config: dict | None = None, source=
 
 
 def content_hash(runs: pd.DataFrame) -> str:
-    """8 hex digits naming a runs table's content (its CSV text)."""
-    return hashlib.sha256(runs.to_csv(index=False).encode()).hexdigest()[:8]
+    """12 hex digits naming a runs table's content (its CSV text)."""
+    return hashlib.sha256(runs.to_csv(index=False).encode()).hexdigest()[:12]
 
 
 def sweep_date(runs: pd.DataFrame) -> str:
@@ -95,12 +94,21 @@ def sweep_date(runs: pd.DataFrame) -> str:
     return first.floor("s").isoformat()
 
 
+ID_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
+
+
 def _id_time(date: str) -> str:
-    return pd.Timestamp(date).tz_convert("UTC").strftime("%Y%m%dT%H%M%SZ")
+    return pd.Timestamp(date).tz_convert("UTC").strftime(ID_TIME_FORMAT)
+
+
+def _id_date(sweep_id: str) -> str:
+    """The date an id was made from (the inverse of _id_time)."""
+    return pd.to_datetime(sweep_id.split("-")[0], format=ID_TIME_FORMAT, utc=True).isoformat()
 
 
 def archive_frame(runs: pd.DataFrame, sweep_id: str, date: str, config, source) -> pd.DataFrame:
-    """The archived table: the runs with the sweep's columns in front, provenance as text."""
+    """The archived table: the sweep's columns, then the runs (the version of the code filled in
+    where runs.csv predates the column)."""
     frame = runs.drop(columns=[c for c in SWEEP_COLUMNS if c in runs.columns])
     if "scalesweep_version" not in frame or frame["scalesweep_version"].isna().all():
         frame["scalesweep_version"] = scalesweep_version()

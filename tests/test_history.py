@@ -35,7 +35,7 @@ def sweep_runs(driver="535.104.05", start="2026-11-01T08:00:00+00:00", statuses=
 
 def test_archive_writes_one_named_file_with_the_sweep_columns(tmp_path):
     archived = history.archive(sweep_runs(), tmp_path, config={"matrix": {"gpus": [1, 2, 4]}}, source=tmp_path)
-    assert re.fullmatch(r"20261101T080000Z-[0-9a-f]{8}", archived.sweep_id)  # the first run's start
+    assert re.fullmatch(r"20261101T080000Z-[0-9a-f]{12}", archived.sweep_id)  # the first run's start
     assert archived.path == tmp_path / f"sweep-{archived.sweep_id}.parquet"
     assert [p.name for p in tmp_path.iterdir()] == [archived.path.name]  # no temporary file left
     runs = history.read_runs(tmp_path)
@@ -51,7 +51,7 @@ def test_the_same_sweep_archived_twice_is_one_file(tmp_path):
     first = history.archive(sweep_runs(), tmp_path)
     again = history.archive(sweep_runs(), tmp_path)
     other = history.archive(sweep_runs(driver="550.54.15"), tmp_path)
-    assert again.path == first.path and other.path != first.path
+    assert again == first and other.path != first.path
     assert len(history.sweep_files(tmp_path)) == 2
 
 
