@@ -25,6 +25,7 @@ bench: $(VENV)/.installed
 	$(PYTHON) benchmarks/bench_trainer.py
 	$(PYTHON) benchmarks/bench_protocols.py
 	$(PYTHON) benchmarks/bench_breakdown.py
+	$(PYTHON) benchmarks/bench_history.py
 
 $(VENV)/.installed: envs/requirements.txt envs/workflow.txt envs/constraints.txt pyproject.toml
 	python3 -m venv $(VENV)

@@ -15,6 +15,7 @@ include: "workflow/rules/parse.smk"
 include: "workflow/rules/analyze.smk"
 include: "workflow/rules/plot.smk"
 include: "workflow/rules/max_batch.smk"
+include: "workflow/rules/history.smk"
 
 
 # Every run's result is a target itself: Snakemake does not rerun a missing intermediate file
@@ -26,3 +27,5 @@ rule all:
         "results/tidy/runs.csv",
         expand("results/tables/{table}.csv", table=stages.TABLES),
         "results/figures",
+        "results/tables/archived.json",
+        history.comparison_outputs(config["compare_with"], "results/compare"),

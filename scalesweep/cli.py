@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep import parse, records, scaling, stages, tidy
+from scalesweep.history import DEFAULT_HISTORY_DIR
 
 LOG_SUFFIXES = {".log", ".out", ".txt", ".err"}
 MANIFEST = "manifest.csv"
@@ -171,7 +172,11 @@ def main(argv=None):
     analyze_cmd.add_argument("--gpu-hour-budget", type=float, default=None, help="GPU-hours (sweet spot)")
     analyze_cmd.add_argument("--epoch-budget", type=float, default=1.0,
                              help="training epochs the sweet spot's projected GPU-hours stand for")
+    register_history(commands)
+    register_compare(commands)
     args = parser.parse_args(argv)
+    if hasattr(args, "handler"):
+        return args.handler(args)
     try:
         refused = analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget,
                           args.epoch_budget)
@@ -179,3 +184,66 @@ def main(argv=None):
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT
     return REFUSED_EXIT if refused else 0
+
+
+def register_history(commands):
+    cmd = commands.add_parser("history", help="list the archived sweeps, filtered by provenance")
+    cmd.add_argument("selectors", nargs="*", help="column=value filters, e.g. gpu_model='NVIDIA H100'")
+    cmd.add_argument("--history", default=DEFAULT_HISTORY_DIR, help="history folder (%(default)s)")
+    cmd.add_argument("--where", help="SQL condition on the runs, e.g. \"gpu_model LIKE '%%H100%%'\"")
+    cmd.add_argument("--csv", action="store_true", help="print CSV instead of a text table")
+    cmd.set_defaults(handler=history_command)
+
+
+def history_command(args):
+    from scalesweep import history
+
+    try:
+        table = history.sweeps_table(args.history, args.where, args.selectors)
+    except ValueError as error:
+        print(f"scalesweep history: {error}", file=sys.stderr)
+        return 2
+    if args.csv:
+        print(table.to_csv(index=False), end="")
+    elif table.empty:
+        print(f"no archived sweep in {args.history} matches")
+    else:
+        print(table.to_string(index=False))
+    return 0
+
+
+def register_compare(commands):
+    cmd = commands.add_parser("compare", help="what changed between two sweeps, with confidence intervals")
+    for side in ("baseline", "candidate"):
+        cmd.add_argument(side, help="sweep id (or prefix), results folder, runs.csv, or column=value selectors")
+    cmd.add_argument("--history", default=DEFAULT_HISTORY_DIR, help="history folder (%(default)s)")
+    cmd.add_argument("--where", help="SQL condition that both sides' runs must meet")
+    cmd.add_argument("--out", default="results/compare", help="folder for compare.csv, compare.png, summary.txt")
+    cmd.add_argument("--confidence", type=float, default=0.95, help="family-wise confidence level")
+    cmd.add_argument("--fail-above", type=float, metavar="PCT",
+                     help="exit 1 when a configuration is significantly slower by more than PCT %%")
+    cmd.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    cmd.set_defaults(handler=compare_command)
+
+
+def compare_command(args):
+    from scalesweep import compare, history
+
+    try:
+        if not 0 < args.confidence < 1:
+            raise ValueError(f"--confidence {args.confidence}: must lie between 0 and 1")
+        sides = [history.load_side(spec, args.history, args.where) for spec in (args.baseline, args.candidate)]
+        table, text = compare.write_comparison(*sides, args.out, args.confidence, args.seed)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"scalesweep compare: {error}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    print(f"written: {', '.join(str(Path(args.out) / name) for name in compare.OUTPUTS)}")
+    if args.fail_above is None:
+        return 0
+    failing = compare.regressions(table, args.fail_above)
+    if len(failing):
+        print(f"scalesweep compare: {len(failing)} configuration(s) significantly slower by more "
+              f"than {args.fail_above:g} %", file=sys.stderr)
+        return 1
+    return 0

@@ -142,6 +142,7 @@ HEADER = {
     "hostname": text(),
     "slurm_job_id": text(),
     "slurm_nodelist": text(),
+    "slurm_cluster_name": text(),
     "container_image": text(),
     "start_time": text(),
 }

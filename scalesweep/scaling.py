@@ -44,6 +44,10 @@ NON_KEY_COLUMNS = frozenset(
         # provenance
         "protocol", "log_format", "log", "hostname", "slurm_job_id", "slurm_nodelist",
         "start_time", "versions", "devices",
+        # provenance (scalesweep/provenance.py) and the sweep history's own columns (history.py)
+        "gpu_model", "gpu_driver", "cpu_model", "framework_version", "cuda_version",
+        "cudnn_version", "nccl_version", "container_image", "cluster", "scalesweep_version",
+        "settings_hash", "sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host",
     }
 )
 

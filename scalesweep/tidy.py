@@ -21,6 +21,7 @@ import pandas as pd
 
 from scalesweep import breakdown, hardware, records
 from scalesweep.parse import FIRST_STEADY_EPOCH, EmptyLogError, LogFormatError, parse_file
+from scalesweep.provenance import PROVENANCE_COLUMNS, run_provenance
 
 AXIS_COLUMNS = ["framework", "model", "dataset", "gpus", "nodes", "repeat"]
 METRIC_COLUMNS = [
@@ -59,6 +60,7 @@ RUN_RESULT_COLUMNS = [
     "train_images",
     "slurm_job_id",
     "hostname",
+    *PROVENANCE_COLUMNS,
 ]
 EPOCH_RESULT_COLUMNS = ["epoch", "images", "seconds", "throughput_img_s", "loss", "accuracy", "steady"]
 EPOCH_FLOAT_COLUMNS = ["seconds", "throughput_img_s", "loss", "accuracy"]
@@ -284,6 +286,7 @@ def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
     row["log_format"] = run.format
     row["log"] = str(path)
     row["train_images"] = _train_images(header)
+    row.update(run_provenance(header, config))
     # A failed run cost GPU time too: its wall time is kept, its metrics are not.
     row["wall_time_s"] = summary.get("wall_time_s")
     if row["status"] != "ok":

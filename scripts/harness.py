@@ -124,7 +124,6 @@ class StepClock:
         if self.at_begin:
             self.synchronize()
         self.begins.append(time.perf_counter())
-        runlog.inject_delay(runlog.STEP_DELAY_ENV)
 
     def data_ready(self) -> None:
         """The step's batch is on the device (the copy waited for): its data wait ends here."""
@@ -139,6 +138,7 @@ class StepClock:
         return [ready - begin for begin, ready in zip(self.begins, self.readies)]
 
     def end(self) -> None:
+        runlog.inject_step_delay()  # a known slowdown inside the step, for tests; none unless set
         self.synchronize()
         self.ends.append(time.perf_counter())
 

@@ -124,6 +124,7 @@ def provenance(start_timestamp: float | None = None, environ=None) -> dict:
         "hostname": socket.gethostname(),
         "slurm_job_id": env.get("SLURM_JOB_ID") or None,
         "slurm_nodelist": env.get("SLURM_JOB_NODELIST") or None,
+        "slurm_cluster_name": env.get("SLURM_CLUSTER_NAME") or None,
         "container_image": container_image(env),
         "start_time": utc_now_iso(start_timestamp),
     }

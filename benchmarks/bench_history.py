@@ -1,0 +1,171 @@
+"""Benchmark of the sweep history (issue 11): one `scalesweep compare` over a history of 1,000
+sweeps x 100 runs (goal: 3 s on a 2-core laptop).
+
+    .venv/bin/python benchmarks/bench_history.py [--sweeps 1000] [--repeats 3]
+
+Prints `name value unit` lines:
+
+    compare_100k_runs_s <median> s        # wall time of `python -m scalesweep compare`, 3 runs
+    compare_100k_runs_s_min / _max        # the fastest and slowest of them
+    compare_100k_runs_cpu_s               # CPU time of the median run
+    compare_100k_runs_goal_ratio          # median / goal (only at the issue's size)
+    compare_by_id_s, history_100k_runs_s  # two sweep ids against each other; the listing
+
+The comparison is the heavy case: each side a selector (`gpu_driver=...,cluster=mn5`) that
+DuckDB answers over every file of the history, pooling about 33 sweeps a side, so every
+configuration has about 130 repeats a side and gets the bootstrap. The whole command runs in a
+subprocess (interpreter start, imports, the query, statistics, compare.csv, the figure and the
+summary), as a user waits for it. The benchmark exits non-zero only when a step fails or the
+comparison is wrong (not every configuration compared, the injected slowdown not found).
+"""
+
+import argparse
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from scalesweep import history  # noqa: E402
+
+PYTHON = sys.executable
+GOAL_S = 3.0
+DEFAULT_SWEEPS = 1000
+MODELS = ("resnet50", "resnet18", "vit_h_14", "vit_b_16", "vit_tiny")
+GPUS = (1, 2, 4, 8, 16)
+REPEATS = 4  # 5 models x 5 GPU counts x 4 repeats = 100 runs per sweep
+DRIVERS = ("535.104.05", "550.54.15", "555.42.02", "560.28.03", "565.57.01",
+           "570.86.10", "575.51.03", "580.65.06", "590.44.01", "595.12.05")
+CLUSTERS = ("mn5", "leonardo", "jureca")
+SLOW_DRIVER, SLOW_MODEL, SLOWDOWN = "550.54.15", "vit_h_14", 0.8  # a regression to find
+
+
+class BenchmarkFailure(Exception):
+    pass
+
+
+def sweep_runs(number: int, rng: np.random.Generator) -> pd.DataFrame:
+    """One sweep's runs.csv: 100 runs, Amdahl-like throughputs with 3 % noise, provenance."""
+    driver, cluster = DRIVERS[number % len(DRIVERS)], CLUSTERS[number % len(CLUSTERS)]
+    rows = []
+    for m, model in enumerate(MODELS):
+        for gpus in GPUS:
+            for repeat in range(REPEATS):
+                speedup = 1 / (0.05 + 0.95 / gpus)
+                slow = SLOWDOWN if (driver == SLOW_DRIVER and model == SLOW_MODEL) else 1.0
+                throughput = 100.0 * (m + 1) * speedup * slow * np.exp(rng.normal(0, 0.03))
+                rows.append({
+                    "framework": "pytorch", "model": model, "dataset": "tiny-224", "gpus": gpus,
+                    "nodes": max(1, gpus // 4), "repeat": repeat, "per_gpu_batch": 64,
+                    "precision": "bf16", "status": "ok", "reason": None, "epochs": 5,
+                    "steady_epoch_time_s": 1e5 / throughput, "throughput_img_s": throughput,
+                    "throughput_per_gpu_img_s": throughput / gpus, "total_time_s": 5.2e5 / throughput,
+                    "gpu_model": "NVIDIA H100", "gpu_driver": driver, "framework_version": "2.4.0",
+                    "cuda_version": "12.5", "nccl_version": "2.21.5", "cluster": cluster,
+                    "container_image": "/images/pytorch_24.07.sif", "slurm_nodelist": f"gpu[{number}]",
+                    "start_time": pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(hours=number),
+                    "settings_hash": f"{m:04d}{gpus:04d}",
+                })
+    frame = pd.DataFrame(rows)
+    frame["start_time"] = frame["start_time"].map(lambda t: t.isoformat())
+    return frame
+
+
+def build_history(folder: Path, sweeps: int) -> list[str]:
+    rng = np.random.default_rng(0)
+    return [history.archive(sweep_runs(number, rng), folder).sweep_id for number in range(sweeps)]
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: list[str]) -> tuple[float, float]:
+    """(wall s, CPU s) of a command run to its end; BenchmarkFailure if it fails."""
+    cpu, start = children_cpu_s(), time.perf_counter()
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if result.returncode != 0:
+        raise BenchmarkFailure(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}")
+    return wall, children_cpu_s() - cpu
+
+
+def compare_command(folder: Path, out: Path, baseline: str, candidate: str) -> list[str]:
+    return [PYTHON, "-m", "scalesweep", "compare", baseline, candidate,
+            "--history", str(folder), "--out", str(out)]
+
+
+def check_comparison(out: Path) -> None:
+    """Every configuration compared; the injected slowdown (and only it) called slower."""
+    table = pd.read_csv(out / "compare.csv")
+    if len(table) != len(MODELS) * len(GPUS):
+        raise BenchmarkFailure(f"compare.csv has {len(table)} configurations, not {len(MODELS) * len(GPUS)}")
+    slower = set(table.loc[table["verdict"] == "slower", "model"])
+    if slower != {SLOW_MODEL}:
+        raise BenchmarkFailure(f"slower models: {sorted(slower)}, expected only {SLOW_MODEL}")
+
+
+def report(name: str, walls: list[float], cpus: list[float], goal_s: float | None) -> None:
+    median = statistics.median(walls)
+    print(f"{name}_s {median:.2f} s", flush=True)
+    if len(walls) > 1:
+        print(f"{name}_s_min {min(walls):.2f} s", flush=True)
+        print(f"{name}_s_max {max(walls):.2f} s", flush=True)
+    print(f"{name}_cpu_s {cpus[walls.index(sorted(walls)[len(walls) // 2])]:.2f} s", flush=True)
+    if goal_s is not None:
+        print(f"{name}_goal_ratio {median / goal_s:.2f} x", flush=True)
+
+
+def run(workdir: Path, sweeps: int, repeats: int) -> None:
+    folder, out = workdir / "history", workdir / "compare"
+    started = time.perf_counter()
+    ids = build_history(folder, sweeps)
+    print(f"history_build_s {time.perf_counter() - started:.1f} s", flush=True)
+    runs = sweeps * len(MODELS) * len(GPUS) * REPEATS
+    label = f"{runs // 1000}k" if runs % 1000 == 0 else str(runs)
+    pooled = compare_command(folder, out, f"gpu_driver={DRIVERS[0]},cluster=mn5",
+                             f"gpu_driver={SLOW_DRIVER},cluster=mn5")
+    timings = [timed(pooled) for _ in range(repeats)]
+    check_comparison(out)
+    report(f"compare_{label}_runs", [w for w, _ in timings], [c for _, c in timings],
+           GOAL_S if sweeps == DEFAULT_SWEEPS else None)
+    by_id = compare_command(folder, out, ids[0], ids[1])
+    report("compare_by_id", *map(list, zip(timed(by_id))), None)
+    listing = [PYTHON, "-m", "scalesweep", "history", "--history", str(folder)]
+    report(f"history_{label}_runs", *map(list, zip(timed(listing))), None)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweeps", type=int, default=DEFAULT_SWEEPS, help="sweeps in the history (100 runs each)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed comparisons (median, min, max)")
+    parser.add_argument("--keep", action="store_true", help="keep the history (path on stderr)")
+    args = parser.parse_args(argv)
+    if args.sweeps < 2 * len(DRIVERS) * len(CLUSTERS):
+        parser.error(f"--sweeps must be at least {2 * len(DRIVERS) * len(CLUSTERS)}")
+    workdir = Path(tempfile.mkdtemp(prefix="scalesweep-bench-history-"))
+    try:
+        run(workdir, args.sweeps, args.repeats)
+    except BenchmarkFailure as error:
+        print(f"bench_history: FAILED: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if args.keep:
+            print(f"bench_history: kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

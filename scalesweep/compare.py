@@ -1,0 +1,593 @@
+"""Two sweeps side by side: what changed per configuration, how sure we are, and what differed.
+
+A configuration is identified by its axes (the group keys of runs.csv plus the GPU count), never
+by provenance: the same configuration on another driver, image or cluster is what a comparison
+is for. For each configuration present in both sides, over the runs that finished ok with a
+throughput:
+
+- `ratio` = candidate / baseline throughput, the ratio of the geometric means of the repeats
+  (one run a side: the ratio of the two runs), and its interval, computed on the log scale:
+  - `bootstrap`: at least MIN_BOOTSTRAP_REPEATS repeats on both sides (pooled sweeps, say):
+    percentile interval of BOOTSTRAP_RESAMPLES resamples of each side's repeats, each side's
+    resampled means spread by sqrt(n / (n - 1)) around its mean (a resample's variance is the
+    plug-in one, (n - 1) / n of the sample variance). No assumption on the noise's shape.
+  - `repeats`: 2 or more repeats on both sides (fewer than for the bootstrap on one): Welch's t
+    interval of the difference of mean log throughputs (Satterthwaite degrees of freedom). The
+    percentile bootstrap is too narrow with few repeats: under no change at all, with normal
+    noise, a 95 % percentile interval excludes 1.0 in 32 % of comparisons with 2 repeats a side,
+    20 % with 3 and 10 % with 10 (Welch's t: 2-4 %; tests/test_compare.py measures it).
+  - `run intervals`: one run a side, each with its own 95 % interval from its step times
+    (runs.csv `throughput_ci_low_img_s` / `_high_img_s`): each run's log throughput is taken as
+    normal with sd = log-width / (2 x 1.96), and the two are combined (normal interval).
+  - `repeats + run interval`: one side has repeats, the other a single run with its interval: the
+    same t interval, the single run's variance from its interval (infinite degrees of freedom).
+  - `none`: a side with one run and no interval (a runs.csv from before those columns) or no
+    variation at all: no interval, verdict `unknown`.
+- The verdict is taken at the family-wise level CONFIDENCE over all m configurations with an
+  interval (Bonferroni): each configuration's interval at level 1 - (1 - CONFIDENCE) / m
+  (`ratio_ci_adj_*`); `faster` when it lies above 1, `slower` when below, else `no detectable
+  difference`. `ratio_ci_low/high` are the plain per-configuration 95 % intervals; `p_value` the
+  configuration's two-sided p-value and `p_adjusted` = min(1, m x p_value).
+- `efficiency_*`: parallel efficiency of each side (scaling.csv's efficiency_pct, medians of the
+  repeats), their difference in percentage points and its 95 % interval by the delta method on
+  the log epoch times of the two GPU counts involved (same variance sources as above, Welch t).
+- `provenance_diff`: the provenance fields whose values differ between the two sides' runs of
+  the configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# scipy.special, not scipy.stats: the same distribution functions for a third of the import time.
+from scipy.special import ndtr, ndtri, stdtr, stdtrit
+
+from scalesweep import history, provenance, scaling
+
+CONFIDENCE = 0.95
+MIN_BOOTSTRAP_REPEATS = 20
+BOOTSTRAP_RESAMPLES = 10_000
+RUN_CI_LEVEL = 0.95  # the level of runs.csv's per-run throughput intervals
+CI_LOW, CI_HIGH = "throughput_ci_low_img_s", "throughput_ci_high_img_s"
+FASTER, SLOWER, SAME, UNKNOWN = "faster", "slower", "no detectable difference", "unknown"
+# Provenance compared between the sides; a start time always differs, so it says nothing.
+DIFF_FIELDS = tuple(c for c in provenance.PROVENANCE_COLUMNS if c != "start_time")
+METRIC_INPUTS = ("gpus", "nodes", "status", "steady_epoch_time_s", "throughput_img_s",
+                 "total_time_s", CI_LOW, CI_HIGH)
+COMPARE_COLUMNS = (
+    "n_baseline", "n_candidate", "throughput_baseline_img_s", "throughput_candidate_img_s",
+    "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_ci_adj_low", "ratio_ci_adj_high",
+    "change_pct", "ci_method", "p_value", "p_adjusted", "verdict",
+    "efficiency_baseline_pct", "efficiency_candidate_pct", "efficiency_diff_pp",
+    "efficiency_diff_ci_low", "efficiency_diff_ci_high", "provenance_diff", "note",
+)
+
+
+# ----------------------------------------------------------------------------- configurations
+
+def configuration_keys(baseline: pd.DataFrame, candidate: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """The axes that identify a configuration in both sides (GPU count last), and notes.
+
+    An axis only one side has is dropped when it holds one value there (the other sweep ran
+    that value without naming the axis); with several values it stays a key, and the other
+    side, which lacks it, then has none of those configurations.
+    """
+    # The metrics a comparison reads are never axes (whatever scaling.NON_KEY_COLUMNS lists).
+    keys_b, keys_c = ([k for k in scaling.group_keys(frame) if k not in METRIC_INPUTS]
+                      for frame in (baseline, candidate))
+    keys, notes = [k for k in keys_b if k in keys_c], []
+    for side, own, frame in (("baseline", keys_b, baseline), ("candidate", keys_c, candidate)):
+        for key in own:
+            if key in keys:
+                continue
+            values = frame[key].dropna().unique()
+            if len(values) <= 1:
+                shown = scaling.format_value(values[0]) if len(values) else "empty"
+                notes.append(f"axis {key} only in the {side} ({shown}): ignored")
+            else:
+                keys.append(key)
+    return [*keys, "gpus"], notes
+
+
+def key_text(value) -> str:
+    """One spelling of an axis value across CSV, Parquet and DuckDB: 4, 4.0 and '4' -> '4';
+    True and 'true' -> 'true'; missing -> ''."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "false"):
+            return lowered
+        try:
+            number = float(value)
+        except ValueError:
+            return value.strip()
+        return scaling.format_value(number) if math.isfinite(number) else value.strip()
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return scaling.format_value(float(value))
+    return str(value)
+
+
+# The GPU count as a configuration key (text, like the other keys); `gpus` stays a number.
+GPUS_KEY = "_gpus_key"
+
+
+def config_columns(keys: list[str]) -> list[str]:
+    return [*keys[:-1], GPUS_KEY]
+
+
+def prepared(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The columns a comparison needs: keys as key_text (a missing key column is empty), the
+    metrics as numbers, `_log_thr` = log throughput of the usable ok runs (NaN elsewhere)."""
+    frame = pd.DataFrame(index=runs.index)
+    for key in keys[:-1]:
+        frame[key] = texts(runs[key]) if key in runs else ""
+    frame[GPUS_KEY] = texts(runs["gpus"])
+    for column in METRIC_INPUTS:
+        frame[column] = runs[column] if column in runs else np.nan
+    for column in METRIC_INPUTS:
+        if column != "status":
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    throughput = frame["throughput_img_s"]
+    usable = (frame["status"] == "ok") & np.isfinite(throughput) & (throughput > 0)
+    frame["_log_thr"] = np.log(throughput.where(usable))
+    for column in DIFF_FIELDS:
+        frame[column] = texts(runs[column]) if column in runs else ""
+    return frame
+
+
+def texts(column: pd.Series) -> np.ndarray:
+    """key_text of every value, computed once per distinct value (a history has few)."""
+    codes, uniques = pd.factorize(column)
+    return np.array([*(key_text(value) for value in uniques), ""], dtype=object)[codes]
+
+
+# ----------------------------------------------------------------------------- one side's cell
+
+@dataclass
+class Cell:
+    """The ok runs of one configuration on one side: their log throughputs and, for a single
+    run, the variance of its log throughput from its own interval."""
+
+    logs: np.ndarray
+    run_var: float = math.nan
+    statuses: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.logs)
+
+    def variance(self) -> tuple[float, float]:
+        """(variance of the mean log throughput, its degrees of freedom); NaN when unknown."""
+        if self.n >= 2:
+            return float(np.var(self.logs, ddof=1) / self.n), float(self.n - 1)
+        if self.n == 1 and math.isfinite(self.run_var):
+            return self.run_var, math.inf
+        return math.nan, math.nan
+
+
+def run_ci_variance(low, high, level: float = RUN_CI_LEVEL) -> float:
+    """Variance of a run's log throughput from its interval [low, high] at `level`."""
+    if not (np.isfinite(low) and np.isfinite(high) and 0 < low < high):
+        return math.nan
+    sd = (math.log(high) - math.log(low)) / (2 * float(ndtri(0.5 + level / 2)))
+    return sd * sd
+
+
+def cell_of(rows: pd.DataFrame) -> Cell:
+    usable = rows[rows["_log_thr"].notna()]
+    run_var = math.nan
+    if len(usable) == 1:
+        run_var = run_ci_variance(usable[CI_LOW].iloc[0], usable[CI_HIGH].iloc[0])
+    return Cell(usable["_log_thr"].to_numpy(float), run_var,
+                rows["status"].fillna("failed").value_counts().to_dict())
+
+
+# ----------------------------------------------------------------------------- the ratio
+
+@dataclass
+class Estimate:
+    """log(candidate / baseline) throughput of one configuration and what its interval rests on."""
+
+    log_ratio: float
+    method: str
+    variance: float = math.nan
+    df: float = math.nan
+    resamples: np.ndarray | None = None
+
+    def interval(self, level: float) -> tuple[float, float]:
+        """The ratio's interval at `level` (NaN, NaN without one)."""
+        if self.resamples is not None:
+            tail = (1 - level) / 2
+            low, high = np.quantile(self.resamples, [tail, 1 - tail])
+            return math.exp(low), math.exp(high)
+        if not (math.isfinite(self.variance) and self.variance > 0):
+            return math.nan, math.nan
+        half = t_quantile(0.5 + level / 2, self.df) * math.sqrt(self.variance)
+        return math.exp(self.log_ratio - half), math.exp(self.log_ratio + half)
+
+    def p_value(self) -> float:
+        """Two-sided p-value of 'no change' (ratio 1)."""
+        if self.resamples is not None:
+            below = np.count_nonzero(self.resamples <= 0)
+            above = np.count_nonzero(self.resamples >= 0)
+            return min(1.0, 2 * (min(below, above) + 1) / (len(self.resamples) + 1))
+        if not (math.isfinite(self.variance) and self.variance > 0):
+            return math.nan
+        return t_two_sided_p(self.log_ratio / math.sqrt(self.variance), self.df)
+
+
+def welch_df(variances, dfs) -> float:
+    """Satterthwaite's degrees of freedom of a sum of variance estimates (inf: known exactly)."""
+    total = sum(variances)
+    denominator = sum(v * v / d for v, d in zip(variances, dfs) if math.isfinite(d) and d > 0)
+    return total * total / denominator if denominator > 0 else math.inf
+
+
+def estimate(base: Cell, cand: Cell, rng: np.random.Generator,
+             resamples: int = BOOTSTRAP_RESAMPLES) -> Estimate | None:
+    """The ratio estimate of one configuration; None when a side has no usable run."""
+    if base.n == 0 or cand.n == 0:
+        return None
+    log_ratio = float(cand.logs.mean() - base.logs.mean())
+    if min(base.n, cand.n) >= MIN_BOOTSTRAP_REPEATS:
+        draws = resampled_means(cand.logs, rng, resamples) - resampled_means(base.logs, rng, resamples)
+        return Estimate(log_ratio, "bootstrap", resamples=draws)
+    (var_b, df_b), (var_c, df_c) = base.variance(), cand.variance()
+    variance = var_b + var_c
+    if not (math.isfinite(variance) and variance > 0):
+        return Estimate(log_ratio, "none")
+    repeats = [cell.n >= 2 for cell in (base, cand)]
+    method = "repeats" if all(repeats) else "run intervals" if not any(repeats) else "repeats + run interval"
+    return Estimate(log_ratio, method, variance, welch_df([var_b, var_c], [df_b, df_c]))
+
+
+def resampled_means(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """bootstrap_means spread by sqrt(n / (n - 1)) around the sample mean: the sample variance's
+    spread instead of the plug-in variance's."""
+    n, mean = len(values), values.mean()
+    return mean + (bootstrap_means(values, rng, resamples) - mean) * math.sqrt(n / (n - 1))
+
+
+BOOTSTRAP_CHUNK = 4_000_000  # values drawn at once: bounds the memory of many repeats
+
+
+def bootstrap_means(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Means of `resamples` resamples (with replacement) of `values`, drawn as index arrays in
+    chunks (numpy's multinomial, one binomial per value and resample, is ten times slower)."""
+    n = len(values)
+    rows = max(1, BOOTSTRAP_CHUNK // n)
+    return np.concatenate([
+        values[rng.integers(0, n, size=(min(rows, resamples - start), n))].mean(axis=1)
+        for start in range(0, resamples, rows)
+    ])
+
+
+def t_quantile(probability: float, df: float) -> float:
+    """Student's t quantile; the normal one for infinite degrees of freedom."""
+    return float(ndtri(probability) if math.isinf(df) else stdtrit(df, probability))
+
+
+def t_two_sided_p(statistic: float, df: float) -> float:
+    tail = ndtr(-abs(statistic)) if math.isinf(df) else stdtr(df, -abs(statistic))
+    return float(2 * tail)
+
+
+def verdict(adjusted: tuple[float, float]) -> str:
+    low, high = adjusted
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return UNKNOWN
+    if low > 1:
+        return FASTER
+    if high < 1:
+        return SLOWER
+    return SAME
+
+
+# ----------------------------------------------------------------------------- efficiency
+
+def efficiency_lookup(frame: pd.DataFrame, keys: list[str]) -> dict:
+    """{configuration: (efficiency_pct, baseline_gpus)} from scaling_table of one side."""
+    table = scaling.scaling_table(frame[[*keys[:-1], *METRIC_INPUTS[:-2]]])
+    if table.empty:
+        return {}
+    configs = zip(*(table[key].map(key_text) for key in keys))
+    return dict(zip(configs, zip(table["efficiency_pct"], table["baseline_gpus"])))
+
+
+def efficiency_terms(config: tuple, efficiency: tuple, cells: dict) -> list[tuple[float, float]]:
+    """(variance of efficiency_pct, df) terms of one side's efficiency at `config`: the mean log
+    epoch time at the GPU count and at the baseline count (delta method: Var E = E^2 Var log E).
+    Per-run epoch times and throughputs share their log variance (same images per epoch)."""
+    value, baseline_gpus = efficiency
+    if not np.isfinite(value) or not np.isfinite(baseline_gpus):
+        return [(math.nan, math.nan)]
+    base_config = (*config[:-1], key_text(baseline_gpus))
+    if base_config == config:
+        return []  # the baseline count itself: 100 % by definition
+    terms = []
+    for cell in (cells.get(config), cells.get(base_config)):
+        variance, df = cell.variance() if cell is not None else (math.nan, math.nan)
+        terms.append((value * value * variance, df))
+    return terms
+
+
+def efficiency_interval(diff: float, terms: list, level: float = CONFIDENCE) -> tuple[float, float]:
+    variances = [v for v, _ in terms]
+    if not terms:
+        return diff, diff
+    if not all(math.isfinite(v) for v in variances) or not np.isfinite(diff):
+        return math.nan, math.nan
+    half = t_quantile(0.5 + level / 2, welch_df(variances, [d for _, d in terms])) * math.sqrt(sum(variances))
+    return diff - half, diff + half
+
+
+# ----------------------------------------------------------------------------- provenance
+
+def provenance_values(frame: pd.DataFrame, fields=DIFF_FIELDS) -> dict[str, tuple]:
+    """{field: sorted distinct values} of a side's runs (fields absent or empty: ())."""
+    values = {}
+    for name in fields:
+        column = frame[name] if name in frame else pd.Series(dtype=object)
+        values[name] = tuple(sorted({key_text(v) for v in column.dropna().unique()} - {""}))
+    return values
+
+
+def provenance_diff(baseline: pd.DataFrame, candidate: pd.DataFrame, fields=DIFF_FIELDS) -> dict:
+    """{field: (baseline values, candidate values)} for every field whose values differ."""
+    base, cand = provenance_values(baseline, fields), provenance_values(candidate, fields)
+    return {name: (base[name], cand[name]) for name in fields if base[name] != cand[name]}
+
+
+# ----------------------------------------------------------------------------- the table
+
+def compare_runs(baseline: pd.DataFrame, candidate: pd.DataFrame, confidence: float = CONFIDENCE,
+                 seed: int = 0) -> tuple[pd.DataFrame, dict]:
+    """compare.csv's table (keys, then COMPARE_COLUMNS; one row per configuration in both) and
+    facts for the summary: keys, notes, configurations only on one side, m."""
+    keys, notes = configuration_keys(baseline, candidate)
+    base, cand = prepared(baseline, keys), prepared(candidate, keys)
+    columns = config_columns(keys)
+    groups = {side: {config: rows for config, rows in frame.groupby(columns, sort=True)}
+              for side, frame in (("baseline", base), ("candidate", cand))}
+    common = sorted(set(groups["baseline"]) & set(groups["candidate"]), key=_config_order)
+    cells = {side: {config: cell_of(rows) for config, rows in groups[side].items()} for side in groups}
+    rng = np.random.default_rng(seed)
+    estimates = [estimate(cells["baseline"][c], cells["candidate"][c], rng) for c in common]
+    m = sum(1 for e in estimates if e is not None and e.method != "none")
+    adjusted_level = 1 - (1 - confidence) / max(m, 1)
+    efficiency = {"baseline": efficiency_lookup(base, keys), "candidate": efficiency_lookup(cand, keys)}
+    rows = [
+        _row(config, est, cells, efficiency, groups, confidence, adjusted_level, m)
+        for config, est in zip(common, estimates)
+    ]
+    table = pd.DataFrame([{**dict(zip(keys, config)), **row} for config, row in zip(common, rows)],
+                         columns=[*keys, *COMPARE_COLUMNS])
+    facts = {
+        "keys": keys, "notes": notes, "m": m, "confidence": confidence,
+        "adjusted_level": adjusted_level,
+        "only_baseline": sorted(set(groups["baseline"]) - set(common), key=_config_order),
+        "only_candidate": sorted(set(groups["candidate"]) - set(common), key=_config_order),
+        "provenance": provenance_diff(base, cand),
+    }
+    return table, facts
+
+
+def _config_order(config: tuple):
+    """Configurations sorted by their text keys, the GPU count (last) as a number."""
+    gpus = config[-1]
+    return (*config[:-1], float(gpus) if gpus.replace(".", "", 1).isdigit() else math.inf)
+
+
+def _row(config, est, cells, efficiency, groups, confidence, adjusted_level, m) -> dict:
+    base, cand = cells["baseline"][config], cells["candidate"][config]
+    row = {"n_baseline": base.n, "n_candidate": cand.n, "note": _cell_note(base, cand)}
+    row["throughput_baseline_img_s"] = math.exp(base.logs.mean()) if base.n else math.nan
+    row["throughput_candidate_img_s"] = math.exp(cand.logs.mean()) if cand.n else math.nan
+    if est is None:
+        row.update(ratio=math.nan, ci_method="none", verdict=UNKNOWN)
+    else:
+        low, high = est.interval(confidence)
+        adj_low, adj_high = est.interval(adjusted_level)
+        p = est.p_value()
+        row.update(
+            ratio=math.exp(est.log_ratio), ratio_ci_low=low, ratio_ci_high=high,
+            ratio_ci_adj_low=adj_low, ratio_ci_adj_high=adj_high,
+            change_pct=(math.exp(est.log_ratio) - 1) * 100, ci_method=est.method,
+            p_value=p, p_adjusted=min(1.0, p * m) if np.isfinite(p) else math.nan,
+            verdict=verdict((adj_low, adj_high)),
+        )
+    row.update(_efficiency_columns(config, cells, efficiency))
+    differing = provenance_diff(groups["baseline"][config], groups["candidate"][config])
+    row["provenance_diff"] = ", ".join(differing)
+    return row
+
+
+def _efficiency_columns(config, cells, efficiency) -> dict:
+    sides = {}
+    for side in ("baseline", "candidate"):
+        value = efficiency[side].get(config, (math.nan, math.nan))
+        sides[side] = (float(value[0]), value, efficiency_terms(config, value, cells[side]))
+    diff = sides["candidate"][0] - sides["baseline"][0]
+    low, high = efficiency_interval(diff, sides["baseline"][2] + sides["candidate"][2])
+    return {"efficiency_baseline_pct": sides["baseline"][0],
+            "efficiency_candidate_pct": sides["candidate"][0],
+            "efficiency_diff_pp": diff, "efficiency_diff_ci_low": low, "efficiency_diff_ci_high": high}
+
+
+def _cell_note(base: Cell, cand: Cell) -> str:
+    notes = []
+    for side, cell in (("baseline", base), ("candidate", cand)):
+        not_ok = {s: n for s, n in cell.statuses.items() if s != "ok"}
+        if cell.n == 0:
+            notes.append(f"{side}: no ok run with a throughput"
+                         + (f" ({', '.join(f'{s} x{n}' for s, n in not_ok.items())})" if not_ok else ""))
+        elif cell.n == 1 and not math.isfinite(cell.run_var):
+            notes.append(f"{side}: one run without an interval of its own")
+    return "; ".join(notes)
+
+
+# ----------------------------------------------------------------------------- outputs
+
+OUTPUTS = history.COMPARE_OUTPUTS
+
+
+def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE,
+                     seed: int = 0) -> tuple[pd.DataFrame, str]:
+    """Compare two history.Side objects into outdir/compare.csv, compare.png and summary.txt;
+    returns the table and the summary text."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    table, facts = compare_runs(baseline.runs, candidate.runs, confidence, seed)
+    text = summary(table, facts, baseline, candidate)
+    table.to_csv(outdir / "compare.csv", index=False)
+    plot_ratios(table, facts, outdir / "compare.png")
+    (outdir / "summary.txt").write_text(text)
+    return table, text
+
+
+def compare_archived(baseline_spec: str, archived_json, history_dir, outdir) -> str:
+    """The workflow's comparison: the sweep archived in `archived_json` (the candidate) against
+    `baseline_spec` (config key compare_with); returns the verdict counts for the rule's log."""
+    archived = json.loads(Path(archived_json).read_text())
+    baseline = history.load_side(str(baseline_spec), history_dir)
+    candidate = history.load_side(archived["file"], history_dir)
+    candidate.label = f"this sweep ({archived['sweep_id']})"
+    table, _ = write_comparison(baseline, candidate, outdir)
+    counts = table["verdict"].value_counts()
+    return f"{len(table)} configurations compared with {baseline_spec}: " + ", ".join(
+        f"{n} {verdict}" for verdict, n in counts.items())
+
+
+def config_label(row, keys: list[str]) -> str:
+    """'pytorch vit_tiny synth-folder gpus=2': axis values, the GPU count named."""
+    parts = [str(row[key]) for key in keys[:-1] if str(row[key])]
+    return " ".join([*parts, f"gpus={row[keys[-1]]}"])
+
+
+def summary(table: pd.DataFrame, facts: dict, baseline, candidate) -> str:
+    """The short text report: sides, verdict counts, the changed configurations, provenance."""
+    keys = facts["keys"]
+    lines = [_side_line("baseline", baseline), _side_line("candidate", candidate),
+             f"configurations in both: {len(table)} (only in the baseline: "
+             f"{len(facts['only_baseline'])}, only in the candidate: {len(facts['only_candidate'])})",
+             *(f"note: {note}" for note in facts["notes"])]
+    lines.append(
+        f"throughput ratio = candidate / baseline; {_pct(facts['confidence'])} intervals per "
+        f"configuration; verdicts at the family-wise {_pct(facts['confidence'])} level (Bonferroni "
+        f"over {facts['m']} configurations with an interval: each at {_pct(facts['adjusted_level'])})")
+    counts = table["verdict"].value_counts()
+    lines.append("verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in (SLOWER, FASTER, SAME, UNKNOWN)))
+    methods = table["ci_method"].value_counts()
+    lines.append("intervals from: " + ", ".join(f"{m} ({n})" for m, n in methods.items()))
+    for name in (SLOWER, FASTER, UNKNOWN):
+        chosen = table[table["verdict"] == name]
+        if len(chosen):
+            lines.append(f"{name}:")
+            lines += [f"  {_row_line(row, keys)}" for _, row in chosen.iterrows()]
+    lines += provenance_lines(facts["provenance"])
+    return "\n".join(lines) + "\n"
+
+
+def _pct(level: float) -> str:
+    return f"{level * 100:.4g} %"
+
+
+def _side_line(name: str, side) -> str:
+    sweeps = side.sweeps
+    shown = ", ".join(sweeps[:3]) + (f" (+{len(sweeps) - 3} more)" if len(sweeps) > 3 else "")
+    return f"{name}: {side.label} ({len(side.runs)} runs" + (f"; sweeps {shown})" if sweeps else ")")
+
+
+def _row_line(row, keys) -> str:
+    line = f"{config_label(row, keys)}: "
+    if not np.isfinite(row["ratio"]):
+        return line + (row["note"] or "no ratio")
+    line += f"throughput x{row['ratio']:.3f}"
+    if np.isfinite(row["ratio_ci_low"]):
+        line += f" [{row['ratio_ci_low']:.3f}, {row['ratio_ci_high']:.3f}]"
+    line += f" ({row['change_pct']:+.1f} %, {row['ci_method']}"
+    line += f", n {row['n_baseline']}/{row['n_candidate']})"
+    return line + (f"; {row['note']}" if row["note"] else "")
+
+
+def provenance_lines(diff: dict, shown: int = 3) -> list[str]:
+    if not diff:
+        return [f"provenance: no field differs ({', '.join(DIFF_FIELDS)})"]
+    lines = ["provenance that differs (baseline -> candidate):"]
+    for name, (base, cand) in diff.items():
+        lines.append(f"  {name}: {_values(base, shown)} -> {_values(cand, shown)}")
+    return lines
+
+
+def _values(values: tuple, shown: int) -> str:
+    if not values:
+        return "(none)"
+    text = ", ".join(values[:shown])
+    return text + (f" (+{len(values) - shown} more)" if len(values) > shown else "")
+
+
+def regressions(table: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:
+    """Configurations significantly slower (verdict slower, family-wise) whose estimated slowdown
+    exceeds `fail_above_pct` % of the baseline throughput."""
+    slowdown = -table["change_pct"]
+    return table[(table["verdict"] == SLOWER) & (slowdown > fail_above_pct)]
+
+
+VERDICT_COLOURS = {SLOWER: "#c0392b", FASTER: "#1e8449", SAME: "#555555", UNKNOWN: "#aaaaaa"}
+
+
+def plot_ratios(table: pd.DataFrame, facts: dict, path) -> None:
+    """One row per configuration: the ratio (dot), its 95 % interval (thick) and family-wise
+    interval (thin), coloured by verdict, on a log axis with 1.0 marked."""
+    # A bare Figure renders with Agg and skips pyplot's import and global state.
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    rows = table[np.isfinite(table["ratio"])].reset_index(drop=True)
+    height = min(2.0 + 0.32 * max(len(rows), 1), 60.0)
+    figure = Figure(figsize=(8.0, height))
+    axis = figure.subplots()
+    for position, row in rows.iterrows():
+        colour = VERDICT_COLOURS[row["verdict"]]
+        y = len(rows) - 1 - position
+        axis.plot([row["ratio_ci_adj_low"], row["ratio_ci_adj_high"]], [y, y], color=colour, lw=1)
+        axis.plot([row["ratio_ci_low"], row["ratio_ci_high"]], [y, y], color=colour, lw=4, alpha=0.6)
+        axis.plot(row["ratio"], y, "o", color=colour, ms=6)
+    axis.axvline(1.0, color="black", ls="--", lw=1)
+    _log_ratio_axis(axis, rows)
+    axis.set_yticks(range(len(rows)), [config_label(r, facts["keys"]) for _, r in rows[::-1].iterrows()])
+    axis.set_xlabel("throughput ratio, candidate / baseline (log scale; 1.0 = no change)")
+    axis.set_title(f"{len(rows)} configurations: dot = ratio, thick = {_pct(facts['confidence'])} "
+                   f"interval, thin = family-wise", fontsize=9)
+    handles = [Line2D([], [], color=c, marker="o", lw=2, label=v) for v, c in VERDICT_COLOURS.items()
+               if (rows["verdict"] == v).any()]
+    if handles:
+        axis.legend(handles=handles, loc="best", fontsize=8)
+    if rows.empty:
+        axis.text(0.5, 0.5, "no configuration with a ratio", ha="center", transform=axis.transAxes)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def _log_ratio_axis(axis, rows: pd.DataFrame) -> None:
+    """A log axis labelled 0.8, 0.9, 1 ...; within a decade the minor ticks get labels too."""
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_xscale("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    axis.xaxis.set_major_formatter(plain)
+    bounds = rows[["ratio_ci_adj_low", "ratio_ci_adj_high", "ratio"]].to_numpy(float)
+    bounds = bounds[np.isfinite(bounds) & (bounds > 0)]
+    if len(bounds) and max(bounds.max(), 1.0) / min(bounds.min(), 1.0) < 10:
+        axis.xaxis.set_minor_formatter(plain)

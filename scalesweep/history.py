@@ -1,0 +1,442 @@
+"""The sweep history: every sweep's runs archived as one immutable Parquet file, queried with DuckDB.
+
+Layout: `<history>/sweep-<sweep id>.parquet`, one file per sweep, never modified once written.
+Each holds the sweep's runs.csv rows plus the sweep's own columns (SWEEP_COLUMNS): its id, date,
+config (JSON), the results folder it came from and the host that archived it.
+
+Why files and not a database file: several sweeps (several checkouts sharing one history folder
+on GPFS, say) may finish at once. Each writes its own file under a temporary name in the same
+folder, fsyncs it and renames it into place (atomic on one file system), so no writer waits for
+a lock, no reader sees half a file, and two writers never touch the same file (the id holds a
+hash of the content: the same sweep archived twice is the same file). DuckDB reads the files in
+place (`read_parquet`), in memory: no server and no lock held on the folder. A damaged file (a
+disk full, a copy cut short) is skipped with a warning naming it; the rest of the history still
+answers.
+
+The sweep id is `<UTC start of the sweep's first run>-<12 hex digits of the runs' content>`, e.g.
+`20261122T101502Z-3fa4c1d2e5b6`: ids sort by date and name the content (48 bits: two different
+sweeps share a hash with a chance of about 2 in 10^9 in a history of 1,000 sweeps).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from scalesweep.provenance import PROVENANCE_COLUMNS, scalesweep_version
+
+DEFAULT_HISTORY_DIR = "results/history"
+COMPARE_OUTPUTS = ("compare.csv", "compare.png", "summary.txt")  # scalesweep/compare.py writes them
+FILE_PREFIX, FILE_SUFFIX = "sweep-", ".parquet"
+SWEEP_COLUMNS = ("sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host")
+SELECTOR_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+
+
+class DamagedArchiveWarning(UserWarning):
+    """A history file that DuckDB cannot read: left out of every answer, named in the message."""
+
+
+@dataclass(frozen=True)
+class Archived:
+    sweep_id: str
+    path: Path
+    date: str
+    runs: int
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {"sweep_id": self.sweep_id, "file": str(self.path), "date": self.date, "runs": self.runs},
+            indent=2,
+        )
+
+
+# ----------------------------------------------------------------------------- writing
+
+def archive(runs: pd.DataFrame, history_dir, config: dict | None = None, source=None) -> Archived:
+    """Archive one sweep's runs table into `history_dir`; the same runs archived again are found,
+    not written twice."""
+    history_dir = Path(history_dir)
+    history_dir.mkdir(parents=True, exist_ok=True)
+    runs = runs.reset_index(drop=True)
+    content = content_hash(runs)
+    date = sweep_date(runs)
+    existing = sorted(history_dir.glob(f"{FILE_PREFIX}*-{content}{FILE_SUFFIX}"))
+    if existing:
+        sweep_id = sweep_id_of(existing[0])
+        return Archived(sweep_id, existing[0], _id_date(sweep_id), len(runs))
+    sweep_id = f"{_id_time(date)}-{content}"
+    path = history_dir / f"{FILE_PREFIX}{sweep_id}{FILE_SUFFIX}"
+    frame = archive_frame(runs, sweep_id, date, config, source)
+    write_parquet_atomic(frame, path)
+    return Archived(sweep_id, path, date, len(runs))
+
+
+def content_hash(runs: pd.DataFrame) -> str:
+    """12 hex digits naming a runs table's content (its CSV text)."""
+    return hashlib.sha256(runs.to_csv(index=False).encode()).hexdigest()[:12]
+
+
+def sweep_date(runs: pd.DataFrame) -> str:
+    """When the sweep ran: the start of its first run (ISO 8601, UTC); now when no run says."""
+    first = pd.Timestamp.now("UTC")
+    if "start_time" in runs:
+        starts = pd.to_datetime(runs["start_time"], utc=True, errors="coerce", format="ISO8601")
+        first = starts.min() if starts.notna().any() else first
+    return first.floor("s").isoformat()
+
+
+ID_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
+
+
+def _id_time(date: str) -> str:
+    return pd.Timestamp(date).tz_convert("UTC").strftime(ID_TIME_FORMAT)
+
+
+def _id_date(sweep_id: str) -> str:
+    """The date an id was made from (the inverse of _id_time)."""
+    return pd.to_datetime(sweep_id.split("-")[0], format=ID_TIME_FORMAT, utc=True).isoformat()
+
+
+def archive_frame(runs: pd.DataFrame, sweep_id: str, date: str, config, source) -> pd.DataFrame:
+    """The archived table: the sweep's columns, then the runs (the version of the code filled in
+    where runs.csv predates the column)."""
+    frame = runs.drop(columns=[c for c in SWEEP_COLUMNS if c in runs.columns])
+    if "scalesweep_version" not in frame or frame["scalesweep_version"].isna().all():
+        frame["scalesweep_version"] = scalesweep_version()
+    sweep = {
+        "sweep_id": sweep_id,
+        "sweep_date": date,
+        "sweep_config": json.dumps(config or {}, sort_keys=True, default=str),
+        "sweep_source": None if source is None else str(Path(source).resolve()),
+        "sweep_host": socket.gethostname(),
+    }
+    return pd.concat([pd.DataFrame(sweep, index=frame.index), frame], axis=1)
+
+
+def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
+    """Write `frame` to `path` as Parquet: a temporary file in the same folder, fsync, rename."""
+    import duckdb
+
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        connection = duckdb.connect()
+        connection.register("archived", _typed_for_parquet(frame))
+        connection.execute(f"COPY archived TO {_sql_text(temporary)} (FORMAT parquet)")
+        connection.close()
+        with open(temporary, "rb") as written:
+            os.fsync(written.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+
+
+def _typed_for_parquet(frame: pd.DataFrame) -> pd.DataFrame:
+    """An all-empty column of objects has no type in Parquet (DuckDB writes NULL): text unites
+    with any other file's type of the same column. DuckDB infers the rest from pandas."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if frame[column].dtype == object and frame[column].isna().all():
+            frame[column] = frame[column].astype("string")
+    return frame
+
+
+def _fsync_folder(folder: Path) -> None:
+    # The rename is durable only once the folder's entry is on disk (POSIX); not all file
+    # systems allow opening a folder for that, and the file itself is already safe.
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+# ----------------------------------------------------------------------------- reading
+
+def sweep_files(history_dir) -> list[Path]:
+    """The archived sweeps' files, oldest id first (temporary files of writers are hidden)."""
+    history_dir = Path(history_dir)
+    if not history_dir.is_dir():
+        return []
+    return sorted(history_dir.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"))
+
+
+def sweep_id_of(path: Path) -> str:
+    return Path(path).name[len(FILE_PREFIX):-len(FILE_SUFFIX)]
+
+
+def files_of_sweeps(history_dir, ids) -> list[Path]:
+    """The file of each sweep id (or unique prefix of one); ValueError naming the id otherwise."""
+    files = sweep_files(history_dir)
+    chosen = []
+    for wanted in ids:
+        matching = [path for path in files if sweep_id_of(path).startswith(wanted)]
+        if not matching:
+            raise ValueError(f"no archived sweep {wanted!r} in {history_dir} "
+                             f"({len(files)} sweeps; `scalesweep history` lists them)")
+        if len(matching) > 1:
+            names = ", ".join(sweep_id_of(path) for path in matching[:5])
+            raise ValueError(f"sweep id {wanted!r} is ambiguous in {history_dir}: {names}")
+        chosen.append(matching[0])
+    return chosen
+
+
+def parse_selectors(selectors) -> list[tuple[str, str]]:
+    """['gpu_model=NVIDIA H100', 'gpus=4'] or 'a=1,b=2' -> [(column, value)]."""
+    pairs = []
+    for text in selectors or ():
+        for part in str(text).split(","):
+            if not part.strip():
+                continue
+            match = SELECTOR_RE.match(part)
+            if not match:
+                raise ValueError(f"selector {part!r}: expected column=value (e.g. gpu_model=NVIDIA H100)")
+            pairs.append((match.group(1), match.group(2)))
+    return pairs
+
+
+def read_runs(history_dir, where: str | None = None, selectors=(), files=None) -> pd.DataFrame:
+    """The archived runs (of `files`, default every sweep) that match `where` (a DuckDB SQL
+    condition) and every `column=value` selector; an empty frame when the history is empty."""
+    files = sweep_files(history_dir) if files is None else list(files)
+    if not files:
+        return pd.DataFrame(columns=list(SWEEP_COLUMNS))
+    condition, parameters = _condition(where, parse_selectors(selectors))
+    return query(files, f"SELECT * FROM runs WHERE {condition}", parameters, where=where)
+
+
+def query(files, sql: str, parameters=(), where: str | None = None) -> pd.DataFrame:
+    """`sql` over the view `runs` (every file's rows, columns united by name). A file DuckDB
+    cannot read is left out with a DamagedArchiveWarning, and the query runs on the others."""
+    return _query(files, sql, parameters, where)[0]
+
+
+def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """query() and the files it could read."""
+    import duckdb
+
+    readable = [str(path) for path in files]
+    while readable:
+        connection = duckdb.connect()
+        try:
+            connection.execute(f"CREATE VIEW runs AS SELECT * FROM read_parquet("
+                               f"[{', '.join(map(_sql_text, readable))}], union_by_name = true)")
+            return connection.execute(sql, list(parameters)).df(), readable
+        except duckdb.Error as error:
+            damaged = {} if _is_query_error(error) else _damaged(readable, error)
+            if not damaged:
+                raise _query_error(error, where, connection) from error
+            for path, reason in damaged.items():
+                warnings.warn(f"sweep history: skipping damaged file {path}: {reason}",
+                              DamagedArchiveWarning, stacklevel=2)
+            readable = [path for path in readable if path not in damaged]
+        finally:
+            connection.close()
+    return pd.DataFrame(columns=list(SWEEP_COLUMNS)), []
+
+
+def _is_query_error(error: Exception) -> bool:
+    """DuckDB's errors about the query itself (syntax, unknown column), not about a file."""
+    import duckdb
+
+    return isinstance(error, (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException))
+
+
+def _damaged(files: list[str], error: Exception) -> dict[str, str]:
+    """{file: why} of the files behind `error`: the one its message names, else every file that
+    does not read whole on its own (a query error of the user's is no damaged file: empty)."""
+    import duckdb
+
+    named = [path for path in files if path in str(error)]
+    suspects = named or files
+    damaged = {}
+    connection = duckdb.connect()
+    for path in suspects:
+        try:
+            connection.execute("SELECT * FROM read_parquet(?)", [path]).fetchall()
+        except duckdb.Error as reason:
+            damaged[path] = str(reason).splitlines()[0]
+    connection.close()
+    return damaged
+
+
+def _query_error(error: Exception, where: str | None, connection) -> ValueError:
+    """A user's query error, with the columns to choose from; double quotes are names in SQL."""
+    message = str(error).splitlines()[0]
+    try:
+        columns = [row[0] for row in connection.execute("DESCRIBE runs").fetchall()]
+    except Exception:  # noqa: BLE001 - the columns are a hint only
+        columns = []
+    hint = f" (columns: {', '.join(columns)})" if columns else ""
+    if where and '"' in where and "not found" in message:
+        hint += "; SQL strings take single quotes: --where \"gpu_model LIKE '%H100%'\""
+    return ValueError(f"sweep history query failed: {message}{hint}")
+
+
+def _condition(where: str | None, pairs) -> tuple[str, list]:
+    """SQL condition and its parameters: the user's `where`, and each selector compared as a
+    number where both sides are numbers (gpus=4 matches 4.0) and as text otherwise."""
+    parts, parameters = ["TRUE"], []
+    if where and where.strip():
+        parts.append(f"({where})")
+    for column, value in pairs:
+        name = _sql_name(column)
+        parts.append(f"(CAST({name} AS VARCHAR) = ? OR (TRY_CAST(? AS DOUBLE) IS NOT NULL "
+                     f"AND TRY_CAST({name} AS DOUBLE) = TRY_CAST(? AS DOUBLE)))")
+        parameters += [value, value, value]
+    return " AND ".join(parts), parameters
+
+
+def _sql_text(value: str) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _sql_name(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
+
+
+# ----------------------------------------------------------------------------- listing
+
+# (listing column, SQL over one sweep's runs); a column missing in every file reads as NULL.
+LISTING = (
+    ("date", "min(sweep_date)"),
+    ("cluster", "string_agg(DISTINCT cluster, ', ')"),
+    ("hardware", "string_agg(DISTINCT coalesce(gpu_model, cpu_model), ', ')"),
+    ("runs", "count(*)"),
+    ("ok", "count(*) FILTER (WHERE status = 'ok')"),
+    ("failed", "count(*) FILTER (WHERE status IS DISTINCT FROM 'ok')"),
+)
+
+
+def sweeps_table(history_dir, where: str | None = None, selectors=()) -> pd.DataFrame:
+    """One row per archived sweep with runs matching the filters: id, date, cluster, hardware,
+    configurations (distinct axis values incl. GPU count), runs, ok, failed (not ok)."""
+    from scalesweep.scaling import NON_KEY_COLUMNS
+
+    files = sweep_files(history_dir)
+    columns = ["sweep_id", *(name for name, _ in LISTING[:3]), "configurations",
+               *(name for name, _ in LISTING[3:])]
+    if not files:
+        return pd.DataFrame(columns=columns)
+    present, files = _query(files, "SELECT * FROM runs LIMIT 0")
+    present = list(present.columns)
+    keys = [c for c in present if c not in NON_KEY_COLUMNS or c == "gpus"]
+    fields = {c: (_sql_name(c) if c in present else "NULL") for c in ("cluster", "gpu_model", "cpu_model")}
+    condition, parameters = _condition(where, parse_selectors(selectors))
+    selects = ", ".join(f"{_fill(sql, fields)} AS {name}" for name, sql in LISTING)
+    distinct = f"count(DISTINCT row({', '.join(map(_sql_name, keys))}))" if keys else "1"
+    sql = (f"SELECT sweep_id, {selects}, {distinct} AS configurations FROM runs "
+           f"WHERE {condition} GROUP BY sweep_id ORDER BY date, sweep_id")
+    if not files:
+        return pd.DataFrame(columns=columns)
+    return query(files, sql, parameters, where=where)[columns]
+
+
+def _fill(sql: str, fields: dict) -> str:
+    for name, expression in fields.items():
+        sql = re.sub(rf"\b{name}\b", expression, sql)
+    return sql
+
+
+# ----------------------------------------------------------------------------- comparison sides
+
+@dataclass
+class Side:
+    """One side of a comparison: its runs and where they came from."""
+
+    label: str
+    runs: pd.DataFrame
+
+    @property
+    def sweeps(self) -> list[str]:
+        if "sweep_id" not in self.runs:
+            return []
+        return sorted(self.runs["sweep_id"].dropna().astype(str).unique())
+
+
+def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = None) -> Side:
+    """A comparison side from `spec`: a results folder (its tidy/runs.csv), a runs.csv, an
+    archived .parquet file, `column=value[,column=value]` selectors over the history (the runs
+    of every matching sweep), or a sweep id (or a unique prefix of one). `where` (SQL) then
+    narrows the runs."""
+    path = Path(spec)
+    if path.exists():
+        runs = _runs_at(path)
+    elif "=" in spec:
+        runs = read_runs(history_dir, selectors=[spec])
+        if runs.empty:
+            raise ValueError(f"no archived run in {history_dir} matches {spec!r}")
+    else:
+        runs = read_runs(history_dir, files=files_of_sweeps(history_dir, [spec]))
+    runs = filter_frame(runs, where) if where else runs
+    if runs.empty:
+        raise ValueError(f"{spec}: no runs left after --where {where!r}")
+    return Side(spec, runs.reset_index(drop=True))
+
+
+def _runs_at(path: Path) -> pd.DataFrame:
+    if path.is_dir():
+        for candidate in (path / "tidy" / "runs.csv", path / "runs.csv"):
+            if candidate.is_file():
+                return read_runs_csv(candidate)
+        raise ValueError(f"{path}: a results folder holds tidy/runs.csv (or runs.csv); none here")
+    if path.suffix == FILE_SUFFIX:
+        return query([path], "SELECT * FROM runs")
+    return read_runs_csv(path)
+
+
+def filter_frame(runs: pd.DataFrame, where: str) -> pd.DataFrame:
+    """The rows of `runs` where the SQL condition `where` holds (DuckDB over the frame)."""
+    import duckdb
+
+    connection = duckdb.connect()
+    try:
+        connection.register("runs", runs)
+        return connection.execute(f"SELECT * FROM runs WHERE {where}").df()
+    except duckdb.Error as error:
+        raise _query_error(error, where, connection) from error
+    finally:
+        connection.close()
+
+
+def archive_stage(runs_csv, history_dir, config, archived_json) -> str:
+    """The workflow's rule: archive runs.csv (its results folder as the source), write
+    `archived_json` naming the file, return the log line."""
+    source = Path(runs_csv).resolve().parent.parent
+    archived = archive(read_runs_csv(runs_csv), history_dir, config=config, source=source)
+    Path(archived_json).write_text(archived.as_json() + "\n")
+    return f"archived {archived.runs} runs as {archived.sweep_id}: {archived.path}"
+
+
+def comparison_outputs(compare_with, outdir) -> list[str]:
+    """The comparison's files when the config names a sweep to compare with, else none."""
+    if compare_with is None:
+        return []
+    return [f"{outdir}/{name}" for name in COMPARE_OUTPUTS]
+
+
+# Provenance read as text: a driver "550.540" or a CUDA "12.10" read as numbers would lose digits.
+TEXT_COLUMNS = (*PROVENANCE_COLUMNS, "hostname", "slurm_job_id")
+
+
+def read_runs_csv(path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, dtype={column: str for column in TEXT_COLUMNS})
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the runs table: {error}") from error

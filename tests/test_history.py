@@ -1,0 +1,209 @@
+"""The sweep history: atomic one-file-per-sweep archives, DuckDB queries, damaged files, two writers."""
+
+import json
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from scalesweep import history
+from scalesweep.history import DamagedArchiveWarning
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sweep_runs(driver="535.104.05", start="2026-11-01T08:00:00+00:00", statuses=("ok", "ok", "ok", "oom"),
+               model="resnet50", extra=None):
+    """Four runs: gpus 1, 2, 4 ok (twice 1 GPU: repeats 0 and 1) and one of 4 GPUs out of memory."""
+    gpus, repeats = [1, 1, 2, 4], [0, 1, 0, 0]
+    runs = pd.DataFrame({
+        "framework": "pytorch", "model": model, "dataset": "tiny-224", "gpus": gpus, "nodes": 1,
+        "repeat": repeats, "status": list(statuses),
+        "throughput_img_s": [100.0, 102.0, 190.0, float("nan")],
+        "steady_epoch_time_s": [10.0, 9.8, 5.3, float("nan")],
+        "gpu_model": "NVIDIA H100", "gpu_driver": driver, "cluster": "mn5",
+        "start_time": [start, "2026-11-01T09:00:00+00:00", "2026-11-01T10:00:00+00:00", None],
+    })
+    for key, value in (extra or {}).items():
+        runs[key] = value
+    return runs
+
+
+def test_archive_writes_one_named_file_with_the_sweep_columns(tmp_path):
+    archived = history.archive(sweep_runs(), tmp_path, config={"matrix": {"gpus": [1, 2, 4]}}, source=tmp_path)
+    assert re.fullmatch(r"20261101T080000Z-[0-9a-f]{12}", archived.sweep_id)  # the first run's start
+    assert archived.path == tmp_path / f"sweep-{archived.sweep_id}.parquet"
+    assert [p.name for p in tmp_path.iterdir()] == [archived.path.name]  # no temporary file left
+    runs = history.read_runs(tmp_path)
+    assert len(runs) == 4 and set(runs["sweep_id"]) == {archived.sweep_id}
+    assert runs.loc[0, "sweep_date"] == "2026-11-01T08:00:00+00:00"
+    assert json.loads(runs.loc[0, "sweep_config"]) == {"matrix": {"gpus": [1, 2, 4]}}
+    assert runs.loc[0, "sweep_source"] == str(tmp_path.resolve())
+    assert runs["scalesweep_version"].notna().all()  # filled at archiving for old runs.csv
+    assert runs["throughput_img_s"].tolist()[:3] == [100.0, 102.0, 190.0]
+
+
+def test_the_same_sweep_archived_twice_is_one_file(tmp_path):
+    first = history.archive(sweep_runs(), tmp_path)
+    again = history.archive(sweep_runs(), tmp_path)
+    other = history.archive(sweep_runs(driver="550.54.15"), tmp_path)
+    assert again == first and other.path != first.path
+    assert len(history.sweep_files(tmp_path)) == 2
+
+
+def test_a_sweep_without_start_times_is_dated_now(tmp_path):
+    runs = sweep_runs().drop(columns="start_time")
+    archived = history.archive(runs, tmp_path)
+    assert archived.date[:4] >= "2026" and archived.sweep_id.endswith(history.content_hash(runs))
+
+
+def test_selectors_and_where_filter_the_runs(tmp_path):
+    history.archive(sweep_runs(), tmp_path)
+    history.archive(sweep_runs(driver="550.54.15", start="2026-11-02T08:00:00+00:00"), tmp_path)
+    assert len(history.read_runs(tmp_path)) == 8
+    assert len(history.read_runs(tmp_path, selectors=["gpu_driver=550.54.15"])) == 4
+    assert len(history.read_runs(tmp_path, selectors=["gpus=1", "gpu_driver=550.54.15"])) == 2
+    assert len(history.read_runs(tmp_path, selectors=["gpus=1.0,status=ok"])) == 4  # 1.0 matches 1
+    assert len(history.read_runs(tmp_path, where="gpu_model LIKE '%H100%' AND gpus >= 2")) == 4
+    assert history.read_runs(tmp_path, selectors=["gpu_model=A100"]).empty
+
+
+def test_query_errors_name_the_columns_and_the_quoting_rule(tmp_path):
+    history.archive(sweep_runs(), tmp_path)
+    with pytest.raises(ValueError, match="columns: sweep_id, .*gpu_driver"):
+        history.read_runs(tmp_path, selectors=["gpu_moddel=x"])
+    with pytest.raises(ValueError, match="single quotes"):
+        history.read_runs(tmp_path, where='gpu_model LIKE "%H100%"')
+    with pytest.raises(ValueError, match="expected column=value"):
+        history.parse_selectors(["=3"])
+
+
+def test_sweeps_table_counts_configurations_and_outcomes(tmp_path):
+    a = history.archive(sweep_runs(), tmp_path)
+    b = history.archive(sweep_runs(driver="550.54.15", start="2026-11-02T08:00:00+00:00",
+                                   statuses=("ok", "failed", "ok", "ok"), model="vit_h_14"), tmp_path)
+    table = history.sweeps_table(tmp_path)
+    assert table["sweep_id"].tolist() == [a.sweep_id, b.sweep_id]  # oldest first
+    # gpus 1 (two repeats), 2, 4: three configurations, four runs
+    assert table[["configurations", "runs", "ok", "failed"]].values.tolist() == [[3, 4, 3, 1], [3, 4, 3, 1]]
+    assert table["cluster"].tolist() == ["mn5", "mn5"] and table["hardware"].tolist() == ["NVIDIA H100"] * 2
+    only_b = history.sweeps_table(tmp_path, where="model = 'vit_h_14'")
+    assert only_b["sweep_id"].tolist() == [b.sweep_id]
+    assert history.sweeps_table(tmp_path / "none").empty
+
+
+def test_files_with_different_columns_and_types_are_read_together(tmp_path):
+    history.archive(sweep_runs(extra={"precision": "bf16"}), tmp_path)
+    # An older sweep: provenance read as numbers, no precision axis, an empty column.
+    old = sweep_runs(start="2026-10-01T08:00:00+00:00").assign(gpu_driver=535.0, container_image=None)
+    history.archive(old, tmp_path)
+    runs = history.read_runs(tmp_path)
+    assert len(runs) == 8
+    assert sorted(runs["precision"].dropna().unique()) == ["bf16"]
+    assert set(runs["gpu_driver"]) == {"535.104.05", "535.0"}
+
+
+def write_damaged(folder: Path) -> tuple[Path, Path]:
+    garbage = folder / "sweep-20250101T000000Z-00000000.parquet"
+    garbage.write_bytes(b"not a parquet file at all")
+    good = history.archive(sweep_runs(start="2025-06-01T00:00:00+00:00"), folder).path
+    cut = folder / "sweep-20250102T000000Z-11111111.parquet"
+    cut.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])  # a copy cut short
+    return garbage, cut
+
+
+def test_damaged_files_are_skipped_with_a_warning_naming_each(tmp_path):
+    history.archive(sweep_runs(), tmp_path)
+    garbage, cut = write_damaged(tmp_path)
+    with pytest.warns(DamagedArchiveWarning) as caught:
+        runs = history.read_runs(tmp_path)
+    messages = " ".join(str(w.message) for w in caught)
+    assert str(garbage) in messages and str(cut) in messages
+    assert len(runs) == 8 and runs["sweep_id"].nunique() == 2
+    with pytest.warns(DamagedArchiveWarning) as caught:
+        assert len(history.sweeps_table(tmp_path)) == 2
+    assert len(caught) == 2  # each damaged file named once
+
+
+ARCHIVER = """
+import sys, time
+import pandas as pd
+sys.path.insert(0, {repo!r})
+from scalesweep import history
+writer, count, folder, go = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+while time.time() < go:  # both writers start at the same moment
+    time.sleep(0.001)
+for number in range(count):
+    runs = pd.DataFrame({{"framework": "pytorch", "model": "m", "gpus": [1, 2], "status": "ok",
+                         "throughput_img_s": [100.0, 190.0], "writer": writer, "number": number}})
+    history.archive(runs, folder)
+# Both archive the very same sweep last: one file, whoever renames it into place last.
+history.archive(pd.DataFrame({{"framework": ["pytorch"], "model": "m", "gpus": 1, "status": "ok",
+                              "throughput_img_s": 100.0, "writer": "both", "number": -1}}), folder)
+"""
+
+
+def test_two_archiving_processes_at_once_lose_nothing(tmp_path):
+    folder = tmp_path / "shared-history"
+    folder.mkdir()
+    garbage, _ = write_damaged(folder)
+    script = ARCHIVER.format(repo=str(REPO))
+    import time
+
+    go = time.time() + 3.0
+    writers = [subprocess.Popen([sys.executable, "-c", script, name, "20", str(folder), str(go)])
+               for name in ("a", "b")]
+    assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runs = history.read_runs(folder, where="writer IS NOT NULL")
+    assert any(str(garbage) in str(w.message) for w in caught)
+    written = runs.groupby("writer")["number"].apply(lambda n: sorted(set(n))).to_dict()
+    assert written == {"a": list(range(20)), "b": list(range(20)), "both": [-1]}
+    assert len(runs) == 81  # 2 writers x 20 sweeps x 2 runs, and the shared sweep once
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_load_side_from_folder_csv_parquet_id_and_selectors(tmp_path):
+    hist = tmp_path / "history"
+    a = history.archive(sweep_runs(), hist)
+    history.archive(sweep_runs(driver="550.54.15", start="2026-11-02T08:00:00+00:00"), hist)
+    results = tmp_path / "results"
+    (results / "tidy").mkdir(parents=True)
+    sweep_runs().to_csv(results / "tidy" / "runs.csv", index=False)
+    assert len(history.load_side(str(results), hist).runs) == 4
+    assert len(history.load_side(str(results / "tidy" / "runs.csv"), hist).runs) == 4
+    assert history.load_side(str(a.path), hist).sweeps == [a.sweep_id]
+    assert history.load_side(a.sweep_id[:12], hist).sweeps == [a.sweep_id]
+    assert len(history.load_side("gpu_driver=550.54.15", hist).sweeps) == 1
+    assert len(history.load_side("cluster=mn5", hist).sweeps) == 2  # every matching sweep
+    assert len(history.load_side(a.sweep_id, hist, where="gpus = 1").runs) == 2
+    with pytest.raises(ValueError, match="ambiguous"):
+        history.load_side("2026", hist)
+    with pytest.raises(ValueError, match="no archived sweep '1999'"):
+        history.load_side("1999", hist)
+    with pytest.raises(ValueError, match="matches 'cluster=jureca'"):
+        history.load_side("cluster=jureca", hist)
+
+
+def test_provenance_is_read_as_text_from_runs_csv(tmp_path):
+    path = tmp_path / "runs.csv"
+    sweep_runs().assign(cuda_version="12.10", gpu_driver="550.540").to_csv(path, index=False)
+    runs = history.read_runs_csv(path)
+    assert runs["cuda_version"].tolist() == ["12.10"] * 4 and runs["gpu_driver"].iloc[0] == "550.540"
+
+
+def test_archive_stage_writes_the_json_that_names_the_file(tmp_path):
+    results = tmp_path / "results"
+    (results / "tidy").mkdir(parents=True)
+    sweep_runs().to_csv(results / "tidy" / "runs.csv", index=False)
+    named = tmp_path / "archived.json"
+    line = history.archive_stage(results / "tidy" / "runs.csv", tmp_path / "history", {"a": 1}, named)
+    archived = json.loads(named.read_text())
+    assert line == f"archived 4 runs as {archived['sweep_id']}: {archived['file']}"
+    assert archived["runs"] == 4 and Path(archived["file"]).is_file()
+    assert history.read_runs(tmp_path / "history").loc[0, "sweep_source"] == str(results.resolve())
