@@ -20,6 +20,7 @@ from scalesweep.parse import LogFormatError, parse_log
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+import harness  # noqa: E402
 import runlog  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
@@ -94,7 +95,7 @@ def trainer_header(protocol: str = "epochs", **overrides) -> dict:
         "resolution": 32, "gpus": 4, "device_kind": "gpu", "world_size": 4, "nodes": 1,
         "per_gpu_batch": 32, "global_batch": 128, "requested_per_gpu_batch": 64, "oom_policy": "halve",
         "learning_rate": 0.04, "precision": "bf16", "compile": False, "channels_last": True,
-        "num_workers": 2, **runlog.protocol_fields(args, 128, 8),
+        "num_workers": 2, **harness.protocol_fields(args, 128, 8, 1024),
         "versions": {"python": runlog.python_version(), "torch": "2.14.1", "cudnn": 90100, "nccl": None},
         "devices": ["cuda:0", "cuda:1", "cuda:2", "cuda:3"],
         "gpu_models": ["NVIDIA H100"] * 4, "gpu_driver": "550.54", "cpu_model": runlog.cpu_model(),
