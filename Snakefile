@@ -1,5 +1,6 @@
 # scalesweep: scaling sweeps of deep-learning training.
-# The stages live in workflow/rules/ (one file each); config/config.yaml is the default local sweep.
+# Each stage is one rules file, workflow/rules/<stage>.smk, holding rule <stage> and calling
+# scalesweep/<stage>.py (docs/layout.md); config/config.yaml is the default local sweep.
 
 # config/config.yaml, the default config, is read in workflow/rules/common.smk (strictly, so
 # that a broken file is named with its line and column).
@@ -11,11 +12,12 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
-include: "workflow/rules/parse.smk"
-include: "workflow/rules/analyze.smk"
-include: "workflow/rules/plot.smk"
+include: "workflow/rules/tidy.smk"
+include: "workflow/rules/tables.smk"
+include: "workflow/rules/figures.smk"
 include: "workflow/rules/max_batch.smk"
 include: "workflow/rules/history.smk"
+include: "workflow/rules/compare.smk"
 
 
 # Every run's result is a target itself: Snakemake does not rerun a missing intermediate file
@@ -25,7 +27,7 @@ rule all:
         all_run_logs(),
         "results/tidy/epochs.csv",
         "results/tidy/runs.csv",
-        expand("results/tables/{table}.csv", table=stages.TABLES),
+        expand("results/tables/{table}.csv", table=tables.TABLES),
         "results/figures",
         "results/tables/archived.json",
         history.comparison_outputs(config["compare_with"], "results/compare"),

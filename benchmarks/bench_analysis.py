@@ -142,12 +142,10 @@ def plan_runs(n_runs: int, seed: int = 0) -> list[Run]:
 
 
 def run_file_name(config: dict) -> str:
-    name = matrix.run_name(
-        {k: config[k] for k in ("framework", "model", "dataset", "gpus", "repeat", "per_gpu_batch",
-                                "precision")},
-        {},
-    )
-    return f"{name}.log"
+    """e.g. tensorflow-resnet50v2-cifar128-g4-r1-b256-bf16.log: unique per configuration."""
+    parts = [config[k] for k in ("framework", "model", "dataset")]
+    parts += [f"g{config['gpus']}", f"r{config['repeat']}", f"b{config['per_gpu_batch']}", config["precision"]]
+    return "-".join(map(str, parts)) + ".log"
 
 
 def draw_outcome(config: dict, rng: random.Random) -> str:
@@ -457,11 +455,11 @@ def check_analysis(out: Path, runs: list[Run]) -> None:
         wrong = [name for name in expected if found.get(name) != expected[name]][:5]
         raise BenchmarkFailure(f"runs.csv has {len(rows)} rows for {len(runs)} logs; "
                                f"wrong or missing status for e.g. {wrong}")
-    from scalesweep import plots, stages  # the package's own lists of what analyze writes
+    from scalesweep import figures, tables  # the package's own lists of what analyze writes
 
-    missing = [f"tables/{name}.csv" for name in stages.TABLES
+    missing = [f"tables/{name}.csv" for name in tables.TABLES
                if not (out / "tables" / f"{name}.csv").exists()]
-    missing += [f"figures/{name}.png" for name in plots.FIGURE_NAMES
+    missing += [f"figures/{name}.png" for name in figures.FIGURE_NAMES
                 if not (out / "figures" / f"{name}.png").exists()]
     if missing:
         raise BenchmarkFailure(f"analyze did not write {', '.join(missing)}")

@@ -32,4 +32,3 @@ DATASET_FORMATS = {
     "pytorch": ("imagefolder",),
 }
 
-FRAMEWORK_SHORT = {"tensorflow": "tf", "pytorch": "pt"}

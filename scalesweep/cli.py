@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import parse, records, scaling, stages, tidy
+from scalesweep import figures, parse, records, scaling, tables, tidy
 from scalesweep.history import DEFAULT_HISTORY_DIR
 
 LOG_SUFFIXES = {".log", ".out", ".txt", ".err"}
@@ -157,8 +157,10 @@ def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budge
     report_refused(refused)
     if runs_csv is None:
         raise ValueError("no runs found in " + ", ".join(map(str, paths)))
-    print(stages.write_tables(runs_csv, out / "tables", efficiency_floor, gpu_hour_budget, epoch_budget))
-    print(stages.figures(out / "tables", out / "figures"))
+    print(tables.write_tables(runs_csv, tables.outputs_in(out / "tables"), efficiency_floor,
+                              gpu_hour_budget, epoch_budget))
+    print(figures.write_figures(out / "tables" / "scaling.csv", out / "tables" / "fits.csv",
+                                out / "figures"))
     return refused
 
 
@@ -174,6 +176,8 @@ def main(argv=None):
                              help="training epochs the sweet spot's projected GPU-hours stand for")
     register_history(commands)
     register_compare(commands)
+    register_check_config(commands)
+    register_parse(commands)
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         return args.handler(args)
@@ -247,3 +251,49 @@ def compare_command(args):
               f"than {args.fail_above:g} %", file=sys.stderr)
         return 1
     return 0
+
+
+def register_check_config(commands):
+    cmd = commands.add_parser("check-config", help="check config files as the workflow does, naming "
+                              "file, line and column (Snakemake names none for a --configfile)")
+    cmd.add_argument("configs", nargs="+", help="config files, merged in order as --configfile does")
+    cmd.set_defaults(handler=check_config_command)
+
+
+def check_config_command(args):
+    from scalesweep import configcheck, matrix
+
+    try:
+        runs, warnings = configcheck.check_files(args.configs)
+    except (configcheck.ConfigFileError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except matrix.ConfigError as error:
+        print(f"error: {error} {configcheck.sources(args.configs)}", file=sys.stderr)
+        return 1
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"{', '.join(args.configs)}: {len(runs)} configurations to run")
+    return 0
+
+
+def register_parse(commands):
+    cmd = commands.add_parser("parse", help="training logs (format detected) -> one JSON object per run")
+    cmd.add_argument("logs", nargs="+", help="log files")
+    cmd.add_argument("--world-size", type=int, default=None, help="for ddp-reference logs whose name lacks it")
+    cmd.set_defaults(handler=parse_command)
+
+
+def parse_command(args):
+    import json
+    from dataclasses import asdict
+
+    status = 0
+    for path in args.logs:
+        try:
+            for run in parse.parse_file(path, world_size=args.world_size):
+                print(json.dumps(asdict(run)))
+        except (parse.LogFormatError, OSError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            status = 1
+    return status

@@ -456,8 +456,8 @@ def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE
     return table, text
 
 
-def compare_archived(baseline_spec: str, archived_json, history_dir, outdir) -> str:
-    """The workflow's comparison: the sweep archived in `archived_json` (the candidate) against
+def write_compare(baseline_spec: str, archived_json, history_dir, outdir) -> str:
+    """The compare stage (rule `compare`): the sweep archived in `archived_json` (the candidate) against
     `baseline_spec` (config key compare_with); returns the verdict counts for the rule's log."""
     archived = json.loads(Path(archived_json).read_text())
     baseline = history.load_side(str(baseline_spec), history_dir)

@@ -5,14 +5,13 @@ word and reports a syntax error naming no file, line or column; its schema valid
 whole schema and config after the problem. The workflow reads every config file it uses once more
 through `load_strict` and rephrases schema errors with `schema_problem`.
 
-`python -m scalesweep.configcheck FILE...` runs the same checks outside Snakemake: Snakemake reads
+`python -m scalesweep check-config FILE...` runs the same checks outside Snakemake: Snakemake reads
 --configfile files before the workflow's code runs, so a syntax error in one of them is reported by
 Snakemake alone ("Config file is not valid JSON or YAML"), and this names its file, line and column.
 """
 
 import json
 import reprlib
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -181,26 +180,3 @@ def check_files(paths):
     runs, excluded = matrix.plan(config, check_paths=False)
     settings = [matrix.run_settings(run, config) for run in runs]
     return runs, matrix.config_warnings(config, excluded, settings)
-
-
-def main(argv=None):
-    paths = sys.argv[1:] if argv is None else argv
-    if not paths:
-        print("usage: python -m scalesweep.configcheck CONFIG.yaml...", file=sys.stderr)
-        return 2
-    try:
-        runs, warnings = check_files(paths)
-    except (ConfigFileError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except ConfigError as error:
-        print(f"error: {error} {sources(paths)}", file=sys.stderr)
-        return 1
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"{', '.join(paths)}: {len(runs)} configurations to run")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

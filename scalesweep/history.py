@@ -415,8 +415,8 @@ def filter_frame(runs: pd.DataFrame, where: str) -> pd.DataFrame:
         connection.close()
 
 
-def archive_stage(runs_csv, history_dir, config, archived_json) -> str:
-    """The workflow's rule: archive runs.csv (its results folder as the source), write
+def write_history(runs_csv, history_dir, config, archived_json) -> str:
+    """The history stage (rule `history`): archive runs.csv (its results folder as the source), write
     `archived_json` naming the file, return the log line."""
     source = Path(runs_csv).resolve().parent.parent
     archived = archive(read_runs_csv(runs_csv), history_dir, config=config, source=source)

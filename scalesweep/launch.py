@@ -206,11 +206,6 @@ def multinode_steps(settings, prefix, python, repo):
     ]
 
 
-def local_command(settings, python="python", repo="."):
-    """The command that trains one configuration on this machine (no SLURM, no container)."""
-    return shlex.join(single_node_argv(settings, python, repo))
-
-
 def slurm_resources(settings, cluster):
     """The job's SLURM shape for snakemake-executor-plugin-slurm.
 

@@ -12,23 +12,15 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from scalesweep.catalog import DATASET_FORMATS, FRAMEWORK_SHORT, MODEL_DEFAULTS, MODELS
+from scalesweep.catalog import DATASET_FORMATS, MODEL_DEFAULTS, MODELS
 
 CORE_AXES = ("framework", "model", "dataset", "gpus")
 
-# Axes a user may add to the matrix, and the short tag each adds to a run's name. Every extra axis
-# sets a trainer option (or, for repeat, asks for an independent measurement): an axis that set
-# nothing would give identical runs under different labels, so the schema refuses unknown ones.
-EXTRA_AXES = {
-    "repeat": "r",
-    "per_gpu_batch": "b",
-    "precision": "",
-    "epochs": "e",
-    "num_workers": "w",
-    "compile": "compile",
-    "channels_last": "cl",
-    "base_lr": "lr",
-}
+# Axes a user may add to the matrix. Every extra axis sets a trainer option (or, for repeat, asks
+# for an independent measurement): an axis that set nothing would give identical runs under
+# different labels, so the schema refuses unknown ones.
+EXTRA_AXES = ("repeat", "per_gpu_batch", "precision", "epochs", "num_workers", "compile",
+              "channels_last", "base_lr")
 
 
 # The options of scripts/make_cifar.py and scripts/make_imagefolder.py a `synthetic:` entry may
@@ -388,15 +380,27 @@ def dataset_path(name, config):
     return spec["path"]
 
 
-def run_name(run, config):
-    """A short readable name, e.g. tf-resnet50v2-cifar128-g4 (used for job names and logs)."""
-    parts = [FRAMEWORK_SHORT[run["framework"]], run["model"], run["dataset"], f"g{run['gpus']}"]
-    for axis, value in run.items():
-        if axis in CORE_AXES:
-            continue
-        tag = EXTRA_AXES[axis]
-        if isinstance(value, bool):
-            parts.append(tag if value else f"no{tag}")
-        else:
-            parts.append(f"{tag}{value}")
-    return "-".join(str(part) for part in parts)
+# ----------------------------------------------------------------------------- selections the
+# workflow makes from the planned runs (workflow/rules/common.smk)
+
+
+def max_batch_runs(runs) -> list[int]:
+    """Positions of the runs the maximum-batch search probes: one per configuration, on a single
+    GPU (the per-GPU limit does not depend on the GPU count), its first repeat."""
+    first_repeat = min((run.get("repeat", 0) for run in runs), default=0)
+    return [index for index, run in enumerate(runs)
+            if run["gpus"] == 1 and run.get("repeat", 0) == first_repeat]
+
+
+def gpu_count_pattern(runs, gpus_per_node: int, multinode: bool) -> str:
+    """A regex of the `gpus` wildcard values that need several nodes (multinode) or fit on one;
+    one that matches nothing when there are none (a rule must still parse)."""
+    values = sorted({str(run["gpus"]) for run in runs if (run["gpus"] > gpus_per_node) == multinode}, key=int)
+    return "|".join(values) or "(?!)"
+
+
+def synthetic_options(spec: dict) -> str:
+    """A `synthetic:` entry as the generator scripts' options, quoted for the shell."""
+    import shlex
+
+    return shlex.join(arg for key, value in spec.items() for arg in (f"--{key.replace('_', '-')}", str(value)))

@@ -21,8 +21,7 @@ import json
 import math
 import os
 import re
-import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from scalesweep import records
@@ -788,28 +787,3 @@ def _integer(text) -> int | None:
 
 def _rate(images, seconds) -> float | None:
     return images / seconds if images and seconds and seconds > 0 else None
-
-
-def main(argv=None) -> int:
-    """`python -m scalesweep.parse LOG... [--world-size N]`: one JSON object per run."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Parse training logs (format detected) into JSON runs.")
-    parser.add_argument("logs", nargs="+", help="log files")
-    parser.add_argument(
-        "--world-size", type=int, default=None, help="for ddp-reference logs whose name lacks it"
-    )
-    args = parser.parse_args(argv)
-    status = 0
-    for path in args.logs:
-        try:
-            for run in parse_file(path, world_size=args.world_size):
-                print(json.dumps(asdict(run)))
-        except (LogFormatError, OSError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            status = 1
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,7 +12,6 @@ import math
 import numbers
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
@@ -138,6 +137,28 @@ def _counts_as_integers(frame: pd.DataFrame) -> pd.DataFrame:
         if values.notna().sum() == frame[column].notna().sum() and whole:
             frame[column] = values.astype("Int64")
     return frame
+
+
+def status_counts(runs: pd.DataFrame) -> str:
+    """e.g. '12 runs: 11 ok, 1 failed'."""
+    counts = runs["status"].value_counts()
+    return f"{len(runs)} runs: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+
+
+def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False) -> str:
+    """The tidy stage (rule `tidy`): (log path or None, run axes) pairs -> epochs_csv and
+    runs_csv, each replaced whole or not at all; the log line. ask_slurm: give failed runs the
+    status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...)."""
+    from scalesweep import accounting
+
+    epochs, runs = runs_table(items)
+    if ask_slurm and "slurm_job_id" in runs.columns:
+        failed = runs[runs["status"] != "ok"]
+        runs = accounting.refine_failures(runs, accounting.sacct_states(failed["slurm_job_id"]))
+    for frame, path in ((epochs, Path(epochs_csv)), (runs, Path(runs_csv))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_csv_atomic(frame, path)
+    return status_counts(runs)
 
 
 def write_tidy(epochs: pd.DataFrame, runs: pd.DataFrame, outdir) -> tuple[Path, Path]:
@@ -416,21 +437,3 @@ def _epoch_rate(epoch: dict):
 
 def _is_number(value) -> bool:
     return records.is_number(value)
-
-
-def main(argv=None) -> int:
-    """`python -m scalesweep.tidy --out DIR LOG...`: tables from logs alone (no sweep config)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Write epochs.csv and runs.csv from training logs.")
-    parser.add_argument("logs", nargs="+", help="log files (format detected)")
-    parser.add_argument("--out", required=True, help="folder for epochs.csv and runs.csv")
-    args = parser.parse_args(argv)
-    epochs, runs = runs_table((path, {}) for path in args.logs)
-    for path in write_tidy(epochs, runs, args.out):
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -129,7 +129,7 @@ def test_bus_bandwidth_is_nccl_tests_definition():
 def test_breakdown_figures_draw_the_hand_computed_parts(tmp_path):
     """Stacked bars of N x part / images per step: at N=4, 4 x 0.045 / 128 s = 1.40625 ms of
     exposed sync per image; the bus-bandwidth figure marks where runs span nodes."""
-    from scalesweep import plots
+    from scalesweep import figures as plots
 
     items = []
     for gpus, parts, nodes in ((1, (0.010, 0.080, 0.000, 0.010), 1), (2, (0.012, 0.082, 0.016, 0.010), 1),

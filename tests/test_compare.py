@@ -312,12 +312,12 @@ def test_cli_compare_errors_name_the_problem(tmp_path, capsys):
     assert "--confidence 95.0: must lie between 0 and 1" in capsys.readouterr().err
 
 
-def test_compare_archived_is_the_workflow_step(tmp_path):
+def test_write_compare_is_the_workflow_step(tmp_path):
     hist = tmp_path / "history"
     a, b = archived_pair(hist)
     archived = tmp_path / "archived.json"
     archived.write_text(b.as_json())
-    line = compare.compare_archived(a.sweep_id, archived, hist, tmp_path / "out")
+    line = compare.write_compare(a.sweep_id, archived, hist, tmp_path / "out")
     assert line == f"3 configurations compared with {a.sweep_id}: 2 {SAME}, 1 {SLOWER}"
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert f"candidate: this sweep ({b.sweep_id})" in summary

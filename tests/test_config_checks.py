@@ -383,11 +383,11 @@ def test_a_broken_default_config_is_named_with_line_and_column(tmp_path):
 
 def test_a_broken_command_line_config_is_named_by_configcheck(tmp_path):
     """Snakemake reads --configfile before any workflow code and names no file, line or column;
-    `python -m scalesweep.configcheck` does."""
+    `python -m scalesweep check-config` does."""
     broken = write(tmp_path / "c.yaml", TINY.read_text().replace("gpus: [1, 2]", "gpus: [1, 2"))
     result = snakemake(tmp_path, "-n", configfile=broken, timeout=120)
     assert "Config file is not valid JSON or YAML" in result.stdout + result.stderr
-    check = subprocess.run([sys.executable, "-m", "scalesweep.configcheck", str(broken)],
+    check = subprocess.run([sys.executable, "-m", "scalesweep", "check-config", str(broken)],
                            cwd=REPO, capture_output=True, text=True, timeout=60)
     assert check.returncode == 1
     assert check.stderr == (f"error: {broken}, line 8, column 8: expected ',' or ']', but got ':' "

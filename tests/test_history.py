@@ -197,12 +197,12 @@ def test_provenance_is_read_as_text_from_runs_csv(tmp_path):
     assert runs["cuda_version"].tolist() == ["12.10"] * 4 and runs["gpu_driver"].iloc[0] == "550.540"
 
 
-def test_archive_stage_writes_the_json_that_names_the_file(tmp_path):
+def test_history_stage_writes_the_json_that_names_the_file(tmp_path):
     results = tmp_path / "results"
     (results / "tidy").mkdir(parents=True)
     sweep_runs().to_csv(results / "tidy" / "runs.csv", index=False)
     named = tmp_path / "archived.json"
-    line = history.archive_stage(results / "tidy" / "runs.csv", tmp_path / "history", {"a": 1}, named)
+    line = history.write_history(results / "tidy" / "runs.csv", tmp_path / "history", {"a": 1}, named)
     archived = json.loads(named.read_text())
     assert line == f"archived 4 runs as {archived['sweep_id']}: {archived['file']}"
     assert archived["runs"] == 4 and Path(archived["file"]).is_file()

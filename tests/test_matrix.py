@@ -3,6 +3,8 @@
 import copy
 from pathlib import Path
 
+import shlex
+
 import pytest
 import yaml
 from snakemake.utils import validate
@@ -71,7 +73,6 @@ def test_extra_axes_multiply_the_runs_and_reach_the_settings(config):
     run = next(r for r in runs if r["repeat"] == 1 and r["precision"] == "bf16")
     settings = matrix.run_settings(run, config)
     assert settings["precision"] == "bf16" and settings["repeat"] == 1
-    assert matrix.run_name(run, config).endswith("-r1-bf16")
 
 
 def test_unknown_model_names_the_key(config):
@@ -124,9 +125,11 @@ def test_local_commands_use_torchrun_per_gpu_and_plain_python_for_cpu_baseline(c
     config["matrix"]["gpus"] = [0, 2]
     runs, _ = matrix.plan(config)
     by_key = {(r["framework"], r["model"], r["gpus"]): r for r in runs}
-    torch2 = launch.local_command(matrix.run_settings(by_key["pytorch", "vit_tiny", 2], config), "py")
-    torch0 = launch.local_command(matrix.run_settings(by_key["pytorch", "vit_tiny", 0], config), "py")
-    tf2 = launch.local_command(matrix.run_settings(by_key["tensorflow", "cnn_small", 2], config), "py")
+
+    def local(framework, model, gpus):  # what a job runs with runtime none, no SLURM
+        return shlex.join(launch.single_node_argv(matrix.run_settings(by_key[framework, model, gpus], config), "py", "."))
+
+    torch2, torch0, tf2 = local("pytorch", "vit_tiny", 2), local("pytorch", "vit_tiny", 0), local("tensorflow", "cnn_small", 2)
     assert torch2.startswith("py -m torch.distributed.run --standalone --nproc-per-node=2 ./scripts/train_torch.py")
     assert torch0.startswith("py ./scripts/train_torch.py")
     assert tf2.startswith("py ./scripts/train_tf.py --model cnn_small")
@@ -137,3 +140,22 @@ def test_mn5_config_is_valid_and_plans_the_reference_sweep():
     config = load_config("mn5.yaml")
     runs, _ = matrix.plan(config, check_paths=False)
     assert {r["framework"] for r in runs} == {"tensorflow", "pytorch"}
+
+
+def test_max_batch_runs_are_single_gpu_first_repeats():
+    runs = [{"gpus": 1, "repeat": 1}, {"gpus": 2, "repeat": 0}, {"gpus": 1, "repeat": 0},
+            {"gpus": 1, "repeat": 0, "precision": "bf16"}, {"gpus": 4, "repeat": 0}]
+    assert matrix.max_batch_runs(runs) == [2, 3]
+    assert matrix.max_batch_runs([{"gpus": 1}, {"gpus": 2}]) == [0]  # no repeat axis
+
+
+def test_gpu_count_patterns_split_single_and_multi_node():
+    runs = [{"gpus": g} for g in (1, 2, 4, 8, 32, 4)]
+    assert matrix.gpu_count_pattern(runs, 4, multinode=False) == "1|2|4"
+    assert matrix.gpu_count_pattern(runs, 4, multinode=True) == "8|32"
+    assert matrix.gpu_count_pattern([{"gpus": 1}], 4, multinode=True) == "(?!)"  # matches nothing
+
+
+def test_synthetic_options_are_the_generators_options_quoted():
+    assert matrix.synthetic_options({"train_images": 512, "seed": 0}) == "--train-images 512 --seed 0"
+    assert matrix.synthetic_options({"classes": "4; touch x"}) == "--classes '4; touch x'"

@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep import fits, plots, scaling, sweetspot, tidy
+from scalesweep import figures as plots
+from scalesweep import fits, scaling, sweetspot, tidy
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))

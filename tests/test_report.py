@@ -21,9 +21,9 @@ import pytest
 from PIL import Image
 
 from conftest import snakemake
-from scalesweep.plots import FIGURE_NAMES
+from scalesweep.figures import FIGURE_NAMES
 from scalesweep.scaling import group_keys
-from scalesweep.stages import TABLES
+from scalesweep.tables import TABLES
 
 HERE = Path(__file__).resolve().parent
 ENSURE_CHROMIUM = HERE / "report" / "ensure-chromium.sh"

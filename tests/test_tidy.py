@@ -250,10 +250,12 @@ def test_write_tidy_killed_mid_write_keeps_the_previous_table(tmp_path, monkeypa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epochs.csv", "runs.csv"]
 
 
-def test_cli_writes_both_tables(tmp_path, capsys):
-    assert tidy.main(["--out", str(tmp_path), str(LOGS / "tf_keras3_resnet50_2gpus.log")]) == 0
-    assert len(pd.read_csv(tmp_path / "runs.csv")) == 1
-    assert "runs.csv" in capsys.readouterr().out
+def test_tidy_stage_writes_both_tables(tmp_path):
+    # The workflow's rule `tidy` (and the one CLI, `python -m scalesweep analyze`) call this.
+    line = tidy.write_tidy_tables([(LOGS / "tf_keras3_resnet50_2gpus.log", {})], tmp_path / "e.csv",
+                                  tmp_path / "r.csv")
+    assert len(pd.read_csv(tmp_path / "r.csv")) == 1 and len(pd.read_csv(tmp_path / "e.csv")) == 4  # 4 epochs
+    assert line == "1 runs: 1 ok"
 
 
 # --- broken input: refused logs, crash cases of bad values ---------------------------------------

@@ -119,10 +119,10 @@ def trainer_command(framework):
 
 def trainer_threads(framework):
     """Locally a trainer takes every core given to Snakemake, so runs never share the machine and
-    their timings mean something; a cluster job gets its own CPUs (cpus_per_task)."""
+    their timings mean something; a cluster job (and a preview) gets its own CPUs (cpus_per_task)."""
 
     def threads_of(wildcards):
-        if workflow._cores is not None:
+        if workflow.executor_plugin is not None and workflow.executor_plugin.name == "local":
             return workflow.cores
         return settings_of(framework, wildcards)["cpus_per_task"]
 
@@ -138,14 +138,7 @@ def max_batch_command(framework):
 
 
 def max_batch_paths():
-    """One search per configuration on a single GPU (the per-GPU limit does not depend on the
-    GPU count) and its first repeat."""
-    first_repeat = min(run.get("repeat", 0) for run in RUNS)
-    return [
-        path
-        for path, run in zip(RUN_PATHS, RUNS)
-        if run["gpus"] == 1 and run.get("repeat", 0) == first_repeat
-    ]
+    return [RUN_PATHS[index] for index in matrix.max_batch_runs(RUNS)]
 
 
 def max_batch_logs():
@@ -167,11 +160,28 @@ def slurm_resource(framework, name, default=None):
     return resource_of
 
 
+def slurm_resources(framework, multinode=False):
+    """Every SLURM resource of a training job, by name: `resources: **slurm_resources(...)`. A
+    run across nodes is an `mpi` job of the plugin, one task per node (scalesweep/launch.py)."""
+    resources = {
+        name: slurm_resource(framework, name, default)
+        for name, default in (
+            ("nodes", None),
+            ("gres", ""),
+            ("cpus_per_task", None),
+            ("tasks_per_gpu", None),
+            ("runtime", None),
+            ("slurm_extra", ""),
+        )
+    }
+    if multinode:
+        resources.update(tasks=slurm_resource(framework, "tasks"), mpi="srun")
+    return resources
+
+
 def gpu_counts(multinode):
     """A regex of the gpus wildcard values that need several nodes (or fit on one)."""
-    per_node = config["cluster"]["gpus_per_node"]
-    values = sorted({str(r["gpus"]) for r in RUNS if (r["gpus"] > per_node) == multinode})
-    return "|".join(values) or "(?!)"
+    return matrix.gpu_count_pattern(RUNS, config["cluster"]["gpus_per_node"], multinode)
 
 
 def script(name):
@@ -179,8 +189,7 @@ def script(name):
 
 
 def synthetic_options(wildcards):
-    spec = config["datasets"][wildcards.dataset]["synthetic"]
-    return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in spec.items())
+    return matrix.synthetic_options(config["datasets"][wildcards.dataset]["synthetic"])
 
 
 if workflow.is_main_process:

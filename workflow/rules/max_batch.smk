@@ -1,6 +1,8 @@
 # The maximum viable per-GPU batch of each configuration on one GPU (the reference's "find the
 # maximum viable batch size" task): `snakemake find_max_batch` -> results/tables/max_batch.csv.
-# It probes a few steps per batch size, so it costs minutes, not epochs.
+# It probes a few steps per batch size, so it costs minutes, not epochs. The table is
+# scalesweep/max_batch.py's.
+from scalesweep import max_batch, rulelog
 
 
 rule find_max_batch:
@@ -26,7 +28,7 @@ use rule train_pytorch as max_batch_pytorch with:
         command=max_batch_command("pytorch"),
 
 
-rule max_batch_table:
+rule max_batch:
     input:
         logs=max_batch_logs(),
     output:
@@ -34,7 +36,8 @@ rule max_batch_table:
     params:
         configs=max_batch_configs(),
     log:
-        "logs/max_batch_table.log",
+        "logs/max_batch.log",
     localrule: True
     run:
-        stages.write_log(log[0], stages.max_batch_csv(zip(input.logs, params.configs), output[0]))
+        with rulelog.logged(log[0]) as log_line:
+            log_line(max_batch.write_max_batch(zip(input.logs, params.configs), output[0]))

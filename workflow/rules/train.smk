@@ -30,12 +30,7 @@ rule train_tensorflow:
     conda:
         "../../envs/tensorflow.yaml"
     resources:
-        nodes=slurm_resource("tensorflow", "nodes"),
-        gres=slurm_resource("tensorflow", "gres", ""),
-        cpus_per_task=slurm_resource("tensorflow", "cpus_per_task"),
-        tasks_per_gpu=slurm_resource("tensorflow", "tasks_per_gpu"),
-        runtime=slurm_resource("tensorflow", "runtime"),
-        slurm_extra=slurm_resource("tensorflow", "slurm_extra", ""),
+        **slurm_resources("tensorflow"),
     shell:
         TRAIN_SHELL
 
@@ -55,12 +50,7 @@ use rule train_tensorflow as train_pytorch with:
     wildcard_constraints:
         gpus=gpu_counts(multinode=False),
     resources:
-        nodes=slurm_resource("pytorch", "nodes"),
-        gres=slurm_resource("pytorch", "gres", ""),
-        cpus_per_task=slurm_resource("pytorch", "cpus_per_task"),
-        tasks_per_gpu=slurm_resource("pytorch", "tasks_per_gpu"),
-        runtime=slurm_resource("pytorch", "runtime"),
-        slurm_extra=slurm_resource("pytorch", "slurm_extra", ""),
+        **slurm_resources("pytorch"),
 
 
 # A run across nodes is an `mpi` job for the slurm plugin: its shell runs in the batch step on
@@ -69,11 +59,4 @@ use rule train_pytorch as train_pytorch_multinode with:
     wildcard_constraints:
         gpus=gpu_counts(multinode=True),
     resources:
-        nodes=slurm_resource("pytorch", "nodes"),
-        gres=slurm_resource("pytorch", "gres", ""),
-        cpus_per_task=slurm_resource("pytorch", "cpus_per_task"),
-        tasks_per_gpu=slurm_resource("pytorch", "tasks_per_gpu"),
-        tasks=slurm_resource("pytorch", "tasks"),
-        runtime=slurm_resource("pytorch", "runtime"),
-        slurm_extra=slurm_resource("pytorch", "slurm_extra", ""),
-        mpi="srun",
+        **slurm_resources("pytorch", multinode=True),

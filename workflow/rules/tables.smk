@@ -1,6 +1,7 @@
-# Tidy runs -> tables: scaling (speedup, efficiency, time to solution, marginal gain, Karp-Flatt),
-# Amdahl/Gustafson fits, sweet spot per intent, CPU-vs-GPU acceleration, model/dataset comparisons.
-from scalesweep import stages
+# The tables stage: runs.csv -> scaling (speedup, efficiency, time to solution, marginal gain,
+# Karp-Flatt, step-breakdown attribution), Amdahl/Gustafson fits, sweet spot per intent,
+# CPU-vs-GPU acceleration, model/dataset comparisons, by scalesweep/tables.py.
+from scalesweep import rulelog, tables
 
 
 rule tables:
@@ -14,7 +15,7 @@ rule tables:
                 category="Tables",
                 labels={"table": name},
             )
-            for name in stages.TABLES
+            for name in tables.TABLES
         },
     params:
         efficiency_floor=config["analysis"]["efficiency_floor_pct"],
@@ -24,4 +25,6 @@ rule tables:
         "logs/tables.log",
     localrule: True
     run:
-        stages.write_log(log[0], stages.write_tables(input[0], "results/tables", **params))
+        with rulelog.logged(log[0]) as log_line:
+            outputs = {name: output[name] for name in tables.TABLES}
+            log_line(tables.write_tables(input[0], outputs, **params))

@@ -1,5 +1,6 @@
-"""The maximum viable per-GPU batch per configuration, from the trainers' `max_batch` records
-(`--find-max-batch`: doubling until out of memory, then bisecting)."""
+"""The max_batch stage (rule `max_batch`, workflow/rules/max_batch.smk): the maximum viable per-GPU
+batch per configuration, from the trainers' `max_batch` records (`--find-max-batch`: doubling
+until out of memory, then bisecting) -> results/tables/max_batch.csv."""
 
 import json
 
@@ -50,3 +51,10 @@ def max_batch_table(items):
     frame = pd.DataFrame(rows)
     axes_columns = [c for c in frame.columns if c not in MAX_BATCH_COLUMNS]
     return frame.reindex(columns=axes_columns + MAX_BATCH_COLUMNS)
+
+
+def write_max_batch(items, out_csv) -> str:
+    """(finder log, run axes) pairs -> out_csv; the log line."""
+    table = max_batch_table(items)
+    table.to_csv(out_csv, index=False)
+    return f"{len(table)} configurations"

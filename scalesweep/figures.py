@@ -577,3 +577,10 @@ def save_figures(figures: dict[str, PlotFigure], outdir, dpi: int = 120) -> list
         plt.close(figure.figure)
         paths.append(path)
     return paths
+
+
+def write_figures(scaling_csv, fits_csv, outdir) -> str:
+    """The figures stage (rule `figures`): scaling.csv (+ fits.csv for the fitted curves) ->
+    outdir/*.png; the log line."""
+    written = plot_scaling(pd.read_csv(scaling_csv), outdir, fits=pd.read_csv(fits_csv))
+    return f"{len(written)} figures: " + " ".join(Path(path).name for path in written)

@@ -1,5 +1,6 @@
-# Epoch logs -> tidy CSVs (results/tidy/epochs.csv: run x epoch; runs.csv: one row per run).
-from scalesweep import stages
+# The tidy stage: every run's log -> results/tidy/epochs.csv (run x epoch) and runs.csv (one row
+# per run) by scalesweep/tidy.py.
+from scalesweep import rulelog, tidy
 
 
 rule tidy:
@@ -14,7 +15,9 @@ rule tidy:
         "logs/tidy.log",
     localrule: True
     run:
-        stages.write_log(log[0], stages.tidy_logs(zip(input.logs, params.configs), "results/tidy"))
+        with rulelog.logged(log[0]) as log_line:
+            items = zip(input.logs, params.configs)
+            log_line(tidy.write_tidy_tables(items, output.epochs, output.runs))
 
 
 # After a sweep with failures the tidy rule cannot run (its inputs are incomplete), yet the
@@ -23,7 +26,11 @@ rule tidy:
 # runs the missing configurations (each run's result is a target of rule all) and then rebuilds
 # these tables from complete results.
 onerror:
-    counts = stages.tidy_logs(
-        zip(map(best_log, RUN_PATHS), run_configs()), "results/tidy", ask_slurm=True
+    items = zip(map(best_log, RUN_PATHS), run_configs())
+    counts = tidy.write_tidy_tables(
+        items, rules.tidy.output.epochs, rules.tidy.output.runs, ask_slurm=True
     )
-    print(f"scalesweep: results/tidy/runs.csv lists what was measured and why runs failed: {counts}", file=sys.stderr)
+    print(
+        f"scalesweep: {rules.tidy.output.runs} lists what was measured and why runs failed: {counts}",
+        file=sys.stderr,
+    )

@@ -9,7 +9,7 @@ import pytest
 from matplotlib.container import ErrorbarContainer
 
 from scalesweep.fits import fit_table
-from scalesweep.plots import FIGURE_NAMES, build_figures, plot_scaling, save_figures
+from scalesweep.figures import FIGURE_NAMES, build_figures, plot_scaling, save_figures
 from scalesweep.scaling import scaling_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -154,7 +154,7 @@ def test_nan_rows_and_an_empty_table_do_not_crash(tmp_path):
 
 
 def test_many_series_share_colours_and_keep_every_series_in_the_data():
-    from scalesweep.plots import MAX_COLOURS, build_figures
+    from scalesweep.figures import MAX_COLOURS, build_figures
     from scalesweep.scaling import scaling_table
 
     rows = [{"model": model, "per_gpu_batch": batch, "gpus": gpus, "status": "ok",

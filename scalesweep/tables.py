@@ -1,0 +1,47 @@
+"""The tables stage: results/tidy/runs.csv -> results/tables/<table>.csv (rule `tables`,
+workflow/rules/tables.smk; `python -m scalesweep analyze` too).
+
+The stage's own arithmetic lives in the modules it calls: scaling (speedup, efficiency, the
+CPU-vs-GPU and side-by-side tables), fits (Amdahl/Gustafson), sweetspot (the GPU count per intent).
+fits imports scipy: loaded in the function that uses it, since every Snakemake run (cluster
+jobsteps included) imports this module to parse the workflow.
+"""
+
+from pathlib import Path
+
+from scalesweep import scaling, sweetspot
+
+TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
+
+
+def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0) -> dict:
+    """Every table of the analysis, by name (TABLES), from a runs table."""
+    from scalesweep import fits
+
+    table = scaling.scaling_table(runs)
+    return {
+        "scaling": table,
+        "fits": fits.fit_table(runs, scaling=table),
+        "sweet_spot": sweetspot.sweet_spot_table(table, efficiency_floor, gpu_hour_budget,
+                                                 epoch_budget),
+        "acceleration": scaling.acceleration_table(runs),
+        "compare_models": scaling.comparison_table(table, by="model"),
+        "compare_datasets": scaling.comparison_table(table, by="dataset"),
+    }
+
+
+def write_tables(runs_csv, outputs: dict, efficiency_floor=80.0, gpu_hour_budget=None,
+                 epoch_budget=1.0) -> str:
+    """runs.csv -> every table of TABLES at outputs[name]; the log line."""
+    tables = analysis_tables(scaling.read_runs(runs_csv), efficiency_floor, gpu_hour_budget,
+                             epoch_budget)
+    for name, table in tables.items():
+        path = Path(outputs[name])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(path, index=False)
+    return ", ".join(f"{name}: {len(table)} rows" for name, table in tables.items())
+
+
+def outputs_in(folder) -> dict:
+    """{table name: folder/<name>.csv} for every table."""
+    return {name: Path(folder) / f"{name}.csv" for name in TABLES}

@@ -1,0 +1,29 @@
+# The compare stage (with `compare_with` set): this sweep against that one, with confidence
+# intervals, by scalesweep/compare.py: results/compare/{compare.csv,compare.png,summary.txt}.
+from scalesweep import history, rulelog
+
+
+rule compare:
+    input:
+        "results/tables/archived.json",
+    output:
+        **{
+            f"output_{number}": report(
+                f"results/compare/{name}", caption="../report/compare.rst", category="Comparison"
+            )
+            for number, name in enumerate(history.COMPARE_OUTPUTS)
+        },
+    params:
+        baseline=config["compare_with"],
+        history_dir=config["history_dir"],
+        outdir="results/compare",
+    log:
+        "logs/compare.log",
+    localrule: True
+    run:
+        # imported here: scipy would slow down every parse of the workflow (cluster jobs included)
+        from scalesweep import compare
+
+        with rulelog.logged(log[0]) as log_line:
+            line = compare.write_compare(params.baseline, input[0], params.history_dir, params.outdir)
+            log_line(line)
