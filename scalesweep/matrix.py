@@ -33,8 +33,7 @@ SYNTHETIC_OPTIONS = {
 # The exclusion rules before the config's own `exclude` entries, in the order they apply.
 BUILT_IN_RULES = ("model-framework", "dataset-format", "tensorflow-single-node")
 
-# Epoch 1 carries start-up (graph build, compilation, cache fill): steady state starts here.
-FIRST_STEADY_EPOCH = 2
+from scalesweep.records import FIRST_STEADY_EPOCH  # noqa: E402
 
 
 class ConfigError(ValueError):

@@ -2,25 +2,18 @@
 batch per configuration, from the trainers' `max_batch` records (`--find-max-batch`: doubling
 until out of memory, then bisecting) -> results/tables/max_batch.csv."""
 
-import json
-
 import pandas as pd
 
-from scalesweep.parse import RECORD_PREFIX
+from scalesweep import parse
 
 MAX_BATCH_COLUMNS = ["max_per_gpu_batch", "limit_reached", "tried", "status", "reason", "log"]
 
 
-def records(text, kind):
-    """Every record of one kind in a log, in order."""
-    found = []
-    for line in text.splitlines():
-        position = line.find(RECORD_PREFIX)
-        if position >= 0:
-            record = json.loads(line[position + len(RECORD_PREFIX):])
-            if record.get("record") == kind:
-                found.append(record)
-    return found
+def records(text, kind, source="<string>"):
+    """Every record of one kind in a log, in order (parse.iter_records: the one record reader)."""
+    lines = enumerate(text.splitlines(), start=1)
+    return [record for _, record in parse.iter_records(lines, source)
+            if record is not None and record.get("record") == kind]
 
 
 def max_batch_row(text, log):

@@ -26,11 +26,8 @@ from pathlib import Path
 
 from scalesweep import records
 from scalesweep.catalog import MODELS
+from scalesweep.records import FIRST_STEADY_EPOCH, RECORD_PREFIX, SCHEMA, STATUSES  # noqa: F401
 
-RECORD_PREFIX = ":::SCALESWEEP"
-SCHEMA = 1
-STATUSES = records.STATUSES
-FIRST_STEADY_EPOCH = 2
 UNFINISHED_CAUSES = "run killed, timed out or crashed?"
 TRUNCATED_REASON = f"log ends before the summary record ({UNFINISHED_CAUSES})"
 REASON_LIMIT = 300
@@ -258,15 +255,26 @@ def _finished_summary(epochs: list[dict], **extra) -> dict:
 # scalesweep records
 
 
-def _parse_scalesweep(lines, source, world_size) -> list[ParsedRun]:
-    drafts: list[_Draft] = []
-    prelude: list[tuple[int, str]] = []
+def iter_records(lines, source="<string>"):
+    """(line number, record) of every `:::SCALESWEEP` record among numbered lines, each checked
+    as a record (JSON object with a kind, no duplicate key, schema 1); (line number, None) for a
+    human line. LogFormatError names the line of a corrupt record."""
     for number, line in lines:
         position = line.find(RECORD_PREFIX)
         if position < 0:
-            (drafts[-1].lines if drafts else prelude).append((number, line))
+            yield number, None
+        else:
+            yield number, _load_record(line[position + len(RECORD_PREFIX):], source, number)
+
+
+def _parse_scalesweep(lines, source, world_size) -> list[ParsedRun]:
+    drafts: list[_Draft] = []
+    prelude: list[tuple[int, str]] = []
+    texts = dict(lines)
+    for number, record in iter_records(lines, source):
+        if record is None:
+            (drafts[-1].lines if drafts else prelude).append((number, texts[number]))
             continue
-        record = _load_record(line[position + len(RECORD_PREFIX):], source, number)
         kind = record.pop("record")
         record.pop("schema")
         if kind == "header":

@@ -26,7 +26,17 @@ MAX_DEPTH = 32
 # Logged throughput vs images / seconds: both are the writer's own division of the same numbers,
 # so they agree to the last digits; 0.1 % leaves room for hand-rounded logs only.
 RATE_TOLERANCE = 1e-3
+# The record contract of docs/records.md, for its writer (scripts/runlog.py imports these) and
+# every reader (scalesweep/): the line prefix, the schema, the statuses and the steady state.
+PREFIX = ":::SCALESWEEP "
+RECORD_PREFIX = PREFIX.strip()  # what a reader looks for: other text may stand before it
+SCHEMA = 1
+# A trainer's summary says ok, oom or failed; SLURM's accounting may turn a failed run into
+# timeout (scalesweep/accounting.py).
+SUMMARY_STATUSES = ("ok", "oom", "failed")
 STATUSES = ("ok", "failed", "oom", "timeout")
+# Epoch 1 carries start-up (graph build, compilation, cache fill): steady state starts at epoch 2.
+FIRST_STEADY_EPOCH = 2
 
 
 @dataclass(frozen=True)

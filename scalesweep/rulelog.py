@@ -17,3 +17,10 @@ def logged(path):
         Path(path).write_text("".join(f"{line}\n" for line in lines) + traceback.format_exc())
         raise
     Path(path).write_text("".join(f"{line}\n" for line in lines))
+
+
+def run_logged(path, write, *args, **kwargs):
+    """`write(*args, **kwargs)` (a stage's write_... function) with its line, or its traceback,
+    in the rule's log `path`: the whole `run:` of a rule."""
+    with logged(path) as log_line:
+        log_line(write(*args, **kwargs))

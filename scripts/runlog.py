@@ -17,9 +17,12 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-SCHEMA = 1
-PREFIX = ":::SCALESWEEP "
+# The record contract is defined once, in scalesweep/records.py (standard library only): the
+# repository is on every container's bind list, so the trainers import it from there too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scalesweep.records import FIRST_STEADY_EPOCH, PREFIX, SCHEMA, SUMMARY_STATUSES  # noqa: E402,F401
 
 # Failure injection for tests and the SLURM failure drills: both trainers read this variable.
 # "oom" raises the framework's out-of-memory error at the first training step (summary status
@@ -31,8 +34,6 @@ FAIL_INJECT_ENV = "SCALESWEEP_FAIL_INJECT"
 FAIL_INJECT_MODES = ("oom", "crash", "oom-once", "oom-above:N")
 _OOM_ABOVE_RE = re.compile(r"^oom-above:(\d+)$")
 
-# Epoch 1 carries graph build / compilation / cache fill; steady state starts at epoch 2.
-FIRST_STEADY_EPOCH = 2
 
 _GIB = 1024**3
 
@@ -476,7 +477,7 @@ def summary_record(
     `steady_durations` are the timed steps of epochs >= 2; `wall_time_s` is what the run cost,
     from the trainer's start (before its framework import) to this record, under every protocol.
     """
-    if status not in ("ok", "oom", "failed"):
+    if status not in SUMMARY_STATUSES:
         raise ValueError(f"summary status must be ok, oom or failed, not {status!r}")
     if status != "ok" and not reason:
         raise ValueError(f"summary status {status!r} needs a reason")

@@ -21,9 +21,12 @@ from scalesweep import configcheck, launch, matrix, preview  # noqa: E402
 DEFAULT_CONFIGFILE = "config/config.yaml"
 # Snakemake's own condition (Workflow.configfile) for dropping the default config altogether.
 DEFAULT_REPLACED = bool(
-    workflow.config_settings.overwrite_config and workflow.config_settings.replace_workflow_config
+    workflow.config_settings.overwrite_config
+    and workflow.config_settings.replace_workflow_config
 )
-CONFIG_FILES = configcheck.files_used(DEFAULT_CONFIGFILE, workflow.overwrite_configfiles, DEFAULT_REPLACED)
+CONFIG_FILES = configcheck.files_used(
+    DEFAULT_CONFIGFILE, workflow.overwrite_configfiles, DEFAULT_REPLACED
+)
 try:
     for config_file in CONFIG_FILES:
         configcheck.load_strict(config_file)
@@ -36,7 +39,9 @@ if not DEFAULT_REPLACED:
 
 
 try:
-    configcheck.validate_config(config, os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml"))
+    configcheck.validate_config(
+        config, os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml")
+    )
     RUNS, EXCLUDED = matrix.plan(config)
 except matrix.ConfigError as error:
     config_sources = configcheck.sources(CONFIG_FILES, workflow.config_settings.config)
@@ -51,10 +56,16 @@ RUN_PATHS = [
     for run, instance in zip(RUNS, PARAMSPACE.instance_patterns)
 ]
 WORKDIR = os.getcwd()
-SETTINGS = {path: matrix.run_settings(run, config) for path, run in zip(RUN_PATHS, RUNS)}
+SETTINGS = {
+    path: matrix.run_settings(run, config) for path, run in zip(RUN_PATHS, RUNS)
+}
 # With --sdm conda each rule's own environment provides `python`; otherwise the sweep's
 # interpreter runs everything (its absolute path also works on compute nodes sharing the file system).
-PYTHON = "python" if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method else sys.executable
+PYTHON = (
+    "python"
+    if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+    else sys.executable
+)
 
 
 wildcard_constraints:
@@ -91,7 +102,9 @@ def all_run_logs():
 
 def run_configs():
     """The axes of each run (plus its node count), in the order of all_run_logs()."""
-    return [{**run, "nodes": SETTINGS[path]["nodes"]} for run, path in zip(RUNS, RUN_PATHS)]
+    return [
+        {**run, "nodes": SETTINGS[path]["nodes"]} for run, path in zip(RUNS, RUN_PATHS)
+    ]
 
 
 def dataset_input(framework):
@@ -112,17 +125,23 @@ def dataset_input(framework):
 def trainer_command(framework):
     def command_of(wildcards):
         settings = settings_of(framework, wildcards)
-        return launch.job_command(settings, config["container"], workflow.basedir, WORKDIR, PYTHON)
+        return launch.job_command(
+            settings, config["container"], workflow.basedir, WORKDIR, PYTHON
+        )
 
     return command_of
 
 
 def trainer_threads(framework):
     """Locally a trainer takes every core given to Snakemake, so runs never share the machine and
-    their timings mean something; a cluster job (and a preview) gets its own CPUs (cpus_per_task)."""
+    their timings mean something; a cluster job (and a preview) gets its own CPUs (cpus_per_task).
+    """
 
     def threads_of(wildcards):
-        if workflow.executor_plugin is not None and workflow.executor_plugin.name == "local":
+        if (
+            workflow.executor_plugin is not None
+            and workflow.executor_plugin.name == "local"
+        ):
             return workflow.cores
         return settings_of(framework, wildcards)["cpus_per_task"]
 
@@ -132,7 +151,9 @@ def trainer_threads(framework):
 def max_batch_command(framework):
     def command_of(wildcards):
         settings = launch.max_batch_settings(settings_of(framework, wildcards))
-        return launch.job_command(settings, config["container"], workflow.basedir, WORKDIR, PYTHON)
+        return launch.job_command(
+            settings, config["container"], workflow.basedir, WORKDIR, PYTHON
+        )
 
     return command_of
 
@@ -162,7 +183,8 @@ def slurm_resource(framework, name, default=None):
 
 def slurm_resources(framework, multinode=False):
     """Every SLURM resource of a training job, by name: `resources: **slurm_resources(...)`. A
-    run across nodes is an `mpi` job of the plugin, one task per node (scalesweep/launch.py)."""
+    run across nodes is an `mpi` job of the plugin, one task per node (scalesweep/launch.py).
+    """
     resources = {
         name: slurm_resource(framework, name, default)
         for name, default in (
@@ -195,4 +217,3 @@ def synthetic_options(wildcards):
 if workflow.is_main_process:
     WARNINGS = matrix.config_warnings(config, EXCLUDED, SETTINGS.values())
     print(preview.summary(RUNS, EXCLUDED, SETTINGS.values(), WARNINGS), file=sys.stderr)
-

@@ -9,21 +9,28 @@ rule compare:
     output:
         **{
             f"output_{number}": report(
-                f"results/compare/{name}", caption="../report/compare.rst", category="Comparison"
+                f"results/compare/{name}",
+                caption="../report/compare.rst",
+                category="Comparison",
             )
             for number, name in enumerate(history.COMPARE_OUTPUTS)
         },
-    params:
-        baseline=config["compare_with"],
-        history_dir=config["history_dir"],
-        outdir="results/compare",
     log:
         "logs/compare.log",
     localrule: True
+    params:
+        baseline=config["compare_with"],
+        history_dir=config["history_dir"],
     run:
         # imported here: scipy would slow down every parse of the workflow (cluster jobs included)
         from scalesweep import compare
 
-        with rulelog.logged(log[0]) as log_line:
-            line = compare.write_compare(params.baseline, input[0], params.history_dir, params.outdir)
-            log_line(line)
+        outdir = os.path.dirname(output[0])
+        rulelog.run_logged(
+            log[0],
+            compare.write_compare,
+            params.baseline,
+            input[0],
+            params.history_dir,
+            outdir,
+        )

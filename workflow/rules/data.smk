@@ -6,12 +6,12 @@ rule make_synthetic_cifar:
         directory("resources/datasets/cifar10/{dataset}"),
     log:
         "logs/data/cifar10/{dataset}.log",
+    conda:
+        "../../envs/data.yaml"
     params:
         options=synthetic_options,
         python=PYTHON,
         script=script("make_cifar.py"),
-    conda:
-        "../../envs/data.yaml"
     shell:
         "{params.python} {params.script} --out {output} {params.options} > {log} 2>&1"
 
@@ -21,11 +21,11 @@ rule make_synthetic_imagefolder:
         directory("resources/datasets/imagefolder/{dataset}"),
     log:
         "logs/data/imagefolder/{dataset}.log",
+    conda:
+        "../../envs/data.yaml"
     params:
         options=synthetic_options,
         python=PYTHON,
         script=script("make_imagefolder.py"),
-    conda:
-        "../../envs/data.yaml"
     shell:
         "{params.python} {params.script} --out {output} {params.options} > {log} 2>&1"

@@ -22,5 +22,6 @@ rule figures:
         # imported here: matplotlib would slow down every parse of the workflow
         from scalesweep import figures
 
-        with rulelog.logged(log[0]) as log_line:
-            log_line(figures.write_figures(input.scaling, input.fits, output[0]))
+        rulelog.run_logged(
+            log[0], figures.write_figures, input.scaling, input.fits, output[0]
+        )

@@ -11,12 +11,18 @@ rule history:
         tables=expand("results/tables/{table}.csv", table=tables.TABLES),
     output:
         "results/tables/archived.json",
-    params:
-        history_dir=config["history_dir"],
-        config=config,
     log:
         "logs/history.log",
     localrule: True
+    params:
+        history_dir=config["history_dir"],
+        config=config,
     run:
-        with rulelog.logged(log[0]) as log_line:
-            log_line(history.write_history(input.runs, params.history_dir, params.config, output[0]))
+        rulelog.run_logged(
+            log[0],
+            history.write_history,
+            input.runs,
+            params.history_dir,
+            params.config,
+            output[0],
+        )

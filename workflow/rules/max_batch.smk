@@ -32,12 +32,20 @@ rule max_batch:
     input:
         logs=max_batch_logs(),
     output:
-        report("results/tables/max_batch.csv", caption="../report/max_batch.rst", category="Tables"),
-    params:
-        configs=max_batch_configs(),
+        report(
+            "results/tables/max_batch.csv",
+            caption="../report/max_batch.rst",
+            category="Tables",
+        ),
     log:
         "logs/max_batch.log",
     localrule: True
+    params:
+        configs=max_batch_configs(),
     run:
-        with rulelog.logged(log[0]) as log_line:
-            log_line(max_batch.write_max_batch(zip(input.logs, params.configs), output[0]))
+        rulelog.run_logged(
+            log[0],
+            max_batch.write_max_batch,
+            zip(input.logs, params.configs),
+            output[0],
+        )

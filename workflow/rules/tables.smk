@@ -17,14 +17,14 @@ rule tables:
             )
             for name in tables.TABLES
         },
+    log:
+        "logs/tables.log",
+    localrule: True
     params:
         efficiency_floor=config["analysis"]["efficiency_floor_pct"],
         gpu_hour_budget=config["analysis"]["gpu_hour_budget"],
         epoch_budget=config["analysis"]["epoch_budget"],
-    log:
-        "logs/tables.log",
-    localrule: True
     run:
-        with rulelog.logged(log[0]) as log_line:
-            outputs = {name: output[name] for name in tables.TABLES}
-            log_line(tables.write_tables(input[0], outputs, **params))
+        rulelog.run_logged(
+            log[0], tables.write_tables, input[0], dict(output.items()), **params
+        )

@@ -9,15 +9,15 @@ rule tidy:
     output:
         epochs="results/tidy/epochs.csv",
         runs="results/tidy/runs.csv",
-    params:
-        configs=run_configs(),
     log:
         "logs/tidy.log",
     localrule: True
+    params:
+        configs=run_configs(),
     run:
-        with rulelog.logged(log[0]) as log_line:
-            items = zip(input.logs, params.configs)
-            log_line(tidy.write_tidy_tables(items, output.epochs, output.runs))
+        rulelog.run_logged(
+            log[0], tidy.write_tidy_tables, zip(input.logs, params.configs), *output
+        )
 
 
 # After a sweep with failures the tidy rule cannot run (its inputs are incomplete), yet the

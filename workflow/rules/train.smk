@@ -24,13 +24,13 @@ rule train_tensorflow:
         f"results/runs/tensorflow/{RUN_PATTERN}/train.log",
     log:
         f"logs/train/tensorflow/{RUN_PATTERN}.log",
-    params:
-        command=trainer_command("tensorflow"),
-    threads: trainer_threads("tensorflow")
     conda:
         "../../envs/tensorflow.yaml"
+    threads: trainer_threads("tensorflow")
     resources:
         **slurm_resources("tensorflow"),
+    params:
+        command=trainer_command("tensorflow"),
     shell:
         TRAIN_SHELL
 
@@ -42,15 +42,15 @@ use rule train_tensorflow as train_pytorch with:
         f"results/runs/pytorch/{RUN_PATTERN}/train.log",
     log:
         f"logs/train/pytorch/{RUN_PATTERN}.log",
-    params:
-        command=trainer_command("pytorch"),
-    threads: trainer_threads("pytorch")
-    conda:
-        "../../envs/pytorch.yaml"
     wildcard_constraints:
         gpus=gpu_counts(multinode=False),
+    conda:
+        "../../envs/pytorch.yaml"
+    threads: trainer_threads("pytorch")
     resources:
         **slurm_resources("pytorch"),
+    params:
+        command=trainer_command("pytorch"),
 
 
 # A run across nodes is an `mpi` job for the slurm plugin: its shell runs in the batch step on
