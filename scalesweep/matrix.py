@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from scalesweep.catalog import DATASET_FORMATS, MODEL_DEFAULTS, MODELS
+from scalesweep.records import FIRST_STEADY_EPOCH
 
 CORE_AXES = ("framework", "model", "dataset", "gpus")
 
@@ -33,7 +34,6 @@ SYNTHETIC_OPTIONS = {
 # The exclusion rules before the config's own `exclude` entries, in the order they apply.
 BUILT_IN_RULES = ("model-framework", "dataset-format", "tensorflow-single-node")
 
-from scalesweep.records import FIRST_STEADY_EPOCH  # noqa: E402
 
 
 class ConfigError(ValueError):

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scalesweep.records import STATUSES
 from scalesweep.breakdown import BREAKDOWN_COLUMNS, LOSS_COLUMNS, NO_BREAKDOWN_NOTE, PARTS, loss_table
 
-from scalesweep.records import STATUSES
 
 # Per-run measurements, bookkeeping and provenance: everything in runs.csv that is NOT a
 # configuration axis. world_size/global_batch/learning_rate/images_per_epoch follow from gpus (and
