@@ -25,10 +25,16 @@ def mn5_dryrun(tmp_path_factory):
         spec["path"] = str(tmp / name)
     override = tmp / "datasets.yaml"
     override.write_text(yaml.safe_dump({"datasets": config["datasets"]}))
+    # A working directory laid out like the repository root (./mn5 and config/ as there), so the
+    # profile is looked up as typed, without touching the repository's own .snakemake/.
+    workdir = tmp / "workdir"
+    workdir.mkdir()
+    (workdir / "mn5").symlink_to(REPO / "profiles" / "mn5")
+    (workdir / "config").symlink_to(REPO / "config")
     result = subprocess.run(
-        [str(SNAKEMAKE), "-n", "-p", "--profile", "mn5", "--configfile", "config/mn5.yaml",
-         str(override)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [str(SNAKEMAKE), "-n", "-p", "--profile", "mn5", "--snakefile", str(REPO / "Snakefile"),
+         "--configfile", "config/mn5.yaml", str(override)],
+        cwd=workdir, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout + result.stderr, tmp
@@ -58,7 +64,7 @@ def test_tensorflow_one_node_runs_python_inside_the_tf_image(mn5_dryrun):
     block = job_block(output, "train_tensorflow", "model=resnet50v2, dataset=cifar128, gpus=4")
     assert shell_of(block).startswith(
         "module load singularity && singularity exec --nv "
-        f"--bind {REPO},{data}/cifar128 --pwd {REPO} "
+        f"--bind {REPO},{data}/workdir,{data}/cifar128 --pwd {data}/workdir "
         "/gpfs/projects/YOUR_GROUP/images/tensorflow_23.03-tf2-py3.sif "
         f"python {REPO}/scripts/train_tf.py --model resnet50v2 --data {data}/cifar128 "
         "--dataset-name cifar128 --resolution 128 --gpus 4 --per-gpu-batch 2048 --base-lr 0.01 "
@@ -77,7 +83,7 @@ def test_pytorch_one_node_runs_torchrun_standalone_inside_the_pytorch_image(mn5_
     shell = shell_of(block)
     assert shell.startswith(
         "module load singularity && singularity exec --nv "
-        f"--bind {REPO},{data}/micro-224 --pwd {REPO} "
+        f"--bind {REPO},{data}/workdir,{data}/micro-224 --pwd {data}/workdir "
         "/gpfs/projects/YOUR_GROUP/images/pytorch_24.07-py3.sif "
         "python -m torch.distributed.run --standalone --nproc-per-node=4 "
         f"{REPO}/scripts/train_torch.py --model vit_h_14"
@@ -108,7 +114,7 @@ def test_pytorch_two_nodes_srun_starts_one_containerized_torchrun_per_node(mn5_d
     )
     # srun is outside the container; each node's shell enters it and runs torchrun there.
     assert inner.startswith(
-        f"'singularity exec --nv --bind {REPO},{data}/tiny-224 --pwd {REPO} "
+        f"'singularity exec --nv --bind {REPO},{data}/workdir,{data}/tiny-224 --pwd {data}/workdir "
         "/gpfs/projects/YOUR_GROUP/images/pytorch_24.07-py3.sif python -m torch.distributed.run "
         "--nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID --rdzv-id=$SLURM_JOB_ID "
         "--rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT "
