@@ -99,6 +99,21 @@ def test_two_node_run_spans_node1_and_node2_with_world_size_two(first_sweep):
     assert header["world_size"] == 2 and header["nodes"] == 2
 
 
+def test_two_node_run_measures_where_its_steps_go(first_sweep):
+    """The step breakdown across nodes: the parts add up to the step, the all-reduce probe ran
+    between the two nodes' processes, and the human line with `other` is in the log."""
+    workdir, _, _ = first_sweep
+    log = workdir / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/train.log"
+    assert "step breakdown:" in log.read_text() and " + other " in log.read_text()
+    runs = pd.read_csv(workdir / "results/tidy/runs.csv").set_index(["framework", "dataset", "gpus"])
+    run = runs.loc[("pytorch", "synth-folder", 2)]
+    parts = run[["data_wait_s", "compute_s", "sync_exposed_s", "other_s"]].sum()
+    assert parts == pytest.approx(run["breakdown_step_s"])
+    assert run["allreduce_s"] > 0 and run["busbw_gb_s"] > 0 and run["flops_per_image"] > 0
+    one = runs.loc[("pytorch", "synth-folder", 1)]
+    assert pd.isna(one["allreduce_s"]) and one["sync_exposed_s"] <= 0.05 * one["breakdown_step_s"]
+
+
 def test_failure_is_recorded_with_its_reason_in_runs_csv(first_sweep):
     workdir, _, _ = first_sweep
     runs = pd.read_csv(workdir / "results/tidy/runs.csv")
