@@ -79,7 +79,7 @@ def frozen_training_state(model):
     optimizer's variables (its step count) restored afterwards."""
     optimizer = model.optimizer
     saved = [(variable, variable.numpy()) for variable in [*model.non_trainable_variables, *optimizer.variables]]
-    learning_rate = float(np.asarray(optimizer.learning_rate))
+    learning_rate = float(optimizer.learning_rate.numpy())
     optimizer.learning_rate = 0.0
     try:
         yield

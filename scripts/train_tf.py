@@ -357,8 +357,9 @@ def build_compiled_model(args, setup: Setup) -> tuple:
     with setup.strategy.scope():
         model = build_model(args.model, args.resolution)
         jit = compile_model(model, scaled_learning_rate(args.base_lr, args.gpus), args.compile)
-        # Metrics, loss and optimizer state built outside the step, as model.fit does first: a
-        # variable created inside strategy.run would be per replica.
+        # What model.fit does before its first step (Keras' private _symbolic_build): the metrics',
+        # loss's and optimizer's variables built here, not by the first trace inside strategy.run,
+        # where the metrics come out per replica and `accuracy` reads as an empty array.
         model._symbolic_build(data_batch=(setup.images[:1], setup.labels[:1]))
     return model, jit
 
@@ -398,7 +399,7 @@ class KerasAttempt:
         first_step = self.clock.finished
         while not window.done(self.clock.durations[first_step:]):
             self._step()
-        return self.model.get_metrics_result()
+        return {name: float(value) for name, value in self.model.get_metrics_result().items()}
 
     def fit_epochs(self, meter: harness.WindowMeter, epochs: int) -> None:
         """The epochs protocol, with Keras' own epoch lines (its ProgbarLogger, verbose=2)."""
