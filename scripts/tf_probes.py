@@ -187,6 +187,14 @@ def cross_device_ops(cpu_replicas: bool):
     return DelayedNcclAllReduce() if delayed else None
 
 
+def check_sync_delay(jit_compile: bool) -> None:
+    """Under XLA, MirroredStrategy all-reduces with its collective ops instead of the cross-device
+    ops the injected delay lives in (and XLA cannot compile the host op): refused, not ignored."""
+    if jit_compile and runlog.injected_delay_s(runlog.SYNC_DELAY_ENV):
+        raise ValueError(f"{runlog.SYNC_DELAY_ENV} delays MirroredStrategy's cross-device ops, which XLA "
+                         "(--compile) bypasses: inject the delay without --compile")
+
+
 # ---------------------------------------------------------------- FLOPs
 
 

@@ -326,6 +326,7 @@ def prepare(args) -> Setup:
     started_wall = time.time()
     strategy, device_kind, devices = configure_devices(args.gpus)
     check_xla_placement(args.compile, device_kind, strategy.num_replicas_in_sync)
+    tf_probes.check_sync_delay(args.compile)
     images, labels = load_training_data(args.data, args.max_train_images, args.seed)
     if not args.find_max_batch:
         steps_per_epoch(int(images.shape[0]), args.per_gpu_batch * strategy.num_replicas_in_sync)

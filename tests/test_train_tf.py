@@ -500,3 +500,23 @@ def test_step_breakdown_at_one_replica_has_no_exposed_synchronisation(cifar_256)
     line = next(line for line in run["stdout"].splitlines() if line.startswith("step breakdown: "))
     assert " + other " in line and f"= data {1000 * summary['data_wait_s']:.2f} + " in line
     assert_cnn_small_flops(run["header"]["flops_per_image"])
+
+
+INJECTED_DELAY_S = 0.1
+
+
+@pytest.mark.slow
+def test_injected_delays_land_in_their_part_of_the_step(cifar_256):
+    """Runs alike but for an injected delay D per step, on 2 CPU replicas: a delayed gradient
+    reduction moves D into exposed synchronisation, a slowed loader into data wait (each within
+    20 %), and neither into the other parts (under 20 % of D)."""
+    options = ("--per-gpu-batch", 16, "--timed-steps", 20)
+    plain = steps_run(cifar_256, 2, None, *options)["summary"]
+    runs = {part: steps_run(cifar_256, 2, {variable: str(INJECTED_DELAY_S)}, *options)["summary"]
+            for part, variable in (("sync_exposed_s", runlog.SYNC_DELAY_ENV), ("data_wait_s", runlog.DATA_DELAY_ENV))}
+    for part, run in runs.items():
+        moved = {key: run[key] - plain[key] for key in ("breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s")}
+        assert moved[part] == pytest.approx(INJECTED_DELAY_S, rel=0.2), (part, moved)
+        assert moved["breakdown_step_s"] == pytest.approx(INJECTED_DELAY_S, rel=0.2), (part, moved)
+        others = [key for key in ("data_wait_s", "compute_s", "sync_exposed_s") if key != part]
+        assert all(abs(moved[key]) < 0.2 * INJECTED_DELAY_S for key in others), (part, moved)
