@@ -236,6 +236,17 @@ def test_xla_over_several_cpu_replicas_is_refused_with_the_reason(cifar_256):
     assert summary["reason"].startswith("DeviceError: --compile over 2 CPU replicas: XLA cannot reach variables")
 
 
+def test_a_sync_delay_under_xla_is_refused_not_ignored(cifar_256):
+    env = {**os.environ, runlog.SYNC_DELAY_ENV: "0.05"}
+    command = [sys.executable, str(TRAINER), "--data", str(cifar_256), "--model", "cnn_small", "--gpus", "1",
+               "--resolution", "32", "--compile"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode != 0
+    (summary,) = parse_records(done.stdout)
+    assert summary["status"] == "failed"
+    assert summary["reason"].startswith(f"ValueError: {runlog.SYNC_DELAY_ENV} delays MirroredStrategy's cross-device ops")
+
+
 # ---------------------------------------------------------------------------------------------
 # Real runs
 # ---------------------------------------------------------------------------------------------
