@@ -64,6 +64,9 @@ def gradient_step(model, all_reduce: bool):
         with tf.GradientTape() as tape:
             predictions = model(images, training=True)
             loss = model.compute_loss(x=images, y=labels, y_pred=predictions, training=True)
+            # As Keras' train_step: mixed float16 scales the loss, or its gradients underflow into
+            # subnormals (slow on CPUs).
+            loss = model.optimizer.scale_loss(loss)
         gradients = tape.gradient(loss, model.trainable_variables)
         if all_reduce:
             gradients = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)

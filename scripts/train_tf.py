@@ -111,7 +111,8 @@ def _cpu_replica_strategy(gpus: int):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(gpus)])
     devices = [f"/cpu:{index}" for index in range(gpus)]
-    strategy = tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=tf_probes.cross_device_ops(cpu_replicas=True))
+    strategy = tf.distribute.MirroredStrategy(devices=devices,
+                                              cross_device_ops=tf_probes.cross_device_ops(cpu_replicas=True))
     return strategy, "cpu", [f"CPU:{index}" for index in range(gpus)]
 
 

@@ -526,7 +526,8 @@ def test_injected_delays_land_in_their_part_of_the_step(cifar_256):
     runs = {part: steps_run(cifar_256, 2, {variable: str(INJECTED_DELAY_S)}, *options)["summary"]
             for part, variable in (("sync_exposed_s", runlog.SYNC_DELAY_ENV), ("data_wait_s", runlog.DATA_DELAY_ENV))}
     for part, run in runs.items():
-        moved = {key: run[key] - plain[key] for key in ("breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s")}
+        moved = {key: run[key] - plain[key]
+                 for key in ("breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s")}
         assert moved[part] == pytest.approx(INJECTED_DELAY_S, rel=0.2), (part, moved)
         assert moved["breakdown_step_s"] == pytest.approx(INJECTED_DELAY_S, rel=0.2), (part, moved)
         others = [key for key in ("data_wait_s", "compute_s", "sync_exposed_s") if key != part]
