@@ -22,11 +22,11 @@ own step function does.
   devices synchronized before (every replica starts together) and after, after warm-up.
 - Delay injection: with runlog.SYNC_DELAY_ENV set, the strategy's cross-device ops start every
   batch reduction (the gradients' all-reduce of a step is one) that many seconds after all its
-  inputs are ready (delayed_cross_device_ops); the compute probe's `gradients` step reduces
+  inputs are ready (cross_device_ops); the compute probe's `gradients` step reduces
   nothing and its other two steps both carry the delay, so compute does not. The data delay is
   tf_data.with_injected_delay.
-- graph_flops: the FLOPs of the ops a traced graph runs, by TensorFlow's registered per-op
-  statistics (the ones tf.compat.v1.profiler sums), for the header's flops_per_image.
+- graph_flops: the FLOPs of the ops a traced graph runs (TensorFlow's registered per-op
+  statistics, the ones tf.compat.v1.profiler sums), for the header's flops_per_image.
 """
 
 import contextlib
