@@ -112,6 +112,22 @@ def make_dataset(images, labels, global_batch: int, seed: int, repeat: str = ONE
     return dataset.with_options(pipeline_options())
 
 
+def with_injected_delay(batches):
+    """The batches of the iterator `batches`, each handed over runlog.DATA_DELAY_ENV seconds late
+    (a busy wait in the fetching thread: a slowed loader the training loop waits for, as the
+    PyTorch loader's collate with --num-workers 0); `batches` itself when no delay is asked."""
+    delay = runlog.injected_delay_s(runlog.DATA_DELAY_ENV)
+    if not delay:
+        return batches
+    return _delayed(batches, delay)
+
+
+def _delayed(batches, delay: float):
+    for batch in batches:
+        runlog.busy_wait(delay)
+        yield batch
+
+
 def pipeline_options() -> tf.data.Options:
     """No graph rewrites: tf.data's static optimizations and auto-sharding serialize the
     pipeline's graph, which embeds the captured image tensor as a constant, a second copy of the

@@ -11,10 +11,11 @@ laptop runs the same code path. --gpus 0 is the CPU-only baseline (default strat
 This file is the TensorFlow backend of scripts/harness.py (docs/trainers.md): the harness runs
 the life cycle, the measurement options shared with scripts/train_torch.py (--protocol,
 --warmup-steps, --timed-steps, --oom-policy, --find-max-batch, ...), the out-of-memory policy, the
-maximum-batch search and the protocols; this file supplies the devices, the model, one Keras fit
-per attempt (its callbacks time every step, its end waiting for the devices) and the provenance,
-and scripts/tf_data.py the data. It prints the reference's human header, Keras' epoch lines and
-the `:::SCALESWEEP` records of docs/records.md. Out of memory: summary status oom, exit 0; any
+maximum-batch search and the protocols; this file supplies the devices, the model, the training
+loop around Keras' model.train_step (every step timed, its data wait too) and the provenance,
+scripts/tf_data.py the data and scripts/tf_probes.py the step breakdown's probes and the FLOPs.
+It prints the reference's human header, Keras' epoch lines and the `:::SCALESWEEP` records of
+docs/records.md. Out of memory: summary status oom, exit 0; any
 other failure: summary status failed, exit non-zero. SCALESWEEP_FAIL_INJECT (scripts/runlog.py)
 injects failures at the first training step.
 
@@ -43,12 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cifar  # noqa: E402  (scripts/ is not a package: containers run these files directly)
 import harness  # noqa: E402
 import runlog  # noqa: E402
+import tf_probes  # noqa: E402
 from tf_data import (  # noqa: E402, F401  (make_dataset, load_training_data: benchmarks/bench_trainer.py)
     PASSES,
     STREAM,
     load_training_data,
     make_dataset,
     steps_per_epoch,
+    with_injected_delay,
 )
 
 # keras.applications constructors by catalog name (scalesweep/catalog.py MODELS["tensorflow"]).
@@ -94,7 +97,8 @@ def _gpu_strategy(physical_gpus, gpus: int):
     used = physical_gpus[:gpus]
     # Hiding the rest keeps TF from reserving memory on GPUs this run does not use.
     tf.config.set_visible_devices(used, "GPU")
-    strategy = tf.distribute.MirroredStrategy(devices=[f"/gpu:{index}" for index in range(gpus)])
+    strategy = tf.distribute.MirroredStrategy(devices=[f"/gpu:{index}" for index in range(gpus)],
+                                              cross_device_ops=tf_probes.cross_device_ops(cpu_replicas=False))
     names = [f"GPU:{index} {_gpu_model_name(device)}" for index, device in enumerate(used)]
     return strategy, "gpu", names
 
@@ -107,8 +111,8 @@ def _cpu_replica_strategy(gpus: int):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(gpus)])
     devices = [f"/cpu:{index}" for index in range(gpus)]
-    # NCCL all-reduce is GPU-only; reducing on one device is what works across CPU replicas.
-    strategy = tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    strategy = tf.distribute.MirroredStrategy(devices=devices,
+                                              cross_device_ops=tf_probes.cross_device_ops(cpu_replicas=True))
     return strategy, "cpu", [f"CPU:{index}" for index in range(gpus)]
 
 
@@ -185,100 +189,18 @@ def compile_model(model: keras.Model, learning_rate: float, jit_compile: bool = 
 
 
 # ---------------------------------------------------------------------------------------------
-# Callbacks
+# Failures
 # ---------------------------------------------------------------------------------------------
 
 
-class ClockCallback(keras.callbacks.Callback):
-    """Times every training step of the fit on a harness.StepClock.
-
-    A step's end waits for the devices: GPUs run asynchronously, so without the wait the clock
-    would stop when the step's kernels are queued, not done. Keras has already converted the
-    step's logs to Python floats by then (a device-to-host copy of the loss, which depends on
-    every replica); sync_devices() makes the wait explicit for every device of the run.
-    """
-
-    def __init__(self, clock: harness.StepClock):
-        super().__init__()
-        self.clock = clock
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.clock.begin()
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.clock.end()
-
-
-class EpochRecorder(keras.callbacks.Callback):
-    """The epochs protocol: one `epoch` record per epoch.
-
-    Keras converts the epoch's logs to Python numbers before on_epoch_end runs, which waits for
-    the devices: the clock is read after the work of the epoch is done.
-    """
-
-    def __init__(self, meter: harness.WindowMeter):
-        super().__init__()
-        self.meter = meter
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.meter.start(time.perf_counter())
-
-    def on_epoch_end(self, epoch, logs=None):
-        ended = time.perf_counter()
-        logs = logs or {}
-        self.meter.finish(epoch + 1, logs.get("loss"), logs.get("accuracy"), ended=ended)
-
-
-class WindowRecorder(keras.callbacks.Callback):
-    """The steps protocol: its windows (harness.step_windows) as epoch records 1 and 2.
-
-    The warm-up window runs from the begin of the first step to the synchronized end of its last
-    step; the next window from right after that (once the metrics are reset, so each window's loss
-    and accuracy are its own) to the synchronized end of the step at which it is done (a fixed
-    count, or the adaptive rule). One fit, one data iterator: no pipeline restart falls into the
-    timed window.
-    """
-
-    def __init__(self, meter: harness.WindowMeter, windows: list):
-        super().__init__()
-        self.meter, self.windows = meter, list(windows)
-
-    def on_train_begin(self, logs=None):
-        self.meter.start()
-
-    def on_train_batch_end(self, batch, logs=None):
-        number, phase, window = self.windows[0]
-        if not window.done(self.meter.durations()):
-            return
-        logs = logs or {}
-        self.meter.finish(number, logs.get("loss"), logs.get("accuracy"), phase=phase, window=window)
-        self.windows.pop(0)
-        if not self.windows:
-            self.model.stop_training = True
-            return
-        self.model.reset_metrics()
-        self.meter.start(time.perf_counter())
-
-
-class FailureInjector(keras.callbacks.Callback):
-    """Raises the failure SCALESWEEP_FAIL_INJECT asks for at the first training step."""
-
-    def __init__(self, failure: str, setting: str):
-        super().__init__()
-        self.failure = failure
-        self.message = f"{runlog.FAIL_INJECT_ENV}={setting}: injected failure at the first training step"
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if self.failure == "oom":
-            raise tf.errors.ResourceExhaustedError(None, None, self.message)
-        raise RuntimeError(self.message)
-
-
-def injected_failures(per_gpu_batch: int, attempt: int) -> list:
-    """[FailureInjector] when SCALESWEEP_FAIL_INJECT asks for a failure in this attempt, else []."""
+def injected_failure(per_gpu_batch: int, attempt: int) -> Exception | None:
+    """The error SCALESWEEP_FAIL_INJECT asks the attempt to raise at its first training step."""
     setting = runlog.fail_inject_mode()
     failure = runlog.injected_failure(setting, per_gpu_batch, attempt)
-    return [FailureInjector(failure, setting)] if failure else []
+    message = f"{runlog.FAIL_INJECT_ENV}={setting}: injected failure at the first training step"
+    if failure == "oom":
+        return tf.errors.ResourceExhaustedError(None, None, message)
+    return RuntimeError(message) if failure else None
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -372,6 +294,7 @@ def header_record(args, setup: Setup, per_gpu_batch: int, jit_compile: bool) -> 
         "learning_rate": scaled_learning_rate(args.base_lr, args.gpus),
         "precision": args.precision,
         "compile": jit_compile,
+        "flops_per_image": None,  # known once the attempt's step is traced (KerasAttempt)
         **harness.protocol_fields(args, global_batch, steps_per_epoch(setup.image_count, global_batch),
                                  setup.image_count),
         "versions": framework_versions(),
@@ -404,6 +327,7 @@ def prepare(args) -> Setup:
     started_wall = time.time()
     strategy, device_kind, devices = configure_devices(args.gpus)
     check_xla_placement(args.compile, device_kind, strategy.num_replicas_in_sync)
+    tf_probes.check_sync_delay(args.compile)
     images, labels = load_training_data(args.data, args.max_train_images, args.seed)
     if not args.find_max_batch:
         steps_per_epoch(int(images.shape[0]), args.per_gpu_batch * strategy.num_replicas_in_sync)
@@ -435,30 +359,86 @@ def build_compiled_model(args, setup: Setup) -> tuple:
     with setup.strategy.scope():
         model = build_model(args.model, args.resolution)
         jit = compile_model(model, scaled_learning_rate(args.base_lr, args.gpus), args.compile)
+        # What model.fit does before its first step (Keras' private _symbolic_build): the metrics',
+        # loss's and optimizer's variables built here, not by the first trace inside strategy.run,
+        # where the metrics come out per replica and `accuracy` reads as an empty array.
+        model._symbolic_build(data_batch=(setup.images[:1], setup.labels[:1]))
     return model, jit
 
 
 class KerasAttempt:
-    """One training attempt (harness.Backend.build's attempt): the model and the endless dataset
-    at one per-GPU batch, trained by one model.fit per protocol."""
+    """One training attempt (harness.Backend.build's attempt): the model and one endless iterator
+    over the distributed dataset at one per-GPU batch, trained by our loop around Keras' own
+    model.train_step (scripts/tf_probes.py says why not model.fit).
 
-    def __init__(self, model, dataset, global_batch: int, steps: int, jit: bool, injected: list):
-        self.model, self.dataset, self.global_batch, self.steps = model, dataset, global_batch, steps
-        self.injected = injected
+    Every step is timed on the clock from the fetch of its batch; data_ready() once the batch is
+    on the devices; its end waits for them. Each window's loss and accuracy are Keras' metrics,
+    reset at its start and read after its last step (the reads wait for the devices).
+    """
+
+    def __init__(self, model, strategy, dataset, global_batch: int, steps: int, jit: bool, failure=None):
+        self.model, self.strategy, self.global_batch, self.steps, self.jit = model, strategy, global_batch, steps, jit
+        self.failure = failure
+        self.iterator = iter(strategy.experimental_distribute_dataset(dataset))
+        self.batches = with_injected_delay(self.iterator)
         self.clock = harness.StepClock(tf.test.experimental.sync_devices)
+        self.train_step = tf_probes.replicated(strategy, model.train_step, jit)
         self.header_updates = {"compile": jit}
 
+    def count_flops(self) -> None:
+        """The header's flops_per_image, from the training step's graph, traced here instead of
+        in the first step (the time to solution holds the trace either way; epoch 1 no more)."""
+        self.header_updates["flops_per_image"] = tf_probes.flops_per_image(
+            self.train_step, self.iterator.element_spec, self.global_batch)
+
+    def _step(self) -> None:
+        if self.failure is not None and not self.clock.begins:
+            raise self.failure
+        self.clock.begin()
+        batch = next(self.batches)
+        self.clock.data_ready()
+        self.train_step(batch)
+        self.clock.end()
+
+    def _run(self, window: runlog.TimedWindow) -> dict:
+        """Steps until `window` is done; the metrics since the last reset."""
+        first_step = self.clock.finished
+        while not window.done(self.clock.durations[first_step:]):
+            self._step()
+        return {name: float(value) for name, value in self.model.get_metrics_result().items()}
+
     def fit_epochs(self, meter: harness.WindowMeter, epochs: int) -> None:
-        self._fit(EpochRecorder(meter), epochs=epochs, steps_per_epoch=self.steps)
+        """The epochs protocol, with Keras' own epoch lines (its ProgbarLogger, verbose=2)."""
+        progress = keras.callbacks.ProgbarLogger()
+        progress.set_params({"verbose": 2, "epochs": epochs, "steps": self.steps})
+        for epoch in range(epochs):
+            progress.on_epoch_begin(epoch)
+            self.model.reset_metrics()
+            meter.start(time.perf_counter())
+            logs = self._run(runlog.TimedWindow(self.steps))
+            progress.on_epoch_end(epoch, logs)
+            meter.finish(epoch + 1, logs.get("loss"), logs.get("accuracy"))
 
     def fit_steps(self, meter: harness.WindowMeter, windows: list) -> None:
-        steps = sum(window.max_steps for _, _, window in windows)
-        self._fit(WindowRecorder(meter, windows), epochs=1, steps_per_epoch=steps)
+        """The steps protocol's windows (harness.step_windows) from one iterator: the warm-up from
+        the begin of its first step, each next window from right after the one before."""
+        for index, (number, phase, window) in enumerate(windows):
+            self.model.reset_metrics()
+            meter.start(time.perf_counter() if index else None)
+            logs = self._run(window)
+            meter.finish(number, logs.get("loss"), logs.get("accuracy"), phase=phase, window=window)
 
-    def _fit(self, recorder: keras.callbacks.Callback, **options) -> None:
-        callbacks = [*self.injected, ClockCallback(self.clock), recorder]
-        # shuffle=False: the dataset shuffles itself (Keras would only warn that it ignores it).
-        self.model.fit(self.dataset, verbose=2, callbacks=callbacks, shuffle=False, **options)
+    def probe(self, steps: int) -> None:
+        """`steps` training steps (the maximum-batch search)."""
+        self._run(runlog.TimedWindow(steps))
+
+    def breakdown_probes(self) -> dict:
+        """The compute and all-reduce probes of the step breakdown (scripts/tf_probes.py), on one
+        batch already on the devices."""
+        batch = next(self.iterator)
+        sync = tf.test.experimental.sync_devices
+        compute = tf_probes.compute_probe(self.model, self.strategy, self.train_step, batch, self.jit, sync)
+        return {"compute": compute, **tf_probes.allreduce_probe(self.model, self.strategy, sync)}
 
 
 class KerasBackend(harness.Backend):
@@ -484,27 +464,31 @@ class KerasBackend(harness.Backend):
     def header(self, per_gpu_batch: int) -> dict:
         return header_record(self.args, self.prepared, per_gpu_batch, self.jit)
 
-    def build(self, per_gpu_batch: int, attempt: int) -> KerasAttempt:
+    def attempt(self, per_gpu_batch: int, attempt: int, repeat: str) -> KerasAttempt:
         args, setup = self.args, self.prepared
         start_attempt(args, setup)
         global_batch = per_gpu_batch * setup.replicas
-        print(human_header(args.model, args.gpus, setup.device_kind, global_batch, setup.replicas), flush=True)
-        # One endless dataset and steps_per_epoch: Keras keeps its iterator across epochs. Given a
-        # finite dataset it replaces the iterator every epoch, and tearing one down waits for
+        dataset = make_dataset(setup.images, setup.labels, global_batch, args.seed, repeat=repeat)
+        model, jit = build_compiled_model(args, setup)
+        steps = steps_per_epoch(setup.image_count, global_batch) if repeat == PASSES else None
+        return KerasAttempt(model, setup.strategy, dataset, global_batch, steps, jit,
+                            injected_failure(per_gpu_batch, attempt))
+
+    def build(self, per_gpu_batch: int, attempt: int) -> KerasAttempt:
+        setup = self.prepared
+        global_batch = per_gpu_batch * setup.replicas
+        print(human_header(self.args.model, self.args.gpus, setup.device_kind, global_batch, setup.replicas),
+              flush=True)
+        # One endless dataset, one iterator for the attempt, epochs of steps_per_epoch steps: a
+        # finite dataset needs a new iterator every epoch, and tearing one down waits for
         # tf.data's autotuning thread to wake from its sleep, which doubles up to 60 s: measured
         # 9-60 s of idle time before every epoch after the first (ResNet50V2, 2 cores).
-        dataset = make_dataset(setup.images, setup.labels, global_batch, args.seed, repeat=PASSES)
-        model, jit = build_compiled_model(args, setup)
-        return KerasAttempt(model, dataset, global_batch, steps_per_epoch(setup.image_count, global_batch), jit,
-                            injected_failures(per_gpu_batch, attempt))
+        training = self.attempt(per_gpu_batch, attempt, PASSES)
+        training.count_flops()
+        return training
 
     def probe(self, per_gpu_batch: int, attempt: int, steps: int) -> None:
-        args, setup = self.args, self.prepared
-        start_attempt(args, setup)
-        dataset = make_dataset(setup.images, setup.labels, per_gpu_batch * setup.replicas, args.seed, repeat=STREAM)
-        model, _ = build_compiled_model(args, setup)
-        callbacks = injected_failures(per_gpu_batch, attempt)
-        model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=callbacks, shuffle=False)
+        self.attempt(per_gpu_batch, attempt, STREAM).probe(steps)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return is_out_of_memory(error)

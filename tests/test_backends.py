@@ -484,6 +484,33 @@ def test_steps_protocol_records_a_warmup_and_a_timed_window(framework, data):
         {key: value for key, value in timed.items() if key not in ("record", "schema")}]
 
 
+# The step breakdown's contract; PyTorch joins the list once its case has been run here.
+BREAKDOWN_FRAMEWORKS = ("tensorflow",)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", BREAKDOWN_FRAMEWORKS)
+def test_step_breakdown_adds_up_to_the_timed_windows_wall_time_per_step(framework, data):
+    done = launch(framework, data, 2, "--per-gpu-batch", 16, "--protocol", "steps", "--warmup-steps", 2,
+                  "--timed-steps", 8)
+    assert done.returncode == 0, done.stderr[-3000:]
+    header, _, timed, summary = parse_records(done.stdout)
+    assert header["flops_per_image"] > 0
+    parts = [summary[key] for key in ("data_wait_s", "compute_s", "sync_exposed_s", "other_s")]
+    assert summary["breakdown_step_s"] == pytest.approx(timed["seconds"] / 8)
+    assert sum(parts) == pytest.approx(summary["breakdown_step_s"], abs=1e-12)
+    assert summary["breakdown_steps"] == 8 and min(parts[:3]) >= 0 and parts[1] > 0
+    # The all-reduce probe over the two devices: nccl-tests' bus bandwidth, 2 (n - 1) / n = 1 x algbw.
+    assert summary["allreduce_s"] > 0 and summary["allreduce_bytes"] > 0
+    assert summary["busbw_gb_s"] == pytest.approx(summary["algbw_gb_s"])
+    assert summary["algbw_gb_s"] == pytest.approx(summary["allreduce_bytes"] / summary["allreduce_s"] / 1e9)
+    ms = {key: f"{1000 * summary[key]:.2f}" for key in ("breakdown_step_s", "data_wait_s", "compute_s",
+                                                        "sync_exposed_s", "other_s")}
+    assert done.stdout.count(
+        f"step breakdown: {ms['breakdown_step_s']} ms per step = data {ms['data_wait_s']} + compute "
+        f"{ms['compute_s']} + exposed sync {ms['sync_exposed_s']} + other {ms['other_s']} ms; all-reduce ") == 1
+
+
 # The adaptive window on the layouts it must agree on: PyTorch's two ranks all-reduce the stop;
 # TensorFlow's one process decides for its replicas (one replica: its steps' noise stays small).
 ADAPTIVE_DEVICES = {"tensorflow": 1, "pytorch": 2}

@@ -236,6 +236,17 @@ def test_xla_over_several_cpu_replicas_is_refused_with_the_reason(cifar_256):
     assert summary["reason"].startswith("DeviceError: --compile over 2 CPU replicas: XLA cannot reach variables")
 
 
+def test_a_sync_delay_under_xla_is_refused_not_ignored(cifar_256):
+    env = {**os.environ, runlog.SYNC_DELAY_ENV: "0.05"}
+    command = [sys.executable, str(TRAINER), "--data", str(cifar_256), "--model", "cnn_small", "--gpus", "1",
+               "--resolution", "32", "--compile"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode != 0
+    (summary,) = parse_records(done.stdout)
+    assert summary["status"] == "failed"
+    assert summary["reason"].startswith(f"ValueError: {runlog.SYNC_DELAY_ENV} delays MirroredStrategy's cross-device ops")
+
+
 # ---------------------------------------------------------------------------------------------
 # Real runs
 # ---------------------------------------------------------------------------------------------
@@ -267,10 +278,18 @@ def test_two_cpu_replicas_train_and_log_every_record(cifar_256):
     assert [e["steps"] for e in epochs] == [4, 4, 4]
     assert epochs[0]["step_time_median_s"] is None and epochs[0]["step_time_p90_s"] is None
     assert epochs[1]["step_time_median_s"] is not None and epochs[2]["step_time_median_s"] is not None
-    # The human lines users know from the reference and from Keras.
+    # The human lines users know from the reference and from Keras (its ProgbarLogger).
     assert " Model CNNSmall 2 GPUs (CPU replicas)\n" in done.stdout
     assert "Batch_size: 64\nNum_replicas: 2\n" in done.stdout
-    assert "Epoch 3/3" in done.stdout
+    assert "Epoch 3/3\n4/4 - " in done.stdout
+    # The step breakdown over the steady epochs' 7 timed steps (epoch 2 leaves out the run's
+    # 5th step), the all-reduce probe on cnn_small's 24,346 float32 weights.
+    summary = parse_records(done.stdout)[-1]
+    assert summary["breakdown_steps"] == 7
+    assert summary["breakdown_step_s"] == pytest.approx((epochs[1]["seconds"] + epochs[2]["seconds"]) / 8)
+    assert_parts_add_up(summary)
+    assert summary["allreduce_bytes"] == CNN_SMALL_GRADIENT_BYTES and summary["allreduce_s"] > 0
+    assert done.stdout.count("step breakdown: ") == 1
 
 
 @pytest.mark.slow
@@ -343,3 +362,173 @@ def test_max_train_images_picks_the_shared_seeded_subset(cifar_256):
     """)
     assert picked["images"] and picked["labels"] and picked["count"] == 40
     assert picked["head"] != [0, 1, 2]  # a seeded pick, not the first 40
+
+
+# ---------------------------------------------------------------------------------------------
+# Step breakdown (scripts/tf_probes.py) and FLOPs
+# ---------------------------------------------------------------------------------------------
+
+# cnn_small's trainable weights: convolutions 3x3x3x16, 3x3x16x32, 3x3x32x64 without bias, batch
+# norm scale and offset of 16 + 32 + 64 channels, dense 64 x 10 + 10: 24,346 float32 = 97,384 B.
+CNN_SMALL_GRADIENT_BYTES = 4 * (3 * 3 * 3 * 16 + 3 * 3 * 16 * 32 + 3 * 3 * 32 * 64 + 2 * (16 + 32 + 64) + 64 * 10 + 10)
+# Its multiply-adds per image at 32 px: the convolutions at 32x32, 16x16 and 8x8 (after each
+# block's pooling), the dense layer.
+CNN_SMALL_CONV_MACS = (32 * 32 * 16 * 27, 16 * 16 * 32 * 144, 8 * 8 * 64 * 288)
+CNN_SMALL_DENSE_MACS = 64 * 10
+PARTS = ("data_wait_s", "compute_s", "sync_exposed_s", "other_s")
+
+
+def assert_parts_add_up(summary: dict) -> None:
+    """The summary's breakdown: every part measured, adding up to the wall time per step."""
+    assert all(summary[key] is not None for key in ("breakdown_step_s", *PARTS))
+    assert sum(summary[key] for key in PARTS) == pytest.approx(summary["breakdown_step_s"], abs=1e-12)
+    assert summary["data_wait_s"] > 0 and summary["compute_s"] > 0 and summary["sync_exposed_s"] >= 0
+
+
+def test_graph_flops_count_the_ops_the_graph_runs():
+    """A convolution (8x8 output, 4 channels, 3x3x3 taps: 6,912 multiply-adds) and a 4x8 @ 8x16
+    matmul (512) feed the output: 2 x 7,424 = 14,848 FLOPs. An unused 4x8 @ 8x32 matmul is
+    built but never run, and not counted."""
+    result = tf_probe(
+        """
+        import json
+        import tensorflow as tf
+        import tf_probes
+        kernel, w, unused_w = tf.ones([3, 3, 3, 4]), tf.ones([8, 16]), tf.ones([8, 32])
+        @tf.function
+        def f(image, x):
+            unused = tf.matmul(x, unused_w)
+            return tf.nn.conv2d(image, kernel, 1, "SAME"), tf.matmul(x, w)
+        graph = f.get_concrete_function(tf.TensorSpec([1, 8, 8, 3]), tf.TensorSpec([4, 8])).graph
+        ops = [op.type for op in graph.get_operations()]
+        print(json.dumps({"flops": tf_probes.graph_flops(graph), "matmuls_built": ops.count("MatMul")}))
+        """
+    )
+    assert result == {"flops": 2 * (8 * 8 * 4 * 27 + 4 * 8 * 16), "matmuls_built": 2}
+
+
+@pytest.mark.slow
+def test_resnet50_flops_match_the_published_count():
+    """keras.applications.ResNet50 at 224 px. Reference: He et al. 2016, table 1, 3.8 x 10^9
+    multiply-adds for ResNet-50; Keras' ResNet50 is that original model (stride 2 in the first
+    1x1 convolution of a stage; torchvision's 4.1 G is "v1.5", stride in the 3x3). Counted by
+    hand from its layers' shapes: 3.86 G. Forward = 2 x that (+ the elementwise ops, under 1 %);
+    training = forward + backward, about 3 x forward."""
+    result = tf_probe(
+        """
+        import json
+        import keras, tensorflow as tf
+        import tf_probes
+        model = keras.applications.ResNet50(weights=None)
+        macs = 0
+        for layer in model.layers:
+            if isinstance(layer, keras.layers.Conv2D):
+                macs += int(tf.reduce_prod(layer.kernel.shape)) * layer.output.shape[1] * layer.output.shape[2]
+            elif isinstance(layer, keras.layers.Dense):
+                macs += int(tf.reduce_prod(layer.kernel.shape))
+        images, labels = tf.TensorSpec([2, 224, 224, 3]), tf.TensorSpec([2], tf.int32)
+        forward = tf.function(lambda x, y: model(x, training=False))
+        @tf.function
+        def training(x, y):
+            with tf.GradientTape() as tape:
+                loss = keras.losses.sparse_categorical_crossentropy(y, model(x, training=True))
+            return tape.gradient(loss, model.trainable_variables)
+        count = lambda f: tf_probes.graph_flops(f.get_concrete_function(images, labels).graph) / 2
+        print(json.dumps({"macs": macs, "forward": count(forward), "training": count(training)}))
+        """
+    )
+    assert result["macs"] == pytest.approx(3.86e9, rel=0.005)
+    assert result["forward"] == pytest.approx(2 * result["macs"], rel=0.02)
+    assert result["forward"] == pytest.approx(2 * 3.8e9, rel=0.05)
+    assert result["training"] / result["forward"] == pytest.approx(3.0, rel=0.05)
+
+
+@pytest.mark.slow
+def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
+    """After 3 training steps on 2 CPU replicas: the probes' timings, and every variable of the
+    model and of the optimizer unchanged by them (learning rate 0, statistics restored)."""
+    result = tf_probe(
+        f"""
+        import json
+        import numpy as np
+        import train_tf
+        backend = train_tf.KerasBackend()
+        backend.setup(train_tf.parse_args(["--data", {str(cifar_256)!r}, "--model", "cnn_small", "--gpus", "2",
+                                           "--resolution", "32", "--per-gpu-batch", "16"]))
+        attempt = backend.build(16, 1)
+        attempt.probe(3)
+        state = lambda: [v.numpy().copy() for v in [*attempt.model.variables, *attempt.model.optimizer.variables]]
+        before = state()
+        lr = float(attempt.model.optimizer.learning_rate.numpy())
+        probes = attempt.breakdown_probes()
+        after = state()
+        print(json.dumps({{**probes, "unchanged": all(np.array_equal(a, b) for a, b in zip(before, after)),
+                          "variables": len(before), "lr": [lr, float(attempt.model.optimizer.learning_rate.numpy())],
+                          "flops": attempt.header_updates["flops_per_image"]}}))
+        """
+    )
+    # 3 kernels, 4 per batch norm (scale, offset, moving mean and variance) x 3, the dense layer's
+    # 2; the optimizer's step count and learning rate.
+    assert result["unchanged"] and result["variables"] == 3 + 4 * 3 + 2 + 2
+    assert result["lr"] == pytest.approx([0.02, 0.02])  # 0.01 x 2 replicas, restored
+    assert len(result["compute"]) == 10 and all(seconds > 0 for seconds in result["compute"])
+    assert len(result["allreduce"]) == 5 and all(seconds > 0 for seconds in result["allreduce"])
+    assert (result["ranks"], result["gradient_bytes"]) == (2, CNN_SMALL_GRADIENT_BYTES)
+    assert_cnn_small_flops(result["flops"])
+
+
+def assert_cnn_small_flops(flops: float) -> None:
+    """cnn_small's FLOPs per trained image at 32 px: forward, the weights' gradients and the input
+    gradients of every layer but the first (whose input needs none): 2 FLOPs per multiply-add,
+    plus the elementwise ops (batch norm, ReLU, pooling, loss: a few %)."""
+    conv1, conv2, conv3 = CNN_SMALL_CONV_MACS
+    by_hand = 2 * (2 * (conv1 + conv2 + conv3) + (conv2 + conv3) + 3 * CNN_SMALL_DENSE_MACS)
+    assert by_hand == 15_929_088
+    assert by_hand < flops < 1.06 * by_hand
+
+
+def steps_run(data, devices: int, env=None, *options) -> dict:
+    """A steps-protocol run of cnn_small at 32 px; its summary, header and human output."""
+    command = [sys.executable, str(TRAINER), "--data", str(data), "--model", "cnn_small", "--resolution", "32",
+               "--gpus", str(devices), "--protocol", "steps", "--warmup-steps", "3", *map(str, options)]
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("SCALESWEEP_")}
+    done = subprocess.run(command, capture_output=True, text=True, env={**clean, **(env or {})}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = parse_records(done.stdout)
+    return {"header": records[0], "timed": records[2], "summary": records[-1], "stdout": done.stdout}
+
+
+@pytest.mark.slow
+def test_step_breakdown_at_one_replica_has_no_exposed_synchronisation(cifar_256):
+    run = steps_run(cifar_256, 1, None, "--per-gpu-batch", 32, "--timed-steps", 30)
+    summary, timed = run["summary"], run["timed"]
+    assert_parts_add_up(summary)
+    assert summary["breakdown_step_s"] == pytest.approx(timed["seconds"] / 30)
+    assert summary["breakdown_steps"] == 30
+    # One replica synchronises nothing: its step is data wait + compute, up to noise.
+    assert summary["sync_exposed_s"] <= 0.05 * summary["breakdown_step_s"]
+    assert summary["allreduce_s"] is None and summary["allreduce_bytes"] is None  # nothing to all-reduce
+    line = next(line for line in run["stdout"].splitlines() if line.startswith("step breakdown: "))
+    assert " + other " in line and f"= data {1000 * summary['data_wait_s']:.2f} + " in line
+    assert_cnn_small_flops(run["header"]["flops_per_image"])
+
+
+INJECTED_DELAY_S = 0.1
+
+
+@pytest.mark.slow
+def test_injected_delays_land_in_their_part_of_the_step(cifar_256):
+    """Runs alike but for an injected delay D per step, on 2 CPU replicas: a delayed gradient
+    reduction moves D into exposed synchronisation, a slowed loader into data wait (each within
+    20 %), and neither into the other parts (under 20 % of D)."""
+    options = ("--per-gpu-batch", 16, "--timed-steps", 20)
+    plain = steps_run(cifar_256, 2, None, *options)["summary"]
+    runs = {part: steps_run(cifar_256, 2, {variable: str(INJECTED_DELAY_S)}, *options)["summary"]
+            for part, variable in (("sync_exposed_s", runlog.SYNC_DELAY_ENV), ("data_wait_s", runlog.DATA_DELAY_ENV))}
+    for part, run in runs.items():
+        moved = {key: run[key] - plain[key]
+                 for key in ("breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s")}
+        assert moved[part] == pytest.approx(INJECTED_DELAY_S, rel=0.2), (part, moved)
+        assert moved["breakdown_step_s"] == pytest.approx(INJECTED_DELAY_S, rel=0.2), (part, moved)
+        others = [key for key in ("data_wait_s", "compute_s", "sync_exposed_s") if key != part]
+        assert all(abs(moved[key]) < 0.2 * INJECTED_DELAY_S for key in others), (part, moved)

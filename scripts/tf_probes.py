@@ -1,0 +1,238 @@
+"""TensorFlow's side of the step breakdown (scripts/stepparts.py): the replicated step functions,
+the probes, the injected delays and the model FLOPs.
+
+The training loop (scripts/train_tf.py KerasAttempt) is ours, around Keras' own
+`model.train_step`: Keras' fit() fetches each batch inside its tf.function, where no clock can
+see how long the step waited for it. Ours takes the batch from the distributed dataset's iterator
+in Python, waits for the devices (the batch is on them, copy included: the data wait ends), then
+runs the step, `strategy.run(model.train_step)` in a tf.function (XLA with --compile), as fit's
+own step function does.
+
+- compute_probe: three step functions on one batch already on the devices, taking turns after an
+  untimed round (tracing, XLA): `gradients` (forward, loss and backward per replica, the
+  gradients left unreduced and unapplied), `all-reduced` (the same, then the cross-replica
+  all-reduce of the gradients Keras' optimizer does, ReplicaContext.all_reduce) and `full` (the
+  training step itself, learning rate 0). compute = gradients + max(0, median(full) -
+  median(all-reduced)): the forward and backward without synchronisation, plus what the step does
+  beyond its all-reduce (the optimizer's update, the loss and metric updates). The learning rate
+  is 0 and the model's non-trainable variables (batch-norm statistics) and the optimizer's
+  (iterations, loss scale) are restored after: the probes change no weight.
+- allreduce_probe: one DDP-bucket-sized buffer (stepparts.bucket_elements) in the gradients'
+  dtype, all-reduced across the replicas with ReplicaContext.all_reduce inside strategy.run, the
+  devices synchronized before (every replica starts together) and after, after warm-up.
+- Delay injection: with runlog.SYNC_DELAY_ENV set, the strategy's cross-device ops start every
+  batch reduction (the gradients' all-reduce of a step is one) that many seconds after all its
+  inputs are ready (cross_device_ops); the compute probe's `gradients` step reduces
+  nothing and its other two steps both carry the delay, so compute does not. The data delay is
+  tf_data.with_injected_delay.
+- graph_flops: the FLOPs of the ops a traced graph runs (TensorFlow's registered per-op
+  statistics, the ones tf.compat.v1.profiler sums), for the header's flops_per_image.
+"""
+
+import contextlib
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework import ops as framework_ops
+
+import runlog
+import stepparts
+
+
+def replicated(strategy, replica_fn, jit: bool = False):
+    """A tf.function running `replica_fn(*args)` on every replica (strategy.run), XLA-compiled
+    with `jit`: the shape of Keras' own step function (keras' TensorFlowTrainer._make_function)."""
+
+    def step(*args):
+        return strategy.run(replica_fn, args=args)
+
+    return tf.function(step, jit_compile=jit, reduce_retracing=True)
+
+
+# ---------------------------------------------------------------- compute probe
+
+
+def gradient_step(model, all_reduce: bool):
+    """A replica function of a Keras batch (images, labels): forward, loss and backward, then the
+    gradients' cross-replica sum when `all_reduce`; returns the gradients (an output, so the
+    graph cannot prune their computation)."""
+
+    def step(data):
+        images, labels = data
+        with tf.GradientTape() as tape:
+            predictions = model(images, training=True)
+            loss = model.compute_loss(x=images, y=labels, y_pred=predictions, training=True)
+            # As Keras' train_step: mixed float16 scales the loss, or its gradients underflow into
+            # subnormals (slow on CPUs).
+            loss = model.optimizer.scale_loss(loss)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        if all_reduce:
+            gradients = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+        return gradients
+
+    return step
+
+
+@contextlib.contextmanager
+def frozen_training_state(model):
+    """The training step's work without its effect: learning rate 0, and the model's
+    non-trainable variables (batch-norm statistics move in every training forward) and the
+    optimizer's variables (its step count) restored afterwards."""
+    optimizer = model.optimizer
+    saved = [(variable, variable.numpy()) for variable in [*model.non_trainable_variables, *optimizer.variables]]
+    learning_rate = float(optimizer.learning_rate.numpy())
+    optimizer.learning_rate = 0.0
+    try:
+        yield
+    finally:
+        for variable, value in saved:
+            variable.assign(value)
+        optimizer.learning_rate = learning_rate
+        model.reset_metrics()
+
+
+def timed_rounds(calls: dict, synchronize, rounds: int) -> dict:
+    """Seconds of every call of `calls` (name -> function) per round, the calls taking turns (a
+    drift in the machine's speed touches them alike); one untimed round first (tracing, XLA)."""
+    seconds = {name: [] for name in calls}
+    for round_number in range(rounds + 1):
+        for name, call in calls.items():
+            synchronize()
+            began = time.perf_counter()
+            call()
+            synchronize()
+            if round_number:
+                seconds[name].append(time.perf_counter() - began)
+    return seconds
+
+
+def compute_probe(model, strategy, train_step, batch, jit: bool, synchronize,
+                  steps: int = stepparts.COMPUTE_PROBE_STEPS) -> list[float]:
+    """Seconds of the compute of `steps` training steps at the run's per-replica batch, without
+    gradient synchronisation (the module's docstring); `batch` is on the devices already."""
+    gradients = replicated(strategy, gradient_step(model, all_reduce=False), jit)
+    all_reduced = replicated(strategy, gradient_step(model, all_reduce=True), jit)
+    calls = {"gradients": lambda: gradients(batch), "all-reduced": lambda: all_reduced(batch),
+             "full": lambda: train_step(batch)}
+    with frozen_training_state(model):
+        seconds = timed_rounds(calls, synchronize, steps)
+    beyond_all_reduce = max(0.0, statistics.median(seconds["full"]) - statistics.median(seconds["all-reduced"]))
+    return [step + beyond_all_reduce for step in seconds["gradients"]]
+
+
+# ---------------------------------------------------------------- all-reduce probe
+
+
+def gradient_bytes(model) -> int:
+    """Bytes of the gradients one step all-reduces (a gradient has its variable's dtype)."""
+    return sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in model.trainable_variables)
+
+
+def allreduce_probe(model, strategy, synchronize) -> dict:
+    """The all-reduce probe's part of breakdown_probes(): seconds per bucket-sized all-reduce."""
+    ranks, grads = strategy.num_replicas_in_sync, gradient_bytes(model)
+    probe = {"allreduce": [], "ranks": ranks, "gradient_bytes": grads}
+    if ranks < 2 or not grads:
+        return probe
+    dtype = tf.as_dtype(model.trainable_variables[0].dtype)
+    elements = stepparts.bucket_elements(grads, dtype.size)
+    buffers = strategy.experimental_distribute_values_from_function(lambda _: tf.ones([elements], dtype))
+    reduce = replicated(strategy, lambda buffer: tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, buffer))
+    for index in range(stepparts.ALLREDUCE_WARMUP + stepparts.ALLREDUCE_REPEATS):
+        synchronize()
+        began = time.perf_counter()
+        reduce(buffers)
+        synchronize()
+        if index >= stepparts.ALLREDUCE_WARMUP:
+            probe["allreduce"].append(time.perf_counter() - began)
+    return probe
+
+
+# ---------------------------------------------------------------- delay injection
+
+
+def _spend_sync_delay():
+    runlog.inject_delay(runlog.SYNC_DELAY_ENV)
+    return np.float32(0)
+
+
+class _DelayedBatchReduction:
+    """Mixed into a tf.distribute.CrossDeviceOps: every batch reduction (MirroredStrategy
+    all-reduces a step's gradients in one) starts runlog.SYNC_DELAY_ENV seconds after all its
+    inputs are ready. The busy wait is a host op; the reduction's ops depend on it."""
+
+    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+        inputs = [tensor for value, _ in value_destination_pairs for tensor in getattr(value, "values", (value,))]
+        with tf.control_dependencies(inputs), tf.device("/cpu:0"):
+            waited = tf.py_function(_spend_sync_delay, [], tf.float32, name="injected_sync_delay")
+        with tf.control_dependencies([waited]):
+            return super().batch_reduce_implementation(reduce_op, value_destination_pairs, options)
+
+
+class DelayedReductionToOneDevice(_DelayedBatchReduction, tf.distribute.ReductionToOneDevice):
+    """ReductionToOneDevice (CPU replicas), each batch reduction delayed."""
+
+
+class DelayedNcclAllReduce(_DelayedBatchReduction, tf.distribute.NcclAllReduce):
+    """NcclAllReduce (MirroredStrategy's choice on GPUs), each batch reduction delayed."""
+
+
+def cross_device_ops(cpu_replicas: bool):
+    """The cross-device ops of the run's MirroredStrategy: ReductionToOneDevice over CPU replicas
+    (NCCL is GPU-only), TensorFlow's own choice (None) on GPUs; their delayed variants when
+    runlog.SYNC_DELAY_ENV asks for a delay."""
+    delayed = runlog.injected_delay_s(runlog.SYNC_DELAY_ENV) > 0
+    if cpu_replicas:
+        return DelayedReductionToOneDevice() if delayed else tf.distribute.ReductionToOneDevice()
+    return DelayedNcclAllReduce() if delayed else None
+
+
+def check_sync_delay(jit_compile: bool) -> None:
+    """Under XLA, MirroredStrategy all-reduces with its collective ops instead of the cross-device
+    ops the injected delay lives in (and XLA cannot compile the host op): refused, not ignored."""
+    if jit_compile and runlog.injected_delay_s(runlog.SYNC_DELAY_ENV):
+        raise ValueError(f"{runlog.SYNC_DELAY_ENV} delays MirroredStrategy's cross-device ops, which XLA "
+                         "(--compile) bypasses: inject the delay without --compile")
+
+
+# ---------------------------------------------------------------- FLOPs
+
+
+def executed_ops(graph) -> list:
+    """The ops of `graph` its outputs and control outputs (the stateful updates) depend on: what
+    the runtime runs. A gradient function builds some results nobody uses (the input gradient
+    of the first layer), which the runtime prunes."""
+    pending = [tensor.op for tensor in graph.outputs] + list(getattr(graph, "control_outputs", []))
+    seen = {}
+    while pending:
+        op = pending.pop()
+        if op.name in seen:
+            continue
+        seen[op.name] = op
+        pending.extend(tensor.op for tensor in op.inputs)
+        pending.extend(op.control_inputs)
+    return list(seen.values())
+
+
+def graph_flops(graph) -> float:
+    """FLOPs of the ops `graph` runs, by TensorFlow's registered statistics (a multiply-add is 2
+    FLOPs: Conv2D, its two backward ops and MatMul; elementwise ops 1 per element)."""
+    total = 0
+    for op in executed_ops(graph):
+        stats = framework_ops.get_stats_for_node_def(graph, op.node_def, "flops")
+        total += stats.value or 0
+    return float(total)
+
+
+def flops_per_image(step, element_spec, global_batch: int) -> float | None:
+    """FLOPs per trained image of the traced training step `step` (a tf.function of a global
+    batch of `element_spec`): forward + backward of every replica; the optimizer's update, a few
+    FLOPs per weight per step, is in it too (negligible per image). Traces the step (its first
+    call would); None where the graph cannot be counted: provenance must never fail a run."""
+    try:
+        return graph_flops(step.get_concrete_function(element_spec).graph) / global_batch
+    except Exception:  # noqa: BLE001
+        return None
