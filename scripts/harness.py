@@ -245,7 +245,8 @@ def step_breakdown(attempt, log: runlog.RunLog, info) -> dict:
         return {}
     probe_s = time.perf_counter() - began
     seconds, steps = log.steady_window()
-    parts = stepparts.step_parts(seconds, steps, log.steady_durations, log.steady_waits, probes["compute"])
+    parts = stepparts.step_parts(seconds, steps, log.steady_durations, log.steady_waits, probes["compute"],
+                                 probes["ranks"])
     parts.update(stepparts.allreduce_keys(probes["gradient_bytes"], probes["allreduce"], probes["ranks"], parts))
     info(breakdown_line(parts))
     return {**parts, "probe_s": probe_s}

@@ -8,7 +8,7 @@ synchronisation (`compute`); an all-reduce probe times the synchronisation alone
     wall per step = window seconds / steps        (what the throughput sees)
     data          = median data wait
     compute       = median probe step
-    exposed sync  = max(0, median step - data - compute)
+    exposed sync  = max(0, median step - data - compute)   (0 with one process: nothing to sync)
     other         = wall per step - data - compute - exposed sync
 
 so the four parts add up to the wall time per step by construction. `other` holds the host work
@@ -32,15 +32,18 @@ def _median_or_none(values):
     return statistics.median(values) if values else None
 
 
-def step_parts(window_seconds: float, window_steps: int, step_durations, data_waits, compute_durations) -> dict:
-    """The breakdown keys of the summary record (nulls where a part was not measured)."""
+def step_parts(window_seconds: float, window_steps: int, step_durations, data_waits, compute_durations,
+               ranks: int = 2) -> dict:
+    """The breakdown keys of the summary record (nulls where a part was not measured). A run of
+    one process (`ranks` 1) synchronises nothing: what its step holds beyond data and compute
+    (contention, noise) is `other`, not exposed synchronisation."""
     keys = (*PART_KEYS, "breakdown_steps")
     step, data, compute = (_median_or_none(step_durations), _median_or_none(data_waits),
                            _median_or_none(compute_durations))
     if not window_steps or window_seconds is None or None in (step, data, compute):
         return dict.fromkeys(keys)
     wall = window_seconds / window_steps
-    exposed = max(0.0, step - data - compute)
+    exposed = max(0.0, step - data - compute) if ranks > 1 else 0.0
     return dict(zip(keys, (wall, data, compute, exposed, wall - data - compute - exposed,
                            len(list(step_durations)))))
 

@@ -111,7 +111,8 @@ def test_two_node_run_measures_where_its_steps_go(first_sweep):
     assert parts == pytest.approx(run["breakdown_step_s"])
     assert run["allreduce_s"] > 0 and run["busbw_gb_s"] > 0 and run["flops_per_image"] > 0
     one = runs.loc[("pytorch", "synth-folder", 1)]
-    assert pd.isna(one["allreduce_s"]) and one["sync_exposed_s"] <= 0.05 * one["breakdown_step_s"]
+    # (the test cluster runs jobs side by side on 2 cores: no timing is asserted here)
+    assert pd.isna(one["allreduce_s"]) and one["sync_exposed_s"] == 0.0
 
 
 def test_failure_is_recorded_with_its_reason_in_runs_csv(first_sweep):

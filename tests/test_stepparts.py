@@ -25,6 +25,12 @@ def test_exposed_sync_is_never_negative_and_other_takes_the_noise():
     assert sum(parts[k] for k in ("data_wait_s", "compute_s", "sync_exposed_s", "other_s")) == pytest.approx(0.1)
 
 
+def test_one_process_synchronises_nothing():
+    """Same numbers at one rank: the 0.025 s beyond data and compute is other, not sync."""
+    parts = stepparts.step_parts(12.0, 100, [0.115] * 100, [0.010] * 100, [0.080] * 10, ranks=1)
+    assert parts["sync_exposed_s"] == 0.0 and parts["other_s"] == pytest.approx(0.030)
+
+
 def test_missing_measurement_gives_nulls():
     assert set(stepparts.step_parts(10.0, 100, [0.1], [], [0.05]).values()) == {None}
 
