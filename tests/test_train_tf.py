@@ -23,6 +23,7 @@ PREFIX = ":::SCALESWEEP "
 sys.path.insert(0, str(SCRIPTS))
 import make_cifar  # noqa: E402
 import runlog  # noqa: E402
+import stepparts  # noqa: E402
 from test_backends import assert_finished_run  # noqa: E402  (the epochs protocol's contract)
 
 
@@ -471,8 +472,9 @@ def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
     # 2; the optimizer's step count and learning rate.
     assert result["unchanged"] and result["variables"] == 3 + 4 * 3 + 2 + 2
     assert result["lr"] == pytest.approx([0.02, 0.02])  # 0.01 x 2 replicas, restored
-    assert len(result["compute"]) == 10 and all(seconds > 0 for seconds in result["compute"])
-    assert len(result["allreduce"]) == 5 and all(seconds > 0 for seconds in result["allreduce"])
+    assert len(result["compute"]) == stepparts.COMPUTE_PROBE_STEPS and all(seconds > 0 for seconds in result["compute"])
+    assert len(result["allreduce"]) == stepparts.ALLREDUCE_REPEATS
+    assert all(seconds > 0 for seconds in result["allreduce"])
     assert (result["ranks"], result["gradient_bytes"]) == (2, CNN_SMALL_GRADIENT_BYTES)
     assert_cnn_small_flops(result["flops"])
 
