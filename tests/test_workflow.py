@@ -41,8 +41,15 @@ def test_sweep_leaves_tidy_tables_and_figures(tiny_sweep):
     two = scaling[scaling.gpus == 2].set_index("framework")
     one = scaling[scaling.gpus == 1].set_index("framework")
     assert two.speedup.to_dict() == pytest.approx((one.time_s / two.time_s).to_dict())
+    # Every run measured where its steps go: the parts add up, the line with `other` is in its log.
+    parts = runs[["data_wait_s", "compute_s", "sync_exposed_s", "other_s"]].sum(axis=1)
+    assert parts.tolist() == pytest.approx(runs.breakdown_step_s.tolist())
+    assert (runs[runs.gpus == 1].sync_exposed_s == 0).all() and (runs[runs.gpus == 2].allreduce_s > 0).all()
+    for log in runs.log:
+        assert " + other " in Path(log if Path(log).is_absolute() else tiny_sweep / log).read_text()
     figures = sorted(p.name for p in (tiny_sweep / "results/figures").glob("*.png"))
-    for name in ("time_all.png", "throughput_by_model.png", "speedup_all.png", "efficiency_by_model.png"):
+    for name in ("time_all.png", "throughput_by_model.png", "speedup_all.png", "efficiency_by_model.png",
+                 "step_breakdown.png", "bus_bandwidth.png"):
         assert name in figures
 
 
