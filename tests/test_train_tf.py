@@ -508,7 +508,7 @@ def test_step_breakdown_at_one_replica_has_no_exposed_synchronisation(cifar_256)
     assert summary["breakdown_step_s"] == pytest.approx(timed["seconds"] / 30)
     assert summary["breakdown_steps"] == 30
     # One replica synchronises nothing: its step is data wait + compute, up to noise (other).
-    assert summary["sync_exposed_s"] == 0.0 and abs(summary["other_s"]) <= 0.1 * summary["breakdown_step_s"]
+    assert summary["sync_exposed_s"] == 0.0 and abs(summary["other_s"]) <= 0.2 * summary["breakdown_step_s"]
     assert summary["allreduce_s"] is None and summary["allreduce_bytes"] is None  # nothing to all-reduce
     line = next(line for line in run["stdout"].splitlines() if line.startswith("step breakdown: "))
     assert " + other " in line and f"= data {1000 * summary['data_wait_s']:.2f} + " in line

@@ -490,7 +490,7 @@ def test_breakdown_parts_add_up_and_one_process_has_no_sync(dataset):
     assert one["breakdown_step_s"] == pytest.approx(one["steady_epoch_time_s"] / timed)
     # one process synchronises nothing, and the compute probe accounts for the step: what is
     # left (host work between steps, the medians' noise) is small
-    assert one["sync_exposed_s"] == 0.0 and abs(one["other_s"]) <= 0.1 * one["breakdown_step_s"]
+    assert one["sync_exposed_s"] == 0.0 and abs(one["other_s"]) <= 0.2 * one["breakdown_step_s"]
     assert one["compute_s"] > 0 and one["data_wait_s"] > 0
     assert one["allreduce_s"] is None and "flops_per_image" not in one  # a header key
     header = records(launch(dataset, None, *BREAKDOWN_RUN).stdout)[0]
