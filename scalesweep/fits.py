@@ -37,6 +37,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 from scalesweep.scaling import (
     is_usable,
     check_runs,
+    group_basis,
     iter_groups,
     key_tuple,
     scaling_table,
@@ -268,7 +269,7 @@ def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0,
 
 def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFrame | None,
              n_bootstrap: int, seed: int) -> dict:
-    basis = target if target != "speedup" else _group_basis(group)
+    basis = target if target != "speedup" else group_basis(group)
     spec = BASIS_TARGETS.get(basis, BASIS_TARGETS["time"])
     points = group[group[spec.speedup_column].map(is_usable)].sort_values("gpus")
     baseline = group["baseline_gpus"].iloc[0]
@@ -300,15 +301,6 @@ def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFram
     interval_note = _add_bootstrap(row, law, spec, points, group_runs, n_bootstrap, seed)
     row["note"] = "; ".join(notes + ([interval_note] if interval_note else []))
     return row
-
-
-def _group_basis(group: pd.DataFrame) -> str:
-    """The scaling table's basis of a group ("" when it has none: mixed protocols); scaling
-    tables written before the basis existed used the time ratio."""
-    if "scaling_basis" not in group:
-        return "time"
-    values = group["scaling_basis"].dropna()
-    return str(values.iloc[0]) if len(values) else ""
 
 
 def _add_bootstrap(row: dict, law: str, spec: Target, points: pd.DataFrame,

@@ -423,6 +423,15 @@ _RELATIVE_COLUMNS = tuple(c for c in SCALING_COLUMNS if c not in (
     "train_images", "gpu_hours", "global_batch", *SCALED_BREAKDOWN, "breakdown_note", "note"))
 
 
+def group_basis(group: pd.DataFrame) -> str:
+    """The basis a scaling table gives a group ("" when it has none: mixed protocols); tables
+    written before the basis existed used the time ratio."""
+    if "scaling_basis" not in group:
+        return TIME_BASIS
+    values = group["scaling_basis"].dropna()
+    return str(values.iloc[0]) if len(values) else ""
+
+
 def scaling_basis(cells: pd.DataFrame) -> tuple[str | None, str | None]:
     """(basis, note) of one group from its aggregate_counts rows: THROUGHPUT_BASIS when the work
     per timed unit changes with N (the steps protocol, or images per epoch that differ), else

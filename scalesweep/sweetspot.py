@@ -29,7 +29,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from scalesweep.scaling import is_usable, iter_groups, table_group_keys
+from scalesweep.scaling import THROUGHPUT_BASIS, group_basis, is_usable, iter_groups, table_group_keys
 
 INTENTS = ("fastest", "efficient", "budget")
 SWEET_SPOT_COLUMNS = (
@@ -58,16 +58,11 @@ def projected_time_s(scaling: pd.DataFrame, epoch_budget: float) -> pd.Series:
     return epoch_budget * scaling["train_images"] / scaling["throughput_img_s"]
 
 
-def _basis(group: pd.DataFrame) -> str:
-    values = group["scaling_basis"].dropna() if "scaling_basis" in group else pd.Series([], dtype=object)
-    return str(values.iloc[0]) if len(values) else "time"
-
-
 def chosen_time_metric(group: pd.DataFrame) -> str:
     """Time basis: total_time_s when every GPU count with an epoch time also has a total time,
     else time_s. Throughput basis: projected_time_s when every GPU count with a throughput has
     it, else time_per_image_s."""
-    if _basis(group) == "throughput":
+    if group_basis(group) == THROUGHPUT_BASIS:
         measured = group[group["throughput_img_s"].map(is_usable)]
         if len(measured) and measured["projected_time_s"].map(is_usable).all():
             return "projected_time_s"
