@@ -4,16 +4,25 @@ PYTHON := $(VENV)/bin/python
 SNAKEMAKE := $(VENV)/bin/snakemake
 CORES ?= all
 PYTEST_ARGS ?=
+# Container-stack stand-ins the test suite also runs the trainers in (envs/stack-*.txt, README:
+# Supported stacks). `make test STACKS=` skips them (their tests are then skipped).
+STACKS ?= ngc-tensorflow-23.03 ngc-pytorch-24.07
 
-.PHONY: sweep test test-fast bench clean
+.PHONY: sweep test test-fast stacks bench clean
 
 # The default sweep of config/config.yaml on this machine; jobs run one at a time (each takes
 # every core), so timings are not disturbed by a neighbour.
 sweep: $(VENV)/.installed
 	$(SNAKEMAKE) --cores $(CORES) --keep-going
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed stacks
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+# One venv per stack under .stacks/, from the interpreter its file names (envs/make_stack.sh).
+stacks: $(STACKS:%=.stacks/%/.installed)
+
+.stacks/%/.installed: envs/stack-%.txt envs/make_stack.sh
+	bash envs/make_stack.sh $*
 
 # Everything but the tests that train models or drive whole sweeps.
 test-fast: $(VENV)/.installed

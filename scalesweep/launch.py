@@ -118,10 +118,13 @@ def container_prefix(settings, container, repo, workdir):
     ]
 
 
-def python_for(container, host_python):
-    """Inside a container its own `python`; on the host the sweep's interpreter (a venv path that
-    compute nodes on the shared file system can run too)."""
-    return host_python if container["runtime"] == "none" else "python"
+def python_for(container, framework, host_python):
+    """Inside a container its own `python`; on the host the framework's `container.python` if
+    set, else the sweep's interpreter (a venv path that compute nodes on the shared file system
+    can run too)."""
+    if container["runtime"] != "none":
+        return "python"
+    return container.get("python", {}).get(framework) or host_python
 
 
 def single_node_argv(settings, python, repo):
@@ -174,7 +177,7 @@ def max_batch_settings(settings):
 def job_command(settings, container, repo, workdir, host_python):
     """The shell command of one training job, locally or inside a SLURM allocation: its steps
     joined by &&, so a step that fails (a module that does not load) stops the job."""
-    python = python_for(container, host_python)
+    python = python_for(container, settings["framework"], host_python)
     prefix = container_prefix(settings, container, repo, workdir)
     if is_multinode(settings):
         steps = multinode_steps(settings, prefix, python, repo)

@@ -9,6 +9,7 @@ warnings about what would run but hardly as meant (printed in the preview).
 import difflib
 import itertools
 import math
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -309,6 +310,20 @@ def check_dataset_paths(config, datasets, workdir="."):
             )
 
 
+def check_trainer_pythons(config, frameworks, workdir="."):
+    """`container.python` interpreters of the frameworks that run must exist and be executable
+    (runtime none only: inside a container the image's python runs)."""
+    container = config.get("container", {})
+    if container.get("runtime", "none") != "none":
+        return
+    for framework in frameworks:
+        python = container.get("python", {}).get(framework)
+        if python is not None and not os.access(Path(workdir) / python, os.X_OK):
+            raise ConfigError(
+                f"container.python.{framework}", f"'{python}' is not an executable interpreter"
+            )
+
+
 def nothing_to_run(config, excluded):
     """The error when the rules leave nothing: which rules removed how many combinations."""
     patterns = config.get("exclude", [])
@@ -341,6 +356,7 @@ def plan(config, workdir=".", check_paths=True):
         raise nothing_to_run(config, excluded)
     if check_paths:
         check_dataset_paths(config, sorted({run["dataset"] for run in runs}), workdir)
+        check_trainer_pythons(config, sorted({run["framework"] for run in runs}), workdir)
     return runs, excluded
 
 

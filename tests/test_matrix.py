@@ -4,6 +4,7 @@ import copy
 from pathlib import Path
 
 import shlex
+import sys
 
 import pytest
 import yaml
@@ -159,3 +160,24 @@ def test_gpu_count_patterns_split_single_and_multi_node():
 def test_synthetic_options_are_the_generators_options_quoted():
     assert matrix.synthetic_options({"train_images": 512, "seed": 0}) == "--train-images 512 --seed 0"
     assert matrix.synthetic_options({"classes": "4; touch x"}) == "--classes '4; touch x'"
+
+
+def test_container_python_picks_each_frameworks_interpreter_on_the_host_only(config):
+    runs, _ = matrix.plan(config)
+    settings = {run["framework"]: matrix.run_settings(run, config) for run in runs if run["gpus"] == 2}
+    host = {"runtime": "none", "python": {"tensorflow": "/opt/py38/bin/python"}}
+    tf_command = launch.job_command(settings["tensorflow"], host, ".", ".", "/venv/bin/python")
+    torch_command = launch.job_command(settings["pytorch"], host, ".", ".", "/venv/bin/python")
+    assert tf_command.startswith("/opt/py38/bin/python ./scripts/train_tf.py")
+    assert torch_command.startswith("/venv/bin/python -m torch.distributed.run")  # not set: the sweep's own
+    inside = {**host, "runtime": "apptainer", "module": "", "args": [], "binds": [],
+              "images": {"tensorflow": "tf.sif", "pytorch": "torch.sif"}}
+    assert " tf.sif python ./scripts/train_tf.py" in launch.job_command(settings["tensorflow"], inside, ".", ".", "/venv/bin/python")
+
+
+def test_a_container_python_that_does_not_run_is_refused_before_any_job(config, tmp_path):
+    config["container"] = {"runtime": "none", "python": {"pytorch": str(tmp_path / "missing" / "python")}}
+    with pytest.raises(matrix.ConfigError, match=r"container\.python\.pytorch.*is not an executable interpreter"):
+        matrix.plan(config)
+    config["container"]["python"]["pytorch"] = sys.executable
+    assert matrix.plan(config)[0]
