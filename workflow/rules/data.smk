@@ -13,7 +13,7 @@ rule make_synthetic_cifar:
         python=PYTHON,
         script=script("make_cifar.py"),
     shell:
-        "{params.python} {params.script} --out {output} {params.options} > {log} 2>&1"
+        "{params.python:q} {params.script:q} --out {output:q} {params.options} > {log:q} 2>&1"
 
 
 rule make_synthetic_imagefolder:
@@ -28,4 +28,4 @@ rule make_synthetic_imagefolder:
         python=PYTHON,
         script=script("make_imagefolder.py"),
     shell:
-        "{params.python} {params.script} --out {output} {params.options} > {log} 2>&1"
+        "{params.python:q} {params.script:q} --out {output:q} {params.options} > {log:q} 2>&1"
