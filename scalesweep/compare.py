@@ -48,7 +48,7 @@ import pandas as pd
 # scipy.special, not scipy.stats: the same distribution functions for a third of the import time.
 from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
-from scalesweep import history, provenance, scaling
+from scalesweep import atomic, history, provenance, scaling
 
 CONFIDENCE = 0.95
 MIN_BOOTSTRAP_REPEATS = 20
@@ -450,9 +450,9 @@ def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE
     outdir.mkdir(parents=True, exist_ok=True)
     table, facts = compare_runs(baseline.runs, candidate.runs, confidence, seed)
     text = summary(table, facts, baseline, candidate)
-    table.to_csv(outdir / "compare.csv", index=False)
+    atomic.write_csv(table, outdir / "compare.csv")
     plot_ratios(table, facts, outdir / "compare.png")
-    (outdir / "summary.txt").write_text(text)
+    atomic.write_text(text, outdir / "summary.txt")
     return table, text
 
 

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import socket
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from scalesweep import atomic
 from scalesweep.provenance import PROVENANCE_COLUMNS, scalesweep_version
 
 DEFAULT_HISTORY_DIR = "results/history"
@@ -123,23 +122,14 @@ def archive_frame(runs: pd.DataFrame, sweep_id: str, date: str, config, source) 
 
 
 def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
-    """Write `frame` to `path` as Parquet: a temporary file in the same folder, fsync, rename."""
+    """Write `frame` to `path` as Parquet, replaced whole or not at all (scalesweep.atomic)."""
     import duckdb
 
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
+    with atomic.replaced_whole(path) as temporary:
         connection = duckdb.connect()
         connection.register("archived", _typed_for_parquet(frame))
-        connection.execute(f"COPY archived TO {_sql_text(temporary)} (FORMAT parquet)")
+        connection.execute(f"COPY archived TO {_sql_text(str(temporary))} (FORMAT parquet)")
         connection.close()
-        with open(temporary, "rb") as written:
-            os.fsync(written.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    _fsync_folder(path.parent)
 
 
 def _typed_for_parquet(frame: pd.DataFrame) -> pd.DataFrame:
@@ -150,21 +140,6 @@ def _typed_for_parquet(frame: pd.DataFrame) -> pd.DataFrame:
         if frame[column].dtype == object and frame[column].isna().all():
             frame[column] = frame[column].astype("string")
     return frame
-
-
-def _fsync_folder(folder: Path) -> None:
-    # The rename is durable only once the folder's entry is on disk (POSIX); not all file
-    # systems allow opening a folder for that, and the file itself is already safe.
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -420,7 +395,7 @@ def write_history(runs_csv, history_dir, config, archived_json) -> str:
     `archived_json` naming the file, return the log line."""
     source = Path(runs_csv).resolve().parent.parent
     archived = archive(read_runs_csv(runs_csv), history_dir, config=config, source=source)
-    Path(archived_json).write_text(archived.as_json() + "\n")
+    atomic.write_text(archived.as_json() + "\n", archived_json)
     return f"archived {archived.runs} runs as {archived.sweep_id}: {archived.path}"
 
 

@@ -4,7 +4,7 @@ until out of memory, then bisecting) -> results/tables/max_batch.csv."""
 
 import pandas as pd
 
-from scalesweep import parse
+from scalesweep import atomic, parse
 
 MAX_BATCH_COLUMNS = ["max_per_gpu_batch", "limit_reached", "tried", "status", "reason", "log"]
 
@@ -49,5 +49,5 @@ def max_batch_table(items):
 def write_max_batch(items, out_csv) -> str:
     """(finder log, run axes) pairs -> out_csv; the log line."""
     table = max_batch_table(items)
-    table.to_csv(out_csv, index=False)
+    atomic.write_csv(table, out_csv)
     return f"{len(table)} configurations"

@@ -9,7 +9,7 @@ jobsteps included) imports this module to parse the workflow.
 
 from pathlib import Path
 
-from scalesweep import scaling, sweetspot
+from scalesweep import atomic, scaling, sweetspot
 
 TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
 
@@ -38,7 +38,7 @@ def write_tables(runs_csv, outputs: dict, efficiency_floor=80.0, gpu_hour_budget
     for name, table in tables.items():
         path = Path(outputs[name])
         path.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(path, index=False)
+        atomic.write_csv(table, path)
     return ", ".join(f"{name}: {len(table)} rows" for name, table in tables.items())
 
 

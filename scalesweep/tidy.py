@@ -10,15 +10,13 @@ or breaks the record contract (scalesweep/records.py); `tidy_tables` also lists 
 
 import math
 import numbers
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
 
-from scalesweep import breakdown, hardware, records
+from scalesweep import atomic, breakdown, hardware, records
 from scalesweep.parse import FIRST_STEADY_EPOCH, EmptyLogError, LogFormatError, parse_file
 from scalesweep.provenance import PROVENANCE_COLUMNS, run_provenance
 
@@ -157,7 +155,7 @@ def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False) -> s
         runs = accounting.refine_failures(runs, accounting.sacct_states(failed["slurm_job_id"]))
     for frame, path in ((epochs, Path(epochs_csv)), (runs, Path(runs_csv))):
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_csv_atomic(frame, path)
+        atomic.write_csv(frame, path)
     return status_counts(runs)
 
 
@@ -167,25 +165,8 @@ def write_tidy(epochs: pd.DataFrame, runs: pd.DataFrame, outdir) -> tuple[Path, 
     outdir.mkdir(parents=True, exist_ok=True)
     paths = outdir / "epochs.csv", outdir / "runs.csv"
     for frame, path in zip((epochs, runs), paths):
-        _write_csv_atomic(frame, path)
+        atomic.write_csv(frame, path)
     return paths
-
-
-def _write_csv_atomic(frame: pd.DataFrame, path: Path) -> None:
-    # A job killed mid-write must leave the previous table or none, never half a CSV that the
-    # analysis would read as fewer runs: write beside it, then rename (atomic on one file system).
-    handle = tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False, newline=""
-    )
-    try:
-        with handle:
-            frame.to_csv(handle, index=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
 
 
 def _extra_axes(configs) -> list[str]:

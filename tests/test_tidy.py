@@ -239,8 +239,8 @@ def test_write_tidy_killed_mid_write_keeps_the_previous_table(tmp_path, monkeypa
     write_tidy(epochs, runs, tmp_path)
     before = (tmp_path / "runs.csv").read_text()
 
-    def half_write_then_die(self, handle, **kwargs):
-        handle.write("framework,model\ntensorflow,")
+    def half_write_then_die(self, target, **kwargs):
+        Path(target).write_text("framework,model\ntensorflow,")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", half_write_then_die)
