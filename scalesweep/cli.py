@@ -10,6 +10,8 @@ Everything readable is still written. Exit status 2: nothing could be analysed a
 """
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -86,23 +88,74 @@ def manifest_problem(axes):
     return None
 
 
-def log_items(paths):
-    """((log path, axes) pairs, [refused]): axes from a folder's manifest where it has one. Without,
-    the log says what it can, and a DDP log's world size comes from its file name
-    (parse.gpus_from_filename)."""
+# The workflow's attempt logs: logs/train/<framework>/<axes>/gpus~N.attempt-K.log.
+ATTEMPT_LOG = re.compile(r"^(?P<run>.+)\.attempt-(?P<attempt>\d+)$")
+
+
+def log_files(folder):
+    """The log files below `folder`, in every subfolder (links to folders are not followed)."""
+    for root, subfolders, files in os.walk(folder):
+        subfolders.sort()
+        yield from (Path(root) / name for name in sorted(files) if Path(name).suffix in LOG_SUFFIXES)
+
+
+def latest_attempts(logs):
+    """Of each run's numbered attempt logs (`<run>.attempt-K.log`), only the highest K: the
+    earlier ones are attempts that failed before it. Other logs pass as they are."""
+    latest = {}
+    for log in logs:
+        match = ATTEMPT_LOG.match(log.stem)
+        key = (log.parent, match["run"]) if match else (log.parent, log.name)
+        attempt = int(match["attempt"]) if match else 0
+        if key not in latest or attempt > latest[key][0]:
+            latest[key] = (attempt, log)
+    chosen = {log for _, log in latest.values()}
+    return [log for log in logs if log in chosen]
+
+
+def distinct_files(logs):
+    """Each file once: a link to a file already listed (the workflow's `<run>.log` points at
+    its latest attempt) is the same run."""
+    seen, distinct = set(), []
+    for log in logs:
+        real = os.path.realpath(log)
+        if real not in seen:
+            seen.add(real)
+            distinct.append(log)
+    return distinct
+
+
+def folder_items(folder, all_attempts=False):
+    """((log, axes) pairs, [refused]) below `folder`: axes from the manifest of each log's folder."""
+    items, refused, manifests = [], [], {}
+    logs = distinct_files(list(log_files(folder)))
+    for log in logs if all_attempts else latest_attempts(logs):
+        if log.parent not in manifests:
+            try:
+                manifests[log.parent], bad_rows = read_manifest(log.parent)
+            except Refused as error:
+                refused.append(f"{error}; the logs of {log.parent} left out")
+                manifests[log.parent], bad_rows = None, []
+            refused += bad_rows
+        if manifests[log.parent] is None:
+            continue
+        axes = manifests[log.parent].get(str(log), {})
+        if axes is not None:
+            items.append((str(log), axes))
+    return items, refused
+
+
+def log_items(paths, all_attempts=False):
+    """((log path, axes) pairs, [refused]): folders are read with every subfolder, each file
+    once, and of a run's attempt logs only the latest unless `all_attempts`. Axes come from a
+    folder's manifest where it has one; without, the log says what it can, and a DDP log's
+    world size comes from its file name (parse.gpus_from_filename)."""
     items, refused = [], []
     for path in paths:
         if path.is_dir():
-            try:
-                axes_by_file, bad_rows = read_manifest(path)
-            except Refused as error:
-                refused.append(f"{error}; the logs of {path} left out")
-                continue
-            refused += bad_rows
-            for log in sorted(p for p in path.iterdir() if p.suffix in LOG_SUFFIXES):
-                axes = axes_by_file.get(str(log), {})
-                if axes is not None:
-                    items.append((str(log), axes))
+            found, problems = folder_items(path, all_attempts)
+            items += found
+            refused += problems
         elif not is_runs_table(path):
             items.append((str(path), {}))
     return items, refused
@@ -117,7 +170,7 @@ def read_runs_table(path):
         raise Refused(str(error)) from None
 
 
-def collect_runs(paths, tidy_dir):
+def collect_runs(paths, tidy_dir, all_attempts=False):
     """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv.
 
     Returns (runs.csv's path or None when there is no run at all, [refused inputs]).
@@ -125,7 +178,7 @@ def collect_runs(paths, tidy_dir):
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
-    items, refused = log_items(paths)
+    items, refused = log_items(paths, all_attempts)
     epochs, runs, refused_logs = tidy.tidy_tables(items)
     refused += refused_logs
     tables = []
@@ -150,10 +203,11 @@ def report_refused(refused, stream=None):
             print(f"  {reason}", file=stream)
 
 
-def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0):
+def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
+            all_attempts=False):
     """Write out/tidy, out/tables and out/figures; return the refused inputs (already reported)."""
     out = Path(out)
-    runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy")
+    runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy", all_attempts)
     report_refused(refused)
     if runs_csv is None:
         raise ValueError("no runs found in " + ", ".join(map(str, paths)))
@@ -174,6 +228,8 @@ def main(argv=None):
     analyze_cmd.add_argument("--gpu-hour-budget", type=float, default=None, help="GPU-hours (sweet spot)")
     analyze_cmd.add_argument("--epoch-budget", type=float, default=1.0,
                              help="training epochs the sweet spot's projected GPU-hours stand for")
+    analyze_cmd.add_argument("--all-attempts", action="store_true",
+                             help="every attempt log of a run (default: only its latest, <run>.attempt-K.log)")
     register_history(commands)
     register_compare(commands)
     register_check_config(commands)
@@ -183,7 +239,7 @@ def main(argv=None):
         return args.handler(args)
     try:
         refused = analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget,
-                          args.epoch_budget)
+                          args.epoch_budget, args.all_attempts)
     except (ValueError, FileNotFoundError, parse.LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT

@@ -159,3 +159,35 @@ def test_unreadable_manifest_leaves_its_folder_out(tmp_path):
     assert f"{folder / 'manifest.csv'}:2: not a UTF-8 text CSV" in result.stderr
     assert f"the logs of {folder} left out" in result.stderr
     assert len(pd.read_csv(tmp_path / "out" / "tidy" / "runs.csv")) == 1
+
+
+def workflow_log_folders(root):
+    """A sweep's own folders: logs/train with a failed attempt, the attempt that succeeded and
+    the `<run>.log` link to it; results/runs with the successful run's copy."""
+    attempts = root / "logs/train/pytorch/model~vit_tiny/dataset~synth-folder"
+    attempts.mkdir(parents=True)
+    (attempts / "gpus~2.attempt-1.log").write_text((LOGS / "scalesweep_truncated.log").read_text())
+    (attempts / "gpus~2.attempt-2.log").write_text((LOGS / "scalesweep_ok.log").read_text())
+    (attempts / "gpus~2.log").symlink_to("gpus~2.attempt-2.log")
+    result = root / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2"
+    result.mkdir(parents=True)
+    (result / "train.log").write_text((LOGS / "scalesweep_ok.log").read_text())
+    return root / "logs/train", root / "results/runs"
+
+
+@pytest.mark.parametrize("folder", ["logs/train", "results/runs"])
+def test_analyze_reads_a_sweeps_folders_recursively_each_run_once_at_its_latest_attempt(tmp_path, folder):
+    workflow_log_folders(tmp_path / "sweep")
+    result = analyze(tmp_path / "sweep" / folder, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    runs = pd.read_csv(tmp_path / "out/tidy/runs.csv")
+    assert runs.status.tolist() == ["ok"]
+    assert Path(runs.log[0]).name in {"gpus~2.attempt-2.log", "train.log"}
+
+
+def test_analyze_all_attempts_keeps_the_failed_attempt_but_never_a_link_twice(tmp_path):
+    logs, _ = workflow_log_folders(tmp_path / "sweep")
+    analyze(logs, "--out", tmp_path / "out", "--all-attempts")
+    runs = pd.read_csv(tmp_path / "out/tidy/runs.csv")
+    assert sorted(Path(log).name for log in runs.log) == ["gpus~2.attempt-1.log", "gpus~2.attempt-2.log"]
+    assert sorted(runs.status) == ["failed", "ok"]
