@@ -18,6 +18,7 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/max_batch.smk"
 include: "workflow/rules/history.smk"
 include: "workflow/rules/compare.smk"
+include: "workflow/rules/outcome.smk"
 
 
 # Every run's result is a target itself: Snakemake does not rerun a missing intermediate file

@@ -1,0 +1,69 @@
+"""What a sweep ends with on the terminal: how many runs are ok or failed (each failed one with
+its reason and log), and where the tables, figures, findings, archive and report are. Snakemake's
+own output ends with hundreds of job lines and no word of either."""
+
+from pathlib import Path
+
+import pandas as pd
+
+RUN_AXES = ("framework", "model", "dataset", "gpus")
+
+
+def run_label(run: dict) -> str:
+    return " ".join(str(run[axis]) for axis in RUN_AXES[:-1]) + f" gpus={run['gpus']}"
+
+
+def failed_lines(runs: pd.DataFrame) -> list:
+    failed = runs[runs["status"] != "ok"]
+    return [f"  {row['status']}: {run_label(row)}: {row.get('reason') or 'no reason recorded'} (log: {row.get('log')})"
+            for row in failed.to_dict("records")]
+
+
+def where_lines(results: Path) -> list:
+    """The outputs that exist, one line each."""
+    lines = []
+    tables = sorted(p.name for p in (results / "tables").glob("*.csv"))
+    if tables:
+        lines.append(f"  tables:   {results / 'tables'}/ ({', '.join(tables)})")
+    figures = list((results / "figures").glob("*.png"))
+    if figures:
+        lines.append(f"  figures:  {results / 'figures'}/ ({len(figures)} PNG)")
+    if (results / "findings.md").exists():
+        lines.append(f"  findings: {results / 'findings.md'}")
+    if (results / "tables" / "archived.json").exists():
+        lines.append(f"  archive:  named in {results / 'tables' / 'archived.json'} (python -m scalesweep history)")
+    lines.append("  report:   snakemake --report report.html")
+    return lines
+
+
+def sweep_outcome(results="results") -> str:
+    """The closing lines of a sweep, from results/tidy/runs.csv and what results/ holds."""
+    results = Path(results)
+    runs_csv = results / "tidy" / "runs.csv"
+    if not runs_csv.exists():
+        return "scalesweep: no runs table was written (see the errors above)"
+    runs = pd.read_csv(runs_csv, dtype=str, keep_default_na=False)
+    counts = runs["status"].value_counts()
+    head = f"scalesweep: {len(runs)} runs: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+    lines = [f"{head} ({runs_csv})", *failed_lines(runs), *where_lines(results)]
+    # An out-of-memory run finished with its answer ("this batch does not fit"): it has a result.
+    unfinished = int((~runs["status"].isin(["ok", "oom"])).sum())
+    if unfinished:
+        lines.append(f"  the same command again runs only the {unfinished} configuration(s) without a result")
+    return "\n".join(lines)
+
+
+def rebuild_tables_and_figures(runs_csv, table_outputs: dict, analysis: dict, scaling_csv, fits_csv,
+                               figures_dir) -> str:
+    """After a sweep with failures: the scaling tables and figures from the runs.csv just
+    written, so none still shows a run that runs.csv lists as failed. The failure may be the
+    tables' own: then say so and leave runs.csv standing."""
+    from scalesweep import figures, tables
+
+    try:
+        tables.write_tables(runs_csv, table_outputs, analysis["efficiency_floor_pct"],
+                            analysis["gpu_hour_budget"], analysis["epoch_budget"])
+        figures.write_figures(scaling_csv, fits_csv, figures_dir)
+    except Exception as error:  # noqa: BLE001
+        return f"scalesweep: tables and figures not rebuilt: {type(error).__name__}: {error}"
+    return "scalesweep: tables and figures rebuilt from the runs table"
