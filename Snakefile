@@ -25,6 +25,7 @@ include: "workflow/rules/outcome.smk"
 # whose consumers are up to date, and a missing run must always be run again.
 rule all:
     input:
+        preview_of(max_batch=False),
         all_run_logs(),
         "results/tidy/epochs.csv",
         "results/tidy/runs.csv",

@@ -1,16 +1,26 @@
-"""The sweep summary printed before any job runs (`snakemake -n` shows it above the job list)."""
+"""The sweep summary printed before any job runs (`snakemake -n` shows it above the job list).
+
+It counts the jobs that will run, not the matrix: after a finished sweep nothing is left to run,
+and one added configuration is one job. On a cluster the GPU-hours line is what a user budgets
+by, so it sums the jobs to run, with the whole matrix beside it. A configuration "to run" is one
+without a result file; Snakemake may rerun more when told to (--forceall, -R), and its own job
+list below says so.
+"""
 
 from collections import Counter
 
 from scalesweep.launch import gpu_hours
 from scalesweep.matrix import exclusion_counts
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
 
 def job_shape(settings):
     if settings["gpus"] == 0:
         return "1 node x 0 GPUs (CPU baseline)"
     gpus = settings["gpus_per_node"]
-    return f"{settings['nodes']} node{'s' if settings['nodes'] > 1 else ''} x {gpus} GPU{'s' if gpus > 1 else ''}"
+    return f"{plural(settings['nodes'], 'node')} x {plural(gpus, 'GPU')}"
 
 
 def time_limits(all_settings):
@@ -19,17 +29,36 @@ def time_limits(all_settings):
     return f"{limits[0]} min" if len(limits) == 1 else f"{limits[0]}-{limits[-1]} min"
 
 
-def summary(runs, excluded, all_settings, warnings=()):
-    all_settings = list(all_settings)
-    left_out = exclusion_counts(excluded)
-    shapes = Counter(job_shape(s) for s in all_settings)
-    total_gpus = sum(s["gpus"] for s in all_settings)
-    lines = [
-        f"scalesweep: {len(runs)} configurations to run, {len(excluded)} combinations left out"
-        + (" (" + ", ".join(f"{rule}: {n}" for rule, n in sorted(left_out.items())) + ")" if left_out else ""),
-        "  jobs per shape: " + ", ".join(f"{shape}: {n}" for shape, n in sorted(shapes.items())),
-        f"  GPUs in all: {total_gpus}; GPU-hours booked at the jobs' time limits "
-        f"({time_limits(all_settings)}): {sum(gpu_hours(s) for s in all_settings):.1f}",
+def left_out(excluded) -> str:
+    counts = exclusion_counts(excluded)
+    rules = " (" + ", ".join(f"{rule}: {n}" for rule, n in sorted(counts.items())) + ")" if counts else ""
+    return f"{plural(len(excluded), 'combination')} left out{rules}"
+
+
+def cost_lines(pending, every_job) -> list:
+    """Shapes and booked GPU-hours of the jobs to run, the whole matrix's beside them."""
+    if not pending:
+        return ["  nothing to run: every job has its result"]
+    shapes = Counter(job_shape(s) for s in pending)
+    return [
+        "  jobs to run per shape: " + ", ".join(f"{shape}: {n}" for shape, n in sorted(shapes.items())),
+        f"  GPUs of the jobs to run: {sum(s['gpus'] for s in pending)}; GPU-hours they book at their "
+        f"time limits ({time_limits(pending)}): {sum(gpu_hours(s) for s in pending):.1f} "
+        f"(all {plural(len(every_job), 'job')}: {sum(gpu_hours(s) for s in every_job):.1f})",
     ]
+
+
+def summary(runs, excluded, jobs: dict, done: set, warnings=(), max_batch=False):
+    """The preview: `jobs` maps each job's result path to its settings, `done` holds the result
+    paths that exist; `max_batch`: the jobs are maximum-batch searches, not the sweep's runs."""
+    pending = [settings for path, settings in jobs.items() if path not in done]
+    measured = len(jobs) - len(pending)
+    if max_batch:
+        head = (f"scalesweep: find_max_batch: {plural(len(pending), 'search job')} to run ({measured} done) "
+                f"for {plural(len(runs), 'configuration')}; {left_out(excluded)}")
+    else:
+        head = (f"scalesweep: {plural(len(pending), 'configuration')} to run ({measured} already measured) "
+                f"of {len(runs)}; {left_out(excluded)}")
+    lines = [head, *cost_lines(pending, list(jobs.values()))]
     lines += [f"scalesweep: warning: {warning}" for warning in warnings]
     return "\n".join(lines)

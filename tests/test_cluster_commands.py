@@ -143,5 +143,6 @@ def test_preview_sums_gpu_hours_before_anything_is_submitted(mn5_dryrun):
     # TF: 2 models x {1,2,4}; PyTorch: 2 datasets x {1,2,4,8,16,32}; 75 min each.
     gpus = 2 * (1 + 2 + 4) + 2 * (1 + 2 + 4 + 8 + 16 + 32)
     assert "18 configurations to run" in output
-    assert f"GPUs in all: {gpus}; GPU-hours booked at the jobs' time limits (75 min): {gpus * 75 / 60:.1f}" in output
+    hours = gpus * 75 / 60
+    assert f"GPUs of the jobs to run: {gpus}; GPU-hours they book at their time limits (75 min): {hours:.1f} (all 18 jobs: {hours:.1f})" in output
     assert "2 nodes x 4 GPUs: 2" in output and "8 nodes x 4 GPUs: 2" in output

@@ -64,11 +64,17 @@ def sweep_copy(tiny_sweep, tmp_path):
 @pytest.mark.slow
 def test_preview_after_losing_one_result_lists_only_that_run_and_its_dependents(sweep_copy):
     tiny_sweep = sweep_copy
-    assert "Nothing to be done" in snakemake(tiny_sweep, "-n").stdout
+    finished = snakemake(tiny_sweep, "-n")
+    assert "Nothing to be done" in finished.stdout
+    assert "scalesweep: 0 configurations to run (4 already measured) of 4;" in finished.stderr
+    assert "  nothing to run: every job has its result" in finished.stderr
     lost = tiny_sweep / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/train.log"
     lost.unlink()
     preview = snakemake(tiny_sweep, "-n")
     assert preview.returncode == 0, preview.stderr
+    # The cost line counts the one job to run (2 stand-in GPUs, 60 min), the matrix beside it.
+    assert "scalesweep: 1 configuration to run (3 already measured) of 4;" in preview.stderr
+    assert "  GPUs of the jobs to run: 2; GPU-hours they book at their time limits (60 min): 2.0 (all 4 jobs: 6.0)" in preview.stderr
     assert job_counts(preview.stdout) == {
         "train_pytorch": 1, "tidy": 1, "tables": 1, "figures": 1, "history": 1, "all": 1, "total": 6,
     }
@@ -97,7 +103,7 @@ def test_dryrun_prints_the_plan_and_imports_no_framework(tmp_path):
                 if line.startswith("import time:")}
     assert "snakemake" in imported
     assert not imported & {"tensorflow", "torch", "keras"}
-    assert "scalesweep: 12 configurations to run, 36 combinations left out" in result.stderr
+    assert "scalesweep: 12 configurations to run (0 already measured) of 12; 36 combinations left out" in result.stderr
     assert job_counts(result.stdout)["train_tensorflow"] == 6
 
 
@@ -134,6 +140,11 @@ def test_find_max_batch_target_bisects_to_the_largest_batch_that_fits(tmp_path, 
     # CPUs rarely run out of memory: the trainers' injection hook makes every batch above 32 fail
     # as a real out-of-memory error would, through the same code path.
     monkeypatch.setenv("SCALESWEEP_FAIL_INJECT", "oom-above:32")
+    preview = snakemake(tmp_path, "-n", "find_max_batch")
+    # The preview counts the search's jobs (one single-GPU configuration per framework, 1 GPU
+    # for 60 min each), not the sweep's 4 configurations.
+    assert "scalesweep: find_max_batch: 2 search jobs to run (0 done) for 4 configurations;" in preview.stderr
+    assert "  GPUs of the jobs to run: 2; GPU-hours they book at their time limits (60 min): 2.0" in preview.stderr
     result = snakemake(tmp_path, "--cores", "2", "find_max_batch")
     assert result.returncode == 0, result.stderr[-3000:]
     table = pd.read_csv(tmp_path / "results/tables/max_batch.csv")

@@ -214,6 +214,38 @@ def synthetic_options(wildcards):
     return matrix.synthetic_options(config["datasets"][wildcards.dataset]["synthetic"])
 
 
+def preview_jobs(max_batch):
+    """{result path: settings} of the jobs the preview counts: the sweep's runs, or the
+    maximum-batch searches."""
+    if max_batch:
+        return {
+            f"results/max_batch/{path}/max_batch.log": launch.max_batch_settings(
+                SETTINGS[path]
+            )
+            for path in max_batch_paths()
+        }
+    return {run_log(path): SETTINGS[path] for path in RUN_PATHS}
+
+
+def preview_of(max_batch):
+    """An input function of the targets `all` and `find_max_batch`: prints the preview (the jobs
+    to run, their GPU-hours) once, when Snakemake builds the DAG for that target (only then are
+    the targets and --forceall known), and adds no input."""
+
+    def print_preview(wildcards):
+        if workflow.is_main_process and not PREVIEWED:
+            jobs = preview_jobs(max_batch)
+            forced = workflow.dag_settings.forceall
+            done = set() if forced else {path for path in jobs if Path(path).exists()}
+            summary = preview.summary(RUNS, EXCLUDED, jobs, done, max_batch=max_batch)
+            print(summary, file=sys.stderr)
+            PREVIEWED.append(max_batch)
+        return []
+
+    return print_preview
+
+
+PREVIEWED = []
 if workflow.is_main_process:
-    WARNINGS = matrix.config_warnings(config, EXCLUDED, SETTINGS.values())
-    print(preview.summary(RUNS, EXCLUDED, SETTINGS.values(), WARNINGS), file=sys.stderr)
+    for warning in matrix.config_warnings(config, EXCLUDED, SETTINGS.values()):
+        print(f"scalesweep: warning: {warning}", file=sys.stderr)

@@ -7,6 +7,7 @@ from scalesweep import max_batch, rulelog
 
 rule find_max_batch:
     input:
+        preview_of(max_batch=True),
         "results/tables/max_batch.csv",
 
 
