@@ -10,16 +10,18 @@ through `load_strict` and rephrases schema errors with `schema_problem`.
 Snakemake alone ("Config file is not valid JSON or YAML"), and this names its file, line and column.
 """
 
+import functools
 import json
 import reprlib
 from collections import Counter
 from pathlib import Path
 
+import jsonschema
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config, validate
 
-from scalesweep import matrix
+from scalesweep import feasibility, matrix
 from scalesweep.matrix import ConfigError, did_you_mean
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
@@ -92,12 +94,12 @@ def refuse_duplicate_pairs(path):
 def load_strict(path):
     """The config in `path` (JSON or YAML, as Snakemake reads them); ConfigFileError naming the
     file, line and column for a syntax error, a duplicate key or a top level that is no mapping."""
-    text = Path(path).read_text(encoding="utf-8")
+    text = read_utf8(path)
     try:
         data = json.loads(text, object_pairs_hook=refuse_duplicate_pairs(path))
     except json.JSONDecodeError:
         try:
-            data = yaml.load(text, Loader=StrictLoader)
+            data = load_yaml(text, path)
         except yaml.MarkedYAMLError as error:
             raise ConfigFileError(yaml_error_message(path, error)) from None
     if not isinstance(data, dict):
@@ -105,6 +107,49 @@ def load_strict(path):
             f"{path}: the top level must be keys (matrix:, datasets:, ...), not {matrix.value_kind(data)}"
         )
     return data
+
+
+def read_utf8(path) -> str:
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise ConfigFileError(f"{path}, line {line}: not UTF-8 text (byte 0x{raw[error.start]:02x}): "
+                              "save the file as UTF-8") from None
+
+
+# A config is a few hundred values; YAML aliases can make a few hundred bytes stand for billions
+# (each alias repeats a node that may itself hold aliases), which nothing that walks the config
+# would finish.
+MAX_CONFIG_VALUES = 100_000
+
+
+def expanded_size(node, sizes=None) -> int:
+    """Values `node` stands for with every alias expanded (each node's size computed once)."""
+    sizes = {} if sizes is None else sizes
+    if id(node) not in sizes:
+        sizes[id(node)] = 0  # a node that contains itself: counted once, YAML refuses it later
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        sizes[id(node)] = 1 + sum(expanded_size(child, sizes) for child in children)
+    return sizes[id(node)]
+
+
+def load_yaml(text, path):
+    loader = StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and expanded_size(node) > MAX_CONFIG_VALUES:
+            raise ConfigFileError(f"{path}: its YAML aliases expand to more than {MAX_CONFIG_VALUES:,} "
+                                  "values; a config needs a few hundred")
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
 
 
 def files_used(default, cli_files, replaced):
@@ -152,7 +197,9 @@ def schema_problem(error):
 
 
 def validate_config(config, schema=SCHEMA):
-    """Snakemake's validation (it fills in the schema's defaults), with a one-line ConfigError."""
+    """Snakemake's validation (it fills in the schema's defaults), with a one-line ConfigError;
+    then what the schema lets through but every job would refuse (scalesweep/feasibility.py)."""
+    feasibility.check_text(config)
     try:
         validate(config, str(schema))
     except WorkflowError as error:
@@ -160,6 +207,30 @@ def validate_config(config, schema=SCHEMA):
         if not hasattr(cause, "absolute_path"):
             raise
         raise schema_problem(cause) from None
+    problem = jsonschema.exceptions.best_match(strict_validator(schema).iter_errors(config))
+    if problem is not None:
+        raise whole_number_problem(problem) from None
+    feasibility.check_matrix_size(config["matrix"])
+    feasibility.check_dataset_path_shapes(config)
+    feasibility.check_bind_length(config)
+
+
+@functools.lru_cache(maxsize=4)
+def strict_validator(schema):
+    """The schema's validator, with 32.0 no integer (feasibility.strict_integer)."""
+    document = yaml.safe_load(Path(schema).read_text())
+    base = jsonschema.validators.validator_for(document)
+    checker = base.TYPE_CHECKER.redefine("integer", feasibility.strict_integer)
+    return jsonschema.validators.extend(base, type_checker=checker)(document)
+
+
+def whole_number_problem(error):
+    problem = schema_problem(error)
+    if error.validator == "type" and isinstance(error.instance, float):
+        return ConfigError(problem.key, f"{error.instance!r} is not a whole number as a job reads it: "
+                                        f"write {int(error.instance) if error.instance.is_integer() else 'an integer'} "
+                                        "without a decimal point")
+    return problem
 
 
 def sources(files, cli_config=None):
@@ -179,4 +250,5 @@ def check_files(paths):
     validate_config(config)
     runs, excluded = matrix.plan(config, check_paths=False)
     settings = [matrix.run_settings(run, config) for run in runs]
+    feasibility.check_planned(config, settings, check_paths=False)
     return runs, matrix.config_warnings(config, excluded, settings)

@@ -13,7 +13,7 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep import configcheck, launch, matrix, preview  # noqa: E402
+from scalesweep import configcheck, feasibility, launch, matrix, preview  # noqa: E402
 
 # The default config is read here, not by a `configfile:` line in the Snakefile: each file used is
 # read strictly first (a syntax error or a duplicate key named with file, line and column), and a
@@ -59,6 +59,11 @@ WORKDIR = os.getcwd()
 SETTINGS = {
     path: matrix.run_settings(run, config) for path, run in zip(RUN_PATHS, RUNS)
 }
+try:
+    feasibility.check_planned(config, SETTINGS.values(), WORKDIR)
+except matrix.ConfigError as error:
+    config_sources = configcheck.sources(CONFIG_FILES, workflow.config_settings.config)
+    raise WorkflowError(f"{error} {config_sources}") from None
 # With --sdm conda each rule's own environment provides `python`; otherwise the sweep's
 # interpreter runs everything (its absolute path also works on compute nodes sharing the file system).
 PYTHON = (
