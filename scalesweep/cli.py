@@ -10,6 +10,7 @@ Everything readable is still written. Exit status 2: nothing could be analysed a
 """
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -31,6 +32,39 @@ FAILED_EXIT = 2
 
 class Refused(ValueError):
     """An input that cannot be used; the message names the file (and line where there is one)."""
+
+
+def number(low=None, high=None, low_open=False):
+    """An argparse type: a finite float within [low, high] (low excluded with low_open); NaN and
+    infinities would silently switch a check off."""
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        too_low = low is not None and (value <= low if low_open else value < low)
+        if not math.isfinite(value) or too_low or (high is not None and value > high):
+            bounds = f"{'>' if low_open else '>='} {low:g}" if low is not None else ""
+            bounds += (" and " if bounds and high is not None else "") + (f"<= {high:g}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"{text}: must be a finite number {bounds}".rstrip())
+        return value
+
+    return parse
+
+
+def output_folder(path) -> Path:
+    """`--out`: a folder that exists or can be made, and can be written; ValueError naming it."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {path}: is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"--out {path}: cannot be made: {error.strerror or error}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {path}: cannot be written (permission denied)")
+    return path
 
 
 def is_runs_table(path):
@@ -206,7 +240,7 @@ def report_refused(refused, stream=None):
 def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
             all_attempts=False):
     """Write out/tidy, out/tables and out/figures; return the refused inputs (already reported)."""
-    out = Path(out)
+    out = output_folder(out)
     runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy", all_attempts)
     report_refused(refused)
     if runs_csv is None:
@@ -224,9 +258,10 @@ def main(argv=None):
     analyze_cmd = commands.add_parser("analyze", help="logs and/or runs.csv -> tidy CSVs, tables, figures")
     analyze_cmd.add_argument("paths", nargs="+", help="log files, folders of logs, runs.csv tables")
     analyze_cmd.add_argument("--out", required=True, help="output folder (tidy/, tables/, figures/)")
-    analyze_cmd.add_argument("--efficiency-floor", type=float, default=80.0, help="in %% (sweet spot)")
-    analyze_cmd.add_argument("--gpu-hour-budget", type=float, default=None, help="GPU-hours (sweet spot)")
-    analyze_cmd.add_argument("--epoch-budget", type=float, default=1.0,
+    analyze_cmd.add_argument("--efficiency-floor", type=number(0, 100), default=80.0, help="in %% (sweet spot)")
+    analyze_cmd.add_argument("--gpu-hour-budget", type=number(0, low_open=True), default=None,
+                             help="GPU-hours (sweet spot)")
+    analyze_cmd.add_argument("--epoch-budget", type=number(0, low_open=True), default=1.0,
                              help="training epochs the sweet spot's projected GPU-hours stand for")
     analyze_cmd.add_argument("--all-attempts", action="store_true",
                              help="every attempt log of a run (default: only its latest, <run>.attempt-K.log)")
@@ -279,8 +314,9 @@ def register_compare(commands):
     cmd.add_argument("--history", default=DEFAULT_HISTORY_DIR, help="history folder (%(default)s)")
     cmd.add_argument("--where", help="SQL condition that both sides' runs must meet")
     cmd.add_argument("--out", default="results/compare", help="folder for compare.csv, compare.png, summary.txt")
-    cmd.add_argument("--confidence", type=float, default=0.95, help="family-wise confidence level")
-    cmd.add_argument("--fail-above", type=float, metavar="PCT",
+    cmd.add_argument("--confidence", type=number(0, 1, low_open=True), default=0.95,
+                     help="family-wise confidence level")
+    cmd.add_argument("--fail-above", type=number(0), metavar="PCT",
                      help="exit 1 when a configuration is significantly slower by more than PCT %%")
     cmd.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     cmd.set_defaults(handler=compare_command)
@@ -293,7 +329,7 @@ def compare_command(args):
         if not 0 < args.confidence < 1:
             raise ValueError(f"--confidence {args.confidence}: must lie between 0 and 1")
         sides = [history.load_side(spec, args.history, args.where) for spec in (args.baseline, args.candidate)]
-        table, text = compare.write_comparison(*sides, args.out, args.confidence, args.seed)
+        table, text = compare.write_comparison(*sides, output_folder(args.out), args.confidence, args.seed)
     except (ValueError, FileNotFoundError) as error:
         print(f"scalesweep compare: {error}", file=sys.stderr)
         return 2
@@ -301,7 +337,20 @@ def compare_command(args):
     print(f"written: {', '.join(str(Path(args.out) / name) for name in compare.OUTPUTS)}")
     if args.fail_above is None:
         return 0
-    failing = compare.regressions(table, args.fail_above)
+    return gate(table, args.fail_above)
+
+
+def gate(table, fail_above):
+    """--fail-above's exit status. It fails closed: a configuration without a verdict (its runs
+    failed, or too few repeats to judge) is no pass, and neither is a comparison of nothing."""
+    from scalesweep import compare
+
+    undecided = table[table["verdict"].astype(str).str.startswith(compare.UNKNOWN)] if len(table) else table
+    if table.empty or len(undecided):
+        print(f"scalesweep compare: --fail-above cannot pass: {len(undecided)} of {len(table)} "
+              "configuration(s) have no verdict (see the summary)", file=sys.stderr)
+        return 1
+    failing = compare.regressions(table, fail_above)
     if len(failing):
         print(f"scalesweep compare: {len(failing)} configuration(s) significantly slower by more "
               f"than {args.fail_above:g} %", file=sys.stderr)

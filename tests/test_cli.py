@@ -191,3 +191,38 @@ def test_analyze_all_attempts_keeps_the_failed_attempt_but_never_a_link_twice(tm
     runs = pd.read_csv(tmp_path / "out/tidy/runs.csv")
     assert sorted(Path(log).name for log in runs.log) == ["gpus~2.attempt-1.log", "gpus~2.attempt-2.log"]
     assert sorted(runs.status) == ["failed", "ok"]
+
+
+def test_out_that_is_a_file_or_under_a_file_is_one_line_naming_it(tmp_path):
+    file = tmp_path / "taken"
+    file.write_text("x")
+    for out, problem in ((file, "is a file, not a folder"), (file / "sub", "cannot be made")):
+        result = analyze(LOGS / "scalesweep_ok.log", "--out", out)
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [f"scalesweep analyze: --out {out}: {problem}" + (
+            ": Not a directory" if problem == "cannot be made" else "")]
+
+
+@pytest.mark.parametrize("option", [("--efficiency-floor", "nan"), ("--efficiency-floor", "150"),
+                                    ("--gpu-hour-budget", "inf"), ("--epoch-budget", "0")])
+def test_numbers_that_would_switch_a_check_off_are_refused(tmp_path, option):
+    result = analyze(LOGS / "scalesweep_ok.log", "--out", tmp_path / "out", *option)
+    assert result.returncode == 2 and f"argument {option[0]}: {option[1]}: must be a finite number" in result.stderr
+
+
+def compare(*args):
+    return subprocess.run([sys.executable, "-m", "scalesweep", "compare", *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True)
+
+
+def test_the_regression_gate_fails_closed_when_it_cannot_judge(tmp_path):
+    baseline, candidate = tmp_path / "baseline.csv", tmp_path / "candidate.csv"
+    hand_made_runs().to_csv(baseline, index=False)
+    failed = hand_made_runs().assign(status="failed", reason="RuntimeError: boom", steady_epoch_time_s=None,
+                                     throughput_img_s=None, throughput_per_gpu_img_s=None, total_time_s=None)
+    failed.to_csv(candidate, index=False)
+    result = compare(baseline, candidate, "--out", tmp_path / "cmp", "--fail-above", "5")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "--fail-above cannot pass" in result.stderr and "have no verdict" in result.stderr
+    nan_gate = compare(baseline, baseline, "--out", tmp_path / "cmp2", "--fail-above", "nan")
+    assert nan_gate.returncode == 2 and "must be a finite number" in nan_gate.stderr
