@@ -34,9 +34,9 @@ class Refused(ValueError):
     """An input that cannot be used; the message names the file (and line where there is one)."""
 
 
-def number(low=None, high=None, low_open=False):
-    """An argparse type: a finite float within [low, high] (low excluded with low_open); NaN and
-    infinities would silently switch a check off."""
+def number(low=None, high=None, low_open=False, high_open=False):
+    """An argparse type: a finite float within [low, high] (an end excluded with low_open,
+    high_open); NaN and infinities would silently switch a check off."""
 
     def parse(text):
         try:
@@ -44,9 +44,11 @@ def number(low=None, high=None, low_open=False):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         too_low = low is not None and (value <= low if low_open else value < low)
-        if not math.isfinite(value) or too_low or (high is not None and value > high):
+        too_high = high is not None and (value >= high if high_open else value > high)
+        if not math.isfinite(value) or too_low or too_high:
             bounds = f"{'>' if low_open else '>='} {low:g}" if low is not None else ""
-            bounds += (" and " if bounds and high is not None else "") + (f"<= {high:g}" if high is not None else "")
+            bounds += (" and " if bounds and high is not None else "") + (
+                f"{'<' if high_open else '<='} {high:g}" if high is not None else "")
             raise argparse.ArgumentTypeError(f"{text}: must be a finite number {bounds}".rstrip())
         return value
 
@@ -314,7 +316,7 @@ def register_compare(commands):
     cmd.add_argument("--history", default=DEFAULT_HISTORY_DIR, help="history folder (%(default)s)")
     cmd.add_argument("--where", help="SQL condition that both sides' runs must meet")
     cmd.add_argument("--out", default="results/compare", help="folder for compare.csv, compare.png, summary.txt")
-    cmd.add_argument("--confidence", type=number(0, 1, low_open=True), default=0.95,
+    cmd.add_argument("--confidence", type=number(0, 1, low_open=True, high_open=True), default=0.95,
                      help="family-wise confidence level")
     cmd.add_argument("--fail-above", type=number(0), metavar="PCT",
                      help="exit 1 when a configuration is significantly slower by more than PCT %%")
@@ -326,8 +328,6 @@ def compare_command(args):
     from scalesweep import compare, history
 
     try:
-        if not 0 < args.confidence < 1:
-            raise ValueError(f"--confidence {args.confidence}: must lie between 0 and 1")
         sides = [history.load_side(spec, args.history, args.where) for spec in (args.baseline, args.candidate)]
         table, text = compare.write_comparison(*sides, output_folder(args.out), args.confidence, args.seed)
     except (ValueError, FileNotFoundError) as error:
@@ -353,7 +353,7 @@ def gate(table, fail_above):
     failing = compare.regressions(table, fail_above)
     if len(failing):
         print(f"scalesweep compare: {len(failing)} configuration(s) significantly slower by more "
-              f"than {args.fail_above:g} %", file=sys.stderr)
+              f"than {fail_above:g} %", file=sys.stderr)
         return 1
     return 0
 

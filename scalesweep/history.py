@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import atomic
+from scalesweep import atomic, scaling
 from scalesweep.provenance import PROVENANCE_COLUMNS, scalesweep_version
 
 DEFAULT_HISTORY_DIR = "results/history"
@@ -407,7 +407,7 @@ def comparison_outputs(compare_with, outdir) -> list[str]:
 
 
 # Provenance read as text: a driver "550.540" or a CUDA "12.10" read as numbers would lose digits.
-TEXT_COLUMNS = (*PROVENANCE_COLUMNS, "hostname", "slurm_job_id")
+TEXT_COLUMNS = (*PROVENANCE_COLUMNS, *scaling.NAME_COLUMNS, "hostname", "slurm_job_id")
 
 
 def read_runs_csv(path) -> pd.DataFrame:

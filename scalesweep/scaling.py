@@ -52,6 +52,9 @@ NON_KEY_COLUMNS = frozenset(
 )
 
 REQUIRED_RUN_COLUMNS = ("gpus", "status", "steady_epoch_time_s", "throughput_img_s")
+# Names stay text from config to table: read as numbers, datasets '2024.1' and '2024.10' would
+# become one float and one group.
+NAME_COLUMNS = ("framework", "model", "dataset", "precision", "protocol")
 NUMERIC_RUN_COLUMNS = (
     "gpus", "nodes", "epochs", "steady_epoch_time_s", "throughput_img_s", "total_time_s",
 )
@@ -175,7 +178,7 @@ def read_runs(path) -> pd.DataFrame:
     """Read and check runs.csv; errors name the file, the column and the CSV line."""
     path = Path(path)
     try:
-        runs = pd.read_csv(path)
+        runs = pd.read_csv(path, dtype={column: str for column in NAME_COLUMNS})
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise ValueError(f"{path}: cannot read the runs table: {error}") from error
     # CSV line = row position + 2 (the header is line 1).

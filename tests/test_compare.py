@@ -308,8 +308,10 @@ def test_cli_compare_errors_name_the_problem(tmp_path, capsys):
     a, _ = archived_pair(hist)
     assert main(["compare", a.sweep_id, "20991231", "--history", str(hist), "--out", str(tmp_path)]) == 2
     assert "no archived sweep '20991231'" in capsys.readouterr().err
-    assert main(["compare", a.sweep_id, a.sweep_id, "--history", str(hist), "--confidence", "95"]) == 2
-    assert "--confidence 95.0: must lie between 0 and 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main(["compare", a.sweep_id, a.sweep_id, "--history", str(hist), "--confidence", "95"])
+    assert refused.value.code == 2
+    assert "argument --confidence: 95: must be a finite number > 0 and < 1" in capsys.readouterr().err
 
 
 def test_write_compare_is_the_workflow_step(tmp_path):

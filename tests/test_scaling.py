@@ -286,3 +286,15 @@ def test_comparison_by_a_numeric_axis_read_back_from_csv(tmp_path):
     wide = comparison_table(pd.read_csv(tmp_path / "scaling.csv"), by="per_gpu_batch")
     # 64: 100/50 = 2; 128: 80/50 = 1.6
     assert wide.set_index("gpus").loc[2, ["speedup:64", "speedup:128"]].tolist() == [2.0, 1.6]
+
+
+def test_dataset_names_that_read_as_equal_numbers_stay_two_groups(tmp_path):
+    rows = [{"framework": "pytorch", "model": "m", "dataset": name, "gpus": gpus, "status": "ok",
+             "steady_epoch_time_s": seconds, "throughput_img_s": 1000 / seconds, "epochs": 3}
+            for name in ("2024.1", "2024.10") for gpus, seconds in ((1, 10.0), (2, 6.0))]
+    path = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    runs = read_runs(path)
+    assert sorted(set(runs.dataset)) == ["2024.1", "2024.10"]
+    table = scaling_table(runs)
+    assert sorted(table.dataset.unique()) == ["2024.1", "2024.10"] and len(table) == 4
