@@ -13,7 +13,7 @@ import yaml
 from snakemake.utils import validate
 
 from conftest import REPO, SNAKEMAKE
-from scalesweep import launch, matrix
+from scalesweep import images, launch, matrix
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 MN5 = REPO / "config" / "mn5.yaml"
@@ -50,6 +50,8 @@ STUBS = {
     "module": RECORD,
     "python": RECORD,
     "scontrol": "echo node-a\n",
+    # env runs its command as the real one does, and says what it was given.
+    "env": RECORD + 'while [ "${1#*=}" != "$1" ]; do export "$1"; shift; done\nexec "$@"\n',
     "squeue": "echo node-a\n",
 }
 STUBS["singularity"] = STUBS["apptainer"]
@@ -172,16 +174,21 @@ def test_hostile_config_values_reach_every_program_as_written(sandbox, name, lay
     expected = launcher_argv(layout, settings, script)
     assert calls[-1] == ("python", expected)
     assert expected[expected.index("--data") + 1] == str(data)
+    # Each trainer process gets its share of the job's 80 CPUs: torchrun starts 4 per node.
+    threads = "OMP_NUM_THREADS=80" if framework == "tensorflow" else "OMP_NUM_THREADS=20"
     if runtime == "none":
         assert "module" not in programs and runtime not in programs
+        assert calls[-2] == ("env", [threads, str(bin_dir / "python"), *expected])
     else:
         names = [module] if isinstance(module, str) else module
         assert calls[0] == ("module", ["load", *names])
         image = config["container"]["images"][framework]
-        assert calls[-2] == (runtime, [
+        # A pulled image runs from the SIF rule `images` wrote (file-safe name), a local one as is.
+        run = f"{workdir}/{images.pulled_sif(image)}" if framework == "pytorch" else image
+        assert calls[-3] == (runtime, [
             "exec", "--nv", f"--env=NOTE={value}",
             "--bind", f"{repo},{workdir},{data},/scratch/{value}",
-            "--pwd", str(workdir), image, "python", *expected,
+            "--pwd", str(workdir), run, "env", threads, "python", *expected,
         ])
     if layout == "pytorch-2-nodes":
         srun = dict(calls)["srun"]
