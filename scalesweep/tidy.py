@@ -146,10 +146,10 @@ def status_counts(runs: pd.DataFrame) -> str:
 def with_digests(runs: pd.DataFrame, digests: dict | None) -> pd.DataFrame:
     """container_digest of every run from {framework: 'sha256:...'}: the workflow knows which
     image each framework's runs ran in and hashed it once (scalesweep/images.py)."""
-    if digests:
-        known = runs["framework"].map(digests)
-        runs["container_digest"] = known.where(known.notna(), runs["container_digest"])
-    return runs
+    if not digests:
+        return runs
+    known = runs["framework"].map(digests)
+    return runs.assign(container_digest=known.where(known.notna(), runs["container_digest"]))
 
 
 def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False, digests=None) -> str:

@@ -4,6 +4,7 @@ the container runtimes exec what they were given, so the per-node shell and the 
 command run too), and no hostile value ever runs a command. Also: a rerun keeps the log of the
 attempt that failed, through the real workflow."""
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -300,3 +301,46 @@ def test_rerun_keeps_the_log_of_every_attempt_and_links_the_latest(tmp_path):
     calls = recorded_calls(record)
     assert calls[0] == ("module", ["load", f"apptainer {value}"])
     assert calls[1][1][calls[1][1].index("--pwd") + 2] == f"/images/{value}.sif"
+
+
+# Rule `images`: a hostile module and image URI reach `module` and the runtime's pull as written.
+APPTAINER_PULL = RECORD + 'if [ "$1" = pull ]; then printf "pulled %s" "$3" > "$2"; fi\n'
+
+
+def test_images_are_pulled_and_hashed_with_hostile_names_as_written(tmp_path):
+    marker = tmp_path / "PWNED"
+    value = f"$(touch {marker}); `touch {marker}` it's \"x\""
+    uri = f"docker://nvcr.io/{value}"
+    local = tmp_path / f"tf {value}.sif"
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_bytes(b"a local image")
+    config = {
+        "matrix": {"framework": ["tensorflow", "pytorch"], "model": ["cnn_small", "vit_tiny"],
+                   "dataset": ["c", "d"], "gpus": [1, 2]},
+        "datasets": {"c": {"format": "cifar10", "resolution": 32, "path": str(tmp_path)},
+                     "d": {"format": "imagefolder", "resolution": 32, "path": str(tmp_path)}},
+        "container": {"runtime": "apptainer", "module": f"apptainer {value}",
+                      "images": {"tensorflow": str(local), "pytorch": uri}},
+    }
+    configfile = tmp_path / "sweep.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    bin_dir = write_stubs(tmp_path / "bin", {"apptainer": APPTAINER_PULL, "module": RECORD})
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    record = tmp_path / "calls"
+    sif, digest, local_digest = images.pulled_sif(uri), images.digest_file(uri), images.digest_file(str(local))
+
+    done = subprocess.run(
+        [str(SNAKEMAKE), "--snakefile", str(REPO / "Snakefile"), "--configfile", str(configfile),
+         "--replace-workflow-config", "--cores", "1", sif, local_digest],
+        cwd=workdir, env=stub_env(bin_dir, record), capture_output=True, text=True, timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not marker.exists()
+    assert recorded_calls(record) == [("module", ["load", f"apptainer {value}"]),
+                                      ("apptainer", ["pull", sif, uri])]
+    pulled = f"pulled {uri}".encode()
+    assert (workdir / sif).read_bytes() == pulled
+    assert (workdir / digest).read_text() == f"{hashlib.sha256(pulled).hexdigest()}  {workdir / sif}\n"
+    assert (workdir / local_digest).read_text() == (
+        f"{hashlib.sha256(b'a local image').hexdigest()}  {local}\n")
