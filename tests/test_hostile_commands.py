@@ -248,6 +248,10 @@ APPTAINER_ATTEMPT = RECORD + 'echo "attempt $STUB_LABEL"\nexit "$STUB_EXIT"\n'
 
 
 def sweep_config(tmp, value):
+    # The image must exist: the workflow hashes a local image before the trainings use it.
+    image = tmp / "images" / f"{value}.sif"
+    image.parent.mkdir(parents=True, exist_ok=True)
+    image.write_bytes(b"an image")
     config = {
         "matrix": {"framework": ["pytorch"], "model": ["vit_tiny"], "dataset": ["d"], "gpus": [1]},
         "training": {"epochs": 1},
@@ -255,7 +259,7 @@ def sweep_config(tmp, value):
             "d": {"format": "imagefolder", "resolution": 32, "path": str(tmp / f"data {value}")},
         },
         "container": {"runtime": "apptainer", "module": f"apptainer {value}",
-                      "binds": [f"/scratch/{value}"], "images": {"pytorch": f"/images/{value}.sif"}},
+                      "binds": [f"/scratch/{value}"], "images": {"pytorch": str(image)}},
     }
     (tmp / f"data {value}").mkdir(parents=True)
     path = tmp / "sweep.yaml"
@@ -300,7 +304,7 @@ def test_rerun_keeps_the_log_of_every_attempt_and_links_the_latest(tmp_path):
     assert not marker.exists()
     calls = recorded_calls(record)
     assert calls[0] == ("module", ["load", f"apptainer {value}"])
-    assert calls[1][1][calls[1][1].index("--pwd") + 2] == f"/images/{value}.sif"
+    assert calls[1][1][calls[1][1].index("--pwd") + 2] == str(tmp_path / "images" / f"{value}.sif")
 
 
 # Rule `images`: a hostile module and image URI reach `module` and the runtime's pull as written.
