@@ -227,3 +227,15 @@ def test_bound_paths_are_absolute_for_a_generated_dataset(tmp_path):
     assert f"--pwd {workdir} " in command and " --data resources/datasets/cifar10/synth " in command
     # One process on 2 GPUs (MirroredStrategy) takes all 40 CPUs of the job.
     assert " env OMP_NUM_THREADS=40 python " in command
+
+
+@pytest.mark.parametrize("framework, gpus, gpus_per_node, threads, share", [
+    ("pytorch", 4, 4, 80, 20),   # a MareNostrum 5 node: 4 ranks share 80 CPUs
+    ("pytorch", 32, 4, 80, 20),  # across nodes: per node, as srun gives each node 80
+    ("pytorch", 0, 0, 80, 80),   # the CPU baseline is one process
+    ("tensorflow", 4, 4, 80, 80),  # MirroredStrategy: one process drives every GPU
+    ("pytorch", 4, 4, 2, 1),     # a 2-core laptop with 4 stand-in GPUs: at least 1 each
+])
+def test_each_trainer_process_gets_its_share_of_the_jobs_cpus(framework, gpus, gpus_per_node, threads, share):
+    settings = {"framework": framework, "gpus": gpus, "gpus_per_node": gpus_per_node}
+    assert launch.omp_threads(settings, threads) == share

@@ -6,7 +6,9 @@ import json
 
 import pandas as pd
 import pytest
+import yaml
 
+from conftest import snakemake
 from scalesweep import compare, images, tidy
 
 HEADER = {
@@ -91,3 +93,31 @@ def test_runs_without_a_container_keep_an_empty_digest(tmp_path):
     filled = tidy.with_digests(runs, {"pytorch": "sha256:aa"})
     assert filled["container_digest"].tolist()[0] == "sha256:aa" and pd.isna(filled["container_digest"][1])
     assert tidy.with_digests(runs.copy(), None)["container_digest"].isna().all()
+
+
+def test_the_workflow_hashes_a_local_image_again_only_when_it_was_rebuilt(tmp_path):
+    image = tmp_path / "images" / "tf.sif"
+    image.parent.mkdir()
+    image.write_bytes(b"image v1")
+    config = {
+        "matrix": {"framework": ["tensorflow"], "model": ["cnn_small"], "dataset": ["c"], "gpus": [1]},
+        "datasets": {"c": {"format": "cifar10", "resolution": 32, "path": str(tmp_path)}},
+        "container": {"runtime": "apptainer", "images": {"tensorflow": str(image)}},
+    }
+    configfile = tmp_path / "sweep.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    target = images.digest_file(str(image))
+
+    def digest_run():
+        done = snakemake(tmp_path, "--cores", "1", target, configfile=configfile, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stderr, images.read_digest(tmp_path / target)
+
+    first_log, first = digest_run()
+    assert "rule image_digest:" in first_log and first == f"sha256:{hashlib.sha256(b'image v1').hexdigest()}"
+    unchanged_log, _ = digest_run()
+    assert "rule image_digest:" not in unchanged_log and "Nothing to be done" in unchanged_log
+    image.write_bytes(b"image v2, rebuilt")
+    rebuilt_log, rebuilt = digest_run()
+    assert "rule image_digest:" in rebuilt_log
+    assert rebuilt == f"sha256:{hashlib.sha256(b'image v2, rebuilt').hexdigest()}"
