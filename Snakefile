@@ -11,6 +11,7 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/images.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/tidy.smk"
 include: "workflow/rules/tables.smk"

@@ -9,7 +9,10 @@ container options, module names) always arrives as written; only the launcher's 
 ($SLURM_NODEID, $MASTER_ADDR, ...) are left for a shell to expand.
 """
 
+import os
 import shlex
+
+from scalesweep import images
 
 TRAINER_SCRIPTS = {"tensorflow": "train_tf.py", "pytorch": "train_torch.py"}
 
@@ -83,13 +86,27 @@ def shell_words(argv):
     return " ".join(word if isinstance(word, InnerShellWord) else shlex.quote(word) for word in argv)
 
 
+def absolute(path, workdir):
+    """A path as the job sees it from its working directory, made absolute: the runtimes resolve a
+    relative bind source against their own working directory, not the job's. An absolute path
+    stays exactly as written."""
+    path = str(path)
+    return path if os.path.isabs(path) else os.path.abspath(os.path.join(str(workdir), path))
+
+
+def absolute_bind(spec, workdir):
+    """A `binds` entry (src[:dest[:opts]]) with its source made absolute."""
+    source, *rest = str(spec).split(":", 1)
+    return ":".join([absolute(source, workdir), *rest])
+
+
 def bound_paths(settings, repo, workdir):
-    """The paths the launcher binds itself. `--bind` reads ',' as a list separator and ':' as
-    src:dest, so such a path cannot be bound as it is: refuse it with the key to change."""
+    """The paths the launcher binds itself, absolute. `--bind` reads ',' as a list separator and
+    ':' as src:dest, so such a path cannot be bound as it is: refuse it with the key to change."""
     paths = {
-        "the repository": str(repo),
-        "the working directory": str(workdir),
-        f"datasets.{settings['dataset']}.path": str(settings["data_path"]),
+        "the repository": absolute(repo, workdir),
+        "the working directory": absolute(workdir, workdir),
+        f"datasets.{settings['dataset']}.path": absolute(settings["data_path"], workdir),
     }
     for what, path in paths.items():
         if "," in path or ":" in path:
@@ -105,16 +122,18 @@ def container_prefix(settings, container, repo, workdir):
 
     The repository, the working directory and the dataset are bound so the trainer, its outputs
     and its data are visible at the same paths inside; --pwd keeps relative paths working.
-    `binds` entries are the runtime's own bind specs (src[:dest[:opts]]), passed on as written.
+    `binds` entries are the runtime's own bind specs (src[:dest[:opts]]), passed on as written but
+    for a relative source, made absolute. A pulled image runs from the SIF rule `images` wrote.
     """
     if container["runtime"] == "none":
         return []
-    binds = [*bound_paths(settings, repo, workdir), *container["binds"]]
+    binds = [*bound_paths(settings, repo, workdir),
+             *(absolute_bind(spec, workdir) for spec in container["binds"])]
     return [
         container["runtime"], "exec", *container["args"],
         "--bind", ",".join(dict.fromkeys(binds)),
-        "--pwd", workdir,
-        container["images"][settings["framework"]],
+        "--pwd", absolute(workdir, workdir),
+        absolute(images.image_file(container["images"][settings["framework"]]), workdir),
     ]
 
 
@@ -125,6 +144,27 @@ def python_for(container, framework, host_python):
     if container["runtime"] != "none":
         return "python"
     return container.get("python", {}).get(framework) or host_python
+
+
+def processes_per_node(settings):
+    """Trainer processes on one node: torchrun starts one per GPU; TensorFlow's MirroredStrategy
+    and the CPU baseline are one process."""
+    if settings["framework"] == "pytorch" and settings["gpus"] >= 1:
+        return settings["gpus_per_node"]
+    return 1
+
+
+def omp_threads(settings, threads):
+    """Each trainer process's share of the job's CPUs. Snakemake exports OMP_NUM_THREADS = the
+    job's threads and torchrun leaves a set value to every rank: 4 ranks x 80 threads on 80 cores
+    would oversubscribe the node 4 times."""
+    return max(1, threads // processes_per_node(settings))
+
+
+def with_omp_threads(argv, settings, threads):
+    """The trainer's launcher under `env OMP_NUM_THREADS=N` (inside the container, where `env`
+    exists in every image; the host's value would reach it otherwise)."""
+    return ["env", f"OMP_NUM_THREADS={omp_threads(settings, threads)}", *argv]
 
 
 def single_node_argv(settings, python, repo):
@@ -174,19 +214,28 @@ def max_batch_settings(settings):
     return {**settings, "find_max_batch": True}
 
 
-def job_command(settings, container, repo, workdir, host_python):
+def job_command(settings, container, repo, workdir, host_python, threads=None):
     """The shell command of one training job, locally or inside a SLURM allocation: its steps
-    joined by &&, so a step that fails (a module that does not load) stops the job."""
+    joined by &&, so a step that fails (a module that does not load) stops the job. `threads`:
+    the CPUs of the job (of each node); default the job's cpus_per_task."""
     python = python_for(container, settings["framework"], host_python)
     prefix = container_prefix(settings, container, repo, workdir)
+    threads = settings["cpus_per_task"] if threads is None else threads
     if is_multinode(settings):
-        steps = multinode_steps(settings, prefix, python, repo)
+        steps = multinode_steps(settings, prefix, python, repo, threads)
     else:
-        steps = [shlex.join(prefix + single_node_argv(settings, python, repo))]
+        argv = with_omp_threads(single_node_argv(settings, python, repo), settings, threads)
+        steps = [shlex.join(prefix + argv)]
     return " && ".join(module_load(container) + steps)
 
 
-def multinode_steps(settings, prefix, python, repo):
+def pull_command(container, image, sif):
+    """`module load ... && <runtime> pull SIF IMAGE`: the one conversion of a remote image into a
+    SIF file (rule `images`), every word quoted."""
+    return " && ".join(module_load(container) + [shlex.join([container["runtime"], "pull", str(sif), image])])
+
+
+def multinode_steps(settings, prefix, python, repo, threads):
     """srun outside the container starts one torchrun per node inside it; torchrun's c10d
     rendezvous sits on the allocation's first node.
 
@@ -195,7 +244,8 @@ def multinode_steps(settings, prefix, python, repo):
     every option itself: the job's SLURM_* variables are cleared (see MASTER_ADDR).
     """
     nodes, gpus_per_node = settings["nodes"], settings["gpus_per_node"]
-    per_node = shell_words(prefix + multinode_torchrun_argv(settings, python, repo))
+    torchrun = with_omp_threads(multinode_torchrun_argv(settings, python, repo), settings, threads)
+    per_node = shell_words(prefix + torchrun)
     srun = [
         "srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
         f"--gres=gpu:{gpus_per_node}", f"--cpus-per-task={settings['cpus_per_task']}",

@@ -3,13 +3,14 @@
 The format is detected from the text, never configured:
 
 - `scalesweep`: our `:::SCALESWEEP {json}` records (docs/records.md), human lines ignored;
-- `tf-reference-keras2` / `tf-keras3`: the reference TensorFlow script (REFERENCE.md §1), a
+- `tf-reference-keras2` / `tf-keras3`: the course's reference TensorFlow script, a
   ` Model ResNet50 2 GPUs` header block then Keras `verbose=2` epoch lines; one file may hold
   several runs (the reference ran 1/2/4 GPUs one after another in one job);
-- `ddp-reference`: the reference PyTorch DDP trainer's INFO lines (REFERENCE.md §2); its world
+- `ddp-reference`: the course's reference PyTorch DDP trainer's INFO lines; its world
   size is not in the log and comes from the caller or the file name;
 - `unknown`: no training lines at all, but a failure signature (a job killed at its time limit
-  before printing anything) - a failed run, not an unreadable log.
+  before printing anything) or a Python exception (a trainer that died on import) - a failed
+  run, not an unreadable log, named by its path when that is a workflow log (run_identity).
 
 Every run comes out as a `ParsedRun` keyed like docs/records.md and checked against the record
 contract (scalesweep/records.py), whatever its format. A run that did not finish is a run with
@@ -113,8 +114,13 @@ def parse_log(text: str, source: str = "<string>", world_size: int | None = None
 
 
 def _unknown_format_run(lines, source) -> ParsedRun:
-    """A log with no training lines is still a run when it shows how the job died."""
+    """A log with no training lines is still a run when it shows how the job died: a failure
+    signature, or the exception of a trainer that died before its first record (an import error,
+    an interpreter too old for the code). The run is the one its path names, if it has the
+    workflow's shape (run_identity); else the reason says it is unidentified."""
     failure = failure_from_signatures(lines)
+    if failure is None and last_exception(lines):
+        failure = "failed", last_exception(lines)
     if failure is None:
         raise LogFormatError(
             source,
@@ -123,7 +129,38 @@ def _unknown_format_run(lines, source) -> ParsedRun:
             "'INFO - ### model_name' / '[EPOCH: n]' lines)",
         )
     status, reason = failure
-    return ParsedRun("unknown", source, {}, [], {"status": status, "reason": reason, "epochs": 0})
+    identity = run_identity(source)
+    if not identity:
+        reason += f" ({UNIDENTIFIED})"
+    return ParsedRun("unknown", source, identity, [], {"status": status, "reason": one_line(reason), "epochs": 0})
+
+
+UNIDENTIFIED = (
+    "run unidentified: no header record, and the path is not a workflow run's "
+    "logs/train/<framework>/model~.../dataset~.../gpus~N.log"
+)
+# A run's log or result in the workflow: <framework>/model~M/dataset~D/gpus~N[/more~axes]
+# then `.attempt-K.log` or `.log` (logs/train/), or `/train.log` (results/runs/).
+_RUN_FILES = ("train.log", "max_batch.log")
+_LOG_SUFFIX_RE = re.compile(r"(?:\.attempt-\d+)?\.log$")
+_IDENTITY_AXES = ("model", "dataset", "gpus")
+
+
+def run_identity(source) -> dict:
+    """framework, model, dataset and gpus of the run a workflow log path names, else {}."""
+    parts = list(Path(str(source)).parts)
+    if parts and parts[-1] in _RUN_FILES:
+        parts.pop()
+    elif parts:
+        parts[-1] = _LOG_SUFFIX_RE.sub("", parts[-1])
+    for index in range(len(parts) - 1, -1, -1):
+        axes = parts[index + 1:]
+        if parts[index] in MODELS and axes and all("~" in axis for axis in axes):
+            values = dict(axis.split("~", 1) for axis in axes)
+            if all(values.get(key) for key in _IDENTITY_AXES) and re.fullmatch(_N, values["gpus"]):
+                return {"framework": parts[index], "model": values["model"],
+                        "dataset": values["dataset"], "gpus": int(values["gpus"])}
+    return {}
 
 
 def detect_format(lines) -> str | None:
@@ -205,16 +242,28 @@ def failure_from_signatures(lines) -> tuple[str, str] | None:
     return None
 
 
+# torchrun ends a failed worker's log with its own traceback, whose exception only says a
+# worker failed: the worker's exception is the cause.
+_LAUNCHER_ERRORS = ("ChildFailedError",)
+# A compile error (SyntaxError) is printed with its file and line but no "Traceback" line.
+_BARE_ERROR_RE = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception)(?::|$)")
+
+
 def last_exception(lines) -> str | None:
-    """The exception line closing the last Python traceback in numbered log lines, or None."""
-    found, in_traceback = None, False
+    """The exception line closing the last Python traceback in numbered log lines (a launcher's
+    wrapper skipped), else the last bare `SomethingError: ...` line, else None."""
+    found, bare, in_traceback = [], None, False
     for _, raw in lines:
         line = _strip_line_prefix(raw)
         if line.startswith("Traceback (most recent call last)"):
             in_traceback = True
         elif in_traceback and line.strip() and not line[0].isspace():
-            found, in_traceback = line.strip(), False
-    return found
+            found.append(line.strip())
+            in_traceback = False
+        elif _BARE_ERROR_RE.match(line):
+            bare = line.strip()
+    causes = [error for error in found if not error.split(":")[0].endswith(_LAUNCHER_ERRORS)]
+    return (causes or found or [bare])[-1]
 
 
 def one_line(text: str, limit: int = REASON_LIMIT) -> str:
@@ -233,10 +282,8 @@ def _unfinished_summary(draft: _Draft, why: str) -> dict:
     if failure is not None:
         status, reason = failure
     else:
-        status, reason = "failed", why
-        error = last_exception(draft.lines)
-        if error:
-            reason = f"{why}; last error: {error}"
+        # The trainer's exception is the cause; "the log ends early" only its consequence.
+        status, reason = "failed", last_exception(draft.lines) or why
     return {"status": status, "reason": one_line(reason), "epochs": len(draft.epochs)}
 
 
@@ -282,12 +329,20 @@ def _parse_scalesweep(lines, source, world_size) -> list[ParsedRun]:
             continue
         if kind not in ("epoch", "summary"):
             continue  # a record kind added after schema 1's parser: not ours to judge
-        if not drafts:
+        if not drafts and not _died_before_header(kind, record):
             raise LogFormatError(source, f"{kind} record before any header record", number)
+        if not drafts:
+            drafts.append(_Draft(header=run_identity(source), lines=prelude))
         _add_record(drafts[-1], kind, record, source, number)
     if not drafts:
         raise LogFormatError(source, "':::SCALESWEEP' records but no header record")
     return [_finish_scalesweep(draft, source, world_size) for draft in drafts]
+
+
+def _died_before_header(kind: str, record: dict) -> bool:
+    """A failure summary with no header before it: the trainer died before it could say what it
+    ran (reading its data, building its model); the harness still closes the log."""
+    return kind == "summary" and record.get("status") in STATUSES and record.get("status") != "ok"
 
 
 def _load_record(payload: str, source, number) -> dict:
@@ -355,8 +410,14 @@ def _keep_valid(draft: _Draft, kind: str, record: dict, where: str, required: bo
 def _finish_scalesweep(draft: _Draft, source, world_size) -> ParsedRun:
     if records.is_count(world_size):
         draft.header.setdefault("world_size", world_size)
-    where = f"{source}:{draft.header_line}: header record"
-    draft.header = _keep_valid(draft, "header", draft.header, where)
+    if _failed_by_trainer(draft):
+        # The trainer's own verdict is the reason; a header with nothing to measure (0 images
+        # per epoch: too few images for one step) is its symptom, not a broken log.
+        found = records.problems("header", draft.header, required=bool(draft.header_line))
+        draft.header = records.drop_bad_keys(draft.header, found)
+    else:
+        where = f"{source}:{draft.header_line}: header record"
+        draft.header = _keep_valid(draft, "header", draft.header, where)
     summary = draft.summary
     if draft.problems:
         summary = _refused_summary(draft.problems, len(draft.epochs))
@@ -368,6 +429,10 @@ def _finish_scalesweep(draft: _Draft, source, world_size) -> ParsedRun:
             reason = f"summary says ok but only {len(draft.epochs)} of {asked} epoch records were logged"
             summary = {**summary, "status": "failed", "reason": reason}
     return ParsedRun("scalesweep", source, draft.header, draft.epochs, summary, draft.problems)
+
+
+def _failed_by_trainer(draft: _Draft) -> bool:
+    return draft.summary is not None and draft.summary["status"] != "ok"
 
 
 def _refused_summary(problems: list[str], epochs: int) -> dict:

@@ -23,6 +23,8 @@ PROVENANCE_COLUMNS = (
     "cudnn_version",
     "nccl_version",
     "container_image",
+    # the image file's SHA-256 (scalesweep/images.py): the same path may hold a rebuilt image
+    "container_digest",
     "cluster",
     "slurm_nodelist",
     "start_time",
@@ -63,6 +65,8 @@ def run_provenance(header: dict, axes: dict | None = None) -> dict:
         "cudnn_version": _text(versions.get("cudnn")),
         "nccl_version": _text(versions.get("nccl")),
         "container_image": _text(header.get("container_image")),
+        # known to the workflow, not to the trainer: tidy.with_digests fills it in
+        "container_digest": None,
         # SLURM's cluster name where the trainer ran under SLURM, else the machine itself
         "cluster": _text(header.get("slurm_cluster_name") or header.get("hostname")),
         "slurm_nodelist": _text(header.get("slurm_nodelist")),

@@ -46,7 +46,7 @@ NON_KEY_COLUMNS = frozenset(
         "start_time", "versions", "devices",
         # provenance (scalesweep/provenance.py) and the sweep history's own columns (history.py)
         "gpu_model", "gpu_driver", "cpu_model", "framework_version", "cuda_version",
-        "cudnn_version", "nccl_version", "container_image", "cluster", "scalesweep_version",
+        "cudnn_version", "nccl_version", "container_image", "container_digest", "cluster", "scalesweep_version",
         "settings_hash", "sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host",
     }
 )

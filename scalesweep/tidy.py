@@ -143,13 +143,24 @@ def status_counts(runs: pd.DataFrame) -> str:
     return f"{len(runs)} runs: " + ", ".join(f"{n} {status}" for status, n in counts.items())
 
 
-def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False) -> str:
+def with_digests(runs: pd.DataFrame, digests: dict | None) -> pd.DataFrame:
+    """container_digest of every run from {framework: 'sha256:...'}: the workflow knows which
+    image each framework's runs ran in and hashed it once (scalesweep/images.py)."""
+    if not digests:
+        return runs
+    known = runs["framework"].map(digests)
+    return runs.assign(container_digest=known.where(known.notna(), runs["container_digest"]))
+
+
+def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False, digests=None) -> str:
     """The tidy stage (rule `tidy`): (log path or None, run axes) pairs -> epochs_csv and
     runs_csv, each replaced whole or not at all; the log line. ask_slurm: give failed runs the
-    status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...)."""
+    status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...); digests: {framework: image
+    digest} (with_digests)."""
     from scalesweep import accounting
 
     epochs, runs = runs_table(items)
+    runs = with_digests(runs, digests)
     if ask_slurm and "slurm_job_id" in runs.columns:
         failed = runs[runs["status"] != "ok"]
         runs = accounting.refine_failures(runs, accounting.sacct_states(failed["slurm_job_id"]))

@@ -10,34 +10,51 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scalesweep import images, launch
+
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+# The site's images config/mn5.yaml names: local files, run as they are.
+TF_IMAGE = "/gpfs/apps/MN5/ACC/SINGULARITY/SRC/images/MN5-NGC-TensorFlow-23.03.sif"
+TORCH_IMAGE = "/gpfs/apps/MN5/ACC/SINGULARITY/SRC/images/nvidiaPytorch24.07"
 
 
-@pytest.fixture(scope="module")
-def mn5_dryrun(tmp_path_factory):
-    """The dry run as a user types it from the repository root; only the dataset paths point at
-    folders that exist here (the config's are MareNostrum 5 placeholders)."""
-    tmp = tmp_path_factory.mktemp("mn5")
-    config = yaml.safe_load((REPO / "config" / "mn5.yaml").read_text())
-    for name, spec in config["datasets"].items():
-        (tmp / name).mkdir()
-        spec["path"] = str(tmp / name)
-    override = tmp / "datasets.yaml"
-    override.write_text(yaml.safe_dump({"datasets": config["datasets"]}))
-    # A working directory laid out like the repository root (./mn5 and config/ as there), so the
-    # profile is looked up as typed, without touching the repository's own .snakemake/.
+def dryrun(tmp, config_files):
+    """`snakemake -n -p --profile mn5 --configfile FILES...` from a working directory laid out like
+    the repository root (./mn5 and config/ as there), so the profile is looked up as typed,
+    without touching the repository's own .snakemake/. Returns (output, working directory)."""
     workdir = tmp / "workdir"
     workdir.mkdir()
     (workdir / "mn5").symlink_to(REPO / "profiles" / "mn5")
     (workdir / "config").symlink_to(REPO / "config")
     result = subprocess.run(
         [str(SNAKEMAKE), "-n", "-p", "--profile", "mn5", "--snakefile", str(REPO / "Snakefile"),
-         "--configfile", "config/mn5.yaml", str(override)],
+         "--configfile", *map(str, config_files)],
         cwd=workdir, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout + result.stderr, tmp
+    return result.stdout + result.stderr, workdir
+
+
+def mn5_config(tmp):
+    """config/mn5.yaml with its dataset paths pointing at folders that exist here (the config's
+    are MareNostrum 5 placeholders)."""
+    config = yaml.safe_load((REPO / "config" / "mn5.yaml").read_text())
+    for name, spec in config["datasets"].items():
+        (tmp / name).mkdir()
+        spec["path"] = str(tmp / name)
+    return config
+
+
+@pytest.fixture(scope="module")
+def mn5_dryrun(tmp_path_factory):
+    """The dry run as a user types it from the repository root; only the dataset paths differ."""
+    tmp = tmp_path_factory.mktemp("mn5")
+    config = mn5_config(tmp)
+    override = tmp / "datasets.yaml"
+    override.write_text(yaml.safe_dump({"datasets": config["datasets"]}))
+    output, _ = dryrun(tmp, ["config/mn5.yaml", override])
+    return output, tmp
 
 
 def job_block(output, rule, wildcards):
@@ -65,7 +82,7 @@ def test_tensorflow_one_node_runs_python_inside_the_tf_image(mn5_dryrun):
     assert shell_of(block).startswith(
         "module load singularity && singularity exec --nv "
         f"--bind {REPO},{data}/workdir,{data}/cifar128 --pwd {data}/workdir "
-        "/gpfs/projects/YOUR_GROUP/images/tensorflow_23.03-tf2-py3.sif "
+        f"{TF_IMAGE} env OMP_NUM_THREADS=80 "
         f"python {REPO}/scripts/train_tf.py --model resnet50v2 --data {data}/cifar128 "
         "--dataset-name cifar128 --resolution 128 --gpus 4 --per-gpu-batch 2048 --base-lr 0.01 "
         "--epochs 5"
@@ -84,7 +101,7 @@ def test_pytorch_one_node_runs_torchrun_standalone_inside_the_pytorch_image(mn5_
     assert shell.startswith(
         "module load singularity && singularity exec --nv "
         f"--bind {REPO},{data}/workdir,{data}/micro-224 --pwd {data}/workdir "
-        "/gpfs/projects/YOUR_GROUP/images/pytorch_24.07-py3.sif "
+        f"{TORCH_IMAGE} env OMP_NUM_THREADS=20 "
         "python -m torch.distributed.run --standalone --nproc-per-node=4 "
         f"{REPO}/scripts/train_torch.py --model vit_h_14"
     )
@@ -115,7 +132,7 @@ def test_pytorch_two_nodes_srun_starts_one_containerized_torchrun_per_node(mn5_d
     # srun is outside the container; each node's shell enters it and runs torchrun there.
     assert inner.startswith(
         f"'singularity exec --nv --bind {REPO},{data}/workdir,{data}/tiny-224 --pwd {data}/workdir "
-        "/gpfs/projects/YOUR_GROUP/images/pytorch_24.07-py3.sif python -m torch.distributed.run "
+        f"{TORCH_IMAGE} env OMP_NUM_THREADS=20 python -m torch.distributed.run "
         "--nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID --rdzv-id=$SLURM_JOB_ID "
         "--rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT "
         f"{REPO}/scripts/train_torch.py --model vit_h_14"
@@ -146,3 +163,79 @@ def test_preview_sums_gpu_hours_before_anything_is_submitted(mn5_dryrun):
     hours = gpus * 75 / 60
     assert f"GPUs of the jobs to run: {gpus}; GPU-hours they book at their time limits (75 min): {hours:.1f} (all 18 jobs: {hours:.1f})" in output
     assert "2 nodes x 4 GPUs: 2" in output and "8 nodes x 4 GPUs: 2" in output
+
+
+def test_local_images_are_run_as_they_are_and_hashed_once_each(mn5_dryrun):
+    output, _ = mn5_dryrun
+    digest_jobs = [block for block in output.split("rule ")[1:] if block.startswith("image_digest:")]
+    # 6 TensorFlow and 12 PyTorch trainings, 2 images: each hashed once, nothing pulled.
+    assert len(digest_jobs) == 2
+    assert "rule images:" not in output
+    assert TORCH_IMAGE + " env OMP_NUM_THREADS" in shell_of(
+        job_block(output, "train_pytorch_multinode", "model=vit_h_14, dataset=tiny-224, gpus=32"))
+
+
+def sweep_file(tmp, config):
+    path = tmp / "sweep.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def train_blocks(output):
+    return [block for block in output.split("rule ")[1:] if block.startswith("train_")]
+
+
+def test_a_remote_image_is_pulled_once_for_every_job_and_node(tmp_path):
+    config = mn5_config(tmp_path)
+    uri = "docker://nvcr.io/nvidia/pytorch:24.07-py3"
+    config["matrix"] = {"framework": ["pytorch"], "model": ["vit_h_14"],
+                        "dataset": ["micro-224", "tiny-224"], "gpus": [1, 4, 8, 16]}
+    config["container"]["images"] = {"pytorch": uri}
+    output, workdir = dryrun(tmp_path, [sweep_file(tmp_path, config)])
+
+    pulls = [block for block in output.split("rule images:")[1:]]
+    assert len(pulls) == 1
+    sif = f"resources/containers/{images.image_name(uri)}.sif"
+    assert sif == "resources/containers/nvcr.io-nvidia-pytorch-24.07-py3-4b8405c6.sif"
+    assert f"output: {sif}, {sif}.sha256" in pulls[0]
+    trains = train_blocks(output)
+    assert len(trains) == 8
+    for block in trains:
+        command = shell_of(block)
+        # Every training and every node runs the one pulled file, never the URI.
+        assert f" {workdir}/{sif} env OMP_NUM_THREADS=" in command and "docker://" not in command
+        assert sif in re.search(r"^\s+input: (.*)$", block, re.MULTILINE).group(1)
+    # The pull itself: module load, then the runtime's pull into that file (scalesweep/launch.py).
+    assert launch.pull_command(config["container"], uri, sif) == (
+        f"module load singularity && singularity pull {sif} {uri}")
+
+
+def test_bound_paths_are_absolute_for_a_generated_dataset(tmp_path):
+    config = mn5_config(tmp_path)
+    config["matrix"] = {"framework": ["tensorflow"], "model": ["resnet50v2"],
+                        "dataset": ["synth"], "gpus": [2]}
+    config["datasets"] = {"synth": {"format": "cifar10", "resolution": 32,
+                                    "synthetic": {"train_images": 64, "test_images": 16}}}
+    config["container"]["binds"] = ["scratch:/scratch:ro", "/abs/path"]
+    output, workdir = dryrun(tmp_path, [sweep_file(tmp_path, config)])
+
+    command = shell_of(job_block(output, "train_tensorflow", "model=resnet50v2, dataset=synth, gpus=2"))
+    binds = re.search(r" --bind (\S+) ", command).group(1).split(",")
+    assert binds == [str(REPO), str(workdir), f"{workdir}/resources/datasets/cifar10/synth",
+                     f"{workdir}/scratch:/scratch:ro", "/abs/path"]
+    # The trainer itself reads the dataset relative to --pwd, the working directory.
+    assert f"--pwd {workdir} " in command and " --data resources/datasets/cifar10/synth " in command
+    # One process on 2 GPUs (MirroredStrategy) takes all 40 CPUs of the job.
+    assert " env OMP_NUM_THREADS=40 python " in command
+
+
+@pytest.mark.parametrize("framework, gpus, gpus_per_node, threads, share", [
+    ("pytorch", 4, 4, 80, 20),   # a MareNostrum 5 node: 4 ranks share 80 CPUs
+    ("pytorch", 32, 4, 80, 20),  # across nodes: per node, as srun gives each node 80
+    ("pytorch", 0, 0, 80, 80),   # the CPU baseline is one process
+    ("tensorflow", 4, 4, 80, 80),  # MirroredStrategy: one process drives every GPU
+    ("pytorch", 4, 4, 2, 1),     # a 2-core laptop with 4 stand-in GPUs: at least 1 each
+])
+def test_each_trainer_process_gets_its_share_of_the_jobs_cpus(framework, gpus, gpus_per_node, threads, share):
+    settings = {"framework": framework, "gpus": gpus, "gpus_per_node": gpus_per_node}
+    assert launch.omp_threads(settings, threads) == share

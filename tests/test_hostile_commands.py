@@ -4,6 +4,7 @@ the container runtimes exec what they were given, so the per-node shell and the 
 command run too), and no hostile value ever runs a command. Also: a rerun keeps the log of the
 attempt that failed, through the real workflow."""
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -13,7 +14,7 @@ import yaml
 from snakemake.utils import validate
 
 from conftest import REPO, SNAKEMAKE
-from scalesweep import launch, matrix
+from scalesweep import images, launch, matrix
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 MN5 = REPO / "config" / "mn5.yaml"
@@ -50,6 +51,8 @@ STUBS = {
     "module": RECORD,
     "python": RECORD,
     "scontrol": "echo node-a\n",
+    # env runs its command as the real one does, and says what it was given.
+    "env": RECORD + 'while [ "${1#*=}" != "$1" ]; do export "$1"; shift; done\nexec "$@"\n',
     "squeue": "echo node-a\n",
 }
 STUBS["singularity"] = STUBS["apptainer"]
@@ -172,16 +175,21 @@ def test_hostile_config_values_reach_every_program_as_written(sandbox, name, lay
     expected = launcher_argv(layout, settings, script)
     assert calls[-1] == ("python", expected)
     assert expected[expected.index("--data") + 1] == str(data)
+    # Each trainer process gets its share of the job's 80 CPUs: torchrun starts 4 per node.
+    threads = "OMP_NUM_THREADS=80" if framework == "tensorflow" else "OMP_NUM_THREADS=20"
     if runtime == "none":
         assert "module" not in programs and runtime not in programs
+        assert calls[-2] == ("env", [threads, str(bin_dir / "python"), *expected])
     else:
         names = [module] if isinstance(module, str) else module
         assert calls[0] == ("module", ["load", *names])
         image = config["container"]["images"][framework]
-        assert calls[-2] == (runtime, [
+        # A pulled image runs from the SIF rule `images` wrote (file-safe name), a local one as is.
+        run = f"{workdir}/{images.pulled_sif(image)}" if framework == "pytorch" else image
+        assert calls[-3] == (runtime, [
             "exec", "--nv", f"--env=NOTE={value}",
             "--bind", f"{repo},{workdir},{data},/scratch/{value}",
-            "--pwd", str(workdir), image, "python", *expected,
+            "--pwd", str(workdir), run, "env", threads, "python", *expected,
         ])
     if layout == "pytorch-2-nodes":
         srun = dict(calls)["srun"]
@@ -240,6 +248,10 @@ APPTAINER_ATTEMPT = RECORD + 'echo "attempt $STUB_LABEL"\nexit "$STUB_EXIT"\n'
 
 
 def sweep_config(tmp, value):
+    # The image must exist: the workflow hashes a local image before the trainings use it.
+    image = tmp / "images" / f"{value}.sif"
+    image.parent.mkdir(parents=True, exist_ok=True)
+    image.write_bytes(b"an image")
     config = {
         "matrix": {"framework": ["pytorch"], "model": ["vit_tiny"], "dataset": ["d"], "gpus": [1]},
         "training": {"epochs": 1},
@@ -247,7 +259,7 @@ def sweep_config(tmp, value):
             "d": {"format": "imagefolder", "resolution": 32, "path": str(tmp / f"data {value}")},
         },
         "container": {"runtime": "apptainer", "module": f"apptainer {value}",
-                      "binds": [f"/scratch/{value}"], "images": {"pytorch": f"/images/{value}.sif"}},
+                      "binds": [f"/scratch/{value}"], "images": {"pytorch": str(image)}},
     }
     (tmp / f"data {value}").mkdir(parents=True)
     path = tmp / "sweep.yaml"
@@ -292,4 +304,47 @@ def test_rerun_keeps_the_log_of_every_attempt_and_links_the_latest(tmp_path):
     assert not marker.exists()
     calls = recorded_calls(record)
     assert calls[0] == ("module", ["load", f"apptainer {value}"])
-    assert calls[1][1][calls[1][1].index("--pwd") + 2] == f"/images/{value}.sif"
+    assert calls[1][1][calls[1][1].index("--pwd") + 2] == str(tmp_path / "images" / f"{value}.sif")
+
+
+# Rule `images`: a hostile module and image URI reach `module` and the runtime's pull as written.
+APPTAINER_PULL = RECORD + 'if [ "$1" = pull ]; then printf "pulled %s" "$3" > "$2"; fi\n'
+
+
+def test_images_are_pulled_and_hashed_with_hostile_names_as_written(tmp_path):
+    marker = tmp_path / "PWNED"
+    value = f"$(touch {marker}); `touch {marker}` it's \"x\""
+    uri = f"docker://nvcr.io/{value}"
+    local = tmp_path / f"tf {value}.sif"
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_bytes(b"a local image")
+    config = {
+        "matrix": {"framework": ["tensorflow", "pytorch"], "model": ["cnn_small", "vit_tiny"],
+                   "dataset": ["c", "d"], "gpus": [1, 2]},
+        "datasets": {"c": {"format": "cifar10", "resolution": 32, "path": str(tmp_path)},
+                     "d": {"format": "imagefolder", "resolution": 32, "path": str(tmp_path)}},
+        "container": {"runtime": "apptainer", "module": f"apptainer {value}",
+                      "images": {"tensorflow": str(local), "pytorch": uri}},
+    }
+    configfile = tmp_path / "sweep.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    bin_dir = write_stubs(tmp_path / "bin", {"apptainer": APPTAINER_PULL, "module": RECORD})
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    record = tmp_path / "calls"
+    sif, digest, local_digest = images.pulled_sif(uri), images.digest_file(uri), images.digest_file(str(local))
+
+    done = subprocess.run(
+        [str(SNAKEMAKE), "--snakefile", str(REPO / "Snakefile"), "--configfile", str(configfile),
+         "--replace-workflow-config", "--cores", "1", sif, local_digest],
+        cwd=workdir, env=stub_env(bin_dir, record), capture_output=True, text=True, timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not marker.exists()
+    assert recorded_calls(record) == [("module", ["load", f"apptainer {value}"]),
+                                      ("apptainer", ["pull", sif, uri])]
+    pulled = f"pulled {uri}".encode()
+    assert (workdir / sif).read_bytes() == pulled
+    assert (workdir / digest).read_text() == f"{hashlib.sha256(pulled).hexdigest()}  {workdir / sif}\n"
+    assert (workdir / local_digest).read_text() == (
+        f"{hashlib.sha256(b'a local image').hexdigest()}  {local}\n")

@@ -166,13 +166,15 @@ def test_container_python_picks_each_frameworks_interpreter_on_the_host_only(con
     runs, _ = matrix.plan(config)
     settings = {run["framework"]: matrix.run_settings(run, config) for run in runs if run["gpus"] == 2}
     host = {"runtime": "none", "python": {"tensorflow": "/opt/py38/bin/python"}}
-    tf_command = launch.job_command(settings["tensorflow"], host, ".", ".", "/venv/bin/python")
-    torch_command = launch.job_command(settings["pytorch"], host, ".", ".", "/venv/bin/python")
-    assert tf_command.startswith("/opt/py38/bin/python ./scripts/train_tf.py")
-    assert torch_command.startswith("/venv/bin/python -m torch.distributed.run")  # not set: the sweep's own
+    tf_command = launch.job_command(settings["tensorflow"], host, ".", ".", "/venv/bin/python", 2)
+    torch_command = launch.job_command(settings["pytorch"], host, ".", ".", "/venv/bin/python", 2)
+    # Locally the job's threads (Snakemake's cores) are shared by the trainer's processes.
+    assert tf_command.startswith("env OMP_NUM_THREADS=2 /opt/py38/bin/python ./scripts/train_tf.py")
+    assert torch_command.startswith("env OMP_NUM_THREADS=1 /venv/bin/python -m torch.distributed.run")  # not set: the sweep's own
     inside = {**host, "runtime": "apptainer", "module": "", "args": [], "binds": [],
               "images": {"tensorflow": "tf.sif", "pytorch": "torch.sif"}}
-    assert " tf.sif python ./scripts/train_tf.py" in launch.job_command(settings["tensorflow"], inside, ".", ".", "/venv/bin/python")
+    assert f" {Path.cwd()}/tf.sif env OMP_NUM_THREADS=40 python ./scripts/train_tf.py" in launch.job_command(
+        settings["tensorflow"], inside, ".", ".", "/venv/bin/python")
 
 
 def test_a_container_python_that_does_not_run_is_refused_before_any_job(config, tmp_path):

@@ -1,5 +1,6 @@
 # Config validation, the run matrix and every input/params function of the workflow.
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep import configcheck, feasibility, launch, matrix, preview  # noqa: E402
+from scalesweep import configcheck, feasibility, images, launch, matrix, preview  # noqa: E402
 
 # The default config is read here, not by a `configfile:` line in the Snakefile: each file used is
 # read strictly first (a syntax error or a duplicate key named with file, line and column), and a
@@ -127,40 +128,83 @@ def dataset_input(framework):
     return dataset_of
 
 
-def trainer_command(framework):
-    def command_of(wildcards):
-        settings = settings_of(framework, wildcards)
-        return launch.job_command(
-            settings, config["container"], workflow.basedir, WORKDIR, PYTHON
-        )
-
-    return command_of
+# The image each framework's trainer runs in (container runtimes only), and by file-safe name.
+IMAGES = images.sweep_images(config["container"], {run["framework"] for run in RUNS})
+IMAGE_NAMES = {images.image_name(image): image for image in IMAGES.values()}
 
 
-def trainer_threads(framework):
+def image_inputs(framework):
+    """What a training needs of its image: the digest (rule image_digest, or rule `images` with
+    the pulled SIF). ancient(): an image pulled or hashed again does not rerun measured runs.
+    """
+    image = IMAGES.get(framework)
+    if image is None:
+        return []
+    pulled = [images.pulled_sif(image)] if images.is_pulled(image) else []
+    return [ancient(path) for path in pulled + [images.digest_file(image)]]
+
+
+def image_digest_files():
+    return [images.digest_file(image) for image in IMAGES.values()]
+
+
+def image_names(pulled):
+    """A regex of the names of the sweep's pulled (or local) images; one matching nothing if none."""
+    names = sorted(
+        name for name, image in IMAGE_NAMES.items() if images.is_pulled(image) == pulled
+    )
+    return "|".join(map(re.escape, names)) or "(?!)"
+
+
+def image_key(name):
+    """The config key(s) naming an image, for messages: container.images.<framework>."""
+    return " and ".join(
+        f"container.images.{framework}"
+        for framework, image in IMAGES.items()
+        if images.image_name(image) == name
+    )
+
+
+def pull_command(wildcards):
+    image = IMAGE_NAMES[wildcards.image]
+    return launch.pull_command(config["container"], image, images.pulled_sif(image))
+
+
+def local_image_path(wildcards):
+    return launch.absolute(IMAGE_NAMES[wildcards.image], WORKDIR)
+
+
+def job_threads(framework, wildcards):
     """Locally a trainer takes every core given to Snakemake, so runs never share the machine and
     their timings mean something; a cluster job (and a preview) gets its own CPUs (cpus_per_task).
     """
-
-    def threads_of(wildcards):
-        if (
-            workflow.executor_plugin is not None
-            and workflow.executor_plugin.name == "local"
-        ):
-            return workflow.cores
-        return settings_of(framework, wildcards)["cpus_per_task"]
-
-    return threads_of
+    if (
+        workflow.executor_plugin is not None
+        and workflow.executor_plugin.name == "local"
+    ):
+        return workflow.cores
+    return settings_of(framework, wildcards)["cpus_per_task"]
 
 
-def max_batch_command(framework):
+def trainer_threads(framework):
+    return lambda wildcards: job_threads(framework, wildcards)
+
+
+def trainer_command(framework, job_settings=lambda settings: settings):
+    """The job's command; its trainer processes share the job's threads (launch.omp_threads)."""
+
     def command_of(wildcards):
-        settings = launch.max_batch_settings(settings_of(framework, wildcards))
+        settings = job_settings(settings_of(framework, wildcards))
+        threads = job_threads(framework, wildcards)
         return launch.job_command(
-            settings, config["container"], workflow.basedir, WORKDIR, PYTHON
+            settings, config["container"], workflow.basedir, WORKDIR, PYTHON, threads
         )
 
     return command_of
+
+
+def max_batch_command(framework):
+    return trainer_command(framework, launch.max_batch_settings)
 
 
 def max_batch_paths():

@@ -1,6 +1,6 @@
 # How a sweep ends on the terminal (scalesweep/outcome.py): runs ok and failed, each failure's
 # reason and log, and where the tables, figures, findings, archive and report are.
-from scalesweep import outcome, tidy
+from scalesweep import images, outcome, tidy
 
 
 onsuccess:
@@ -16,7 +16,11 @@ onsuccess:
 onerror:
     items = zip(map(best_log, RUN_PATHS), run_configs())
     tidy.write_tidy_tables(
-        items, rules.tidy.output.epochs, rules.tidy.output.runs, ask_slurm=True
+        items,
+        rules.tidy.output.epochs,
+        rules.tidy.output.runs,
+        ask_slurm=True,
+        digests=images.sweep_digests(config["container"], IMAGES),
     )
     rebuilt = outcome.rebuild_tables_and_figures(
         rules.tidy.output.runs,

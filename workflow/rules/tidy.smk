@@ -1,11 +1,12 @@
 # The tidy stage: every run's log -> results/tidy/epochs.csv (run x epoch) and runs.csv (one row
 # per run) by scalesweep/tidy.py.
-from scalesweep import rulelog, tidy
+from scalesweep import images, rulelog, tidy
 
 
 rule tidy:
     input:
         logs=all_run_logs(),
+        digests=image_digest_files(),
     output:
         epochs="results/tidy/epochs.csv",
         runs="results/tidy/runs.csv",
@@ -14,7 +15,13 @@ rule tidy:
     localrule: True
     params:
         configs=run_configs(),
+        container=config["container"],
+        frameworks=list(IMAGES),
     run:
         rulelog.run_logged(
-            log[0], tidy.write_tidy_tables, zip(input.logs, params.configs), *output
+            log[0],
+            tidy.write_tidy_tables,
+            zip(input.logs, params.configs),
+            *output,
+            digests=images.sweep_digests(params.container, params.frameworks),
         )

@@ -20,6 +20,7 @@ TRAIN_SHELL = (
 rule train_tensorflow:
     input:
         data=dataset_input("tensorflow"),
+        image=image_inputs("tensorflow"),
     output:
         f"results/runs/tensorflow/{RUN_PATTERN}/train.log",
     log:
@@ -38,6 +39,7 @@ rule train_tensorflow:
 use rule train_tensorflow as train_pytorch with:
     input:
         data=dataset_input("pytorch"),
+        image=image_inputs("pytorch"),
     output:
         f"results/runs/pytorch/{RUN_PATTERN}/train.log",
     log:

@@ -1,0 +1,130 @@
+"""The sweep's container images: each pulled once (rule `images`) and hashed once (`image_digest`).
+
+A `docker://` (or any `scheme://`) image given to `apptainer exec` is converted into a SIF by every
+job that runs it, and in a run across nodes by every node, all at once into one shared cache: a
+known way to corrupt an Apptainer/Singularity cache. The workflow pulls each distinct such image
+once, before the trainings, into resources/containers/<name>.sif, and the trainings run that
+file. A local image (a .sif path, a sandbox folder) is run as it is.
+
+Provenance records the image's digest beside its path: the SHA-256 of the image file, so two
+sweeps that ran the same path with a rebuilt image are told apart. Hashing a multi-GB image in
+every job would cost minutes per job, so it is hashed once per sweep into a small file in
+`sha256sum`'s format (beside a pulled SIF; under resources/containers/local/ for a local image),
+and not again while the image keeps its path, size and modification time.
+"""
+
+import hashlib
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from scalesweep import atomic
+
+CONTAINERS = "resources/containers"
+# Local images' digests, kept apart from the pulled images' so the two rules never claim one file.
+LOCAL_DIGESTS = f"{CONTAINERS}/local"
+# What a file name may hold: a config's image text can hold anything (`$(...)`, spaces, quotes).
+UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+CHUNK = 8 << 20
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def is_pulled(image: str) -> bool:
+    """An image a runtime would fetch (docker://, library://, oras://, ...), not a local path."""
+    return "://" in image
+
+
+def image_name(image: str) -> str:
+    """A file-name-safe, unique name of an image: its readable part plus a hash of the whole text,
+    so two images whose readable parts coincide never share a file."""
+    readable = UNSAFE.sub("-", image.split("://", 1)[-1]).strip("-.")[:80] or "image"
+    return f"{readable}-{hashlib.sha256(image.encode()).hexdigest()[:8]}"
+
+
+def pulled_sif(image: str) -> str:
+    """Where the workflow pulls a remote image to (relative to the working directory)."""
+    return f"{CONTAINERS}/{image_name(image)}.sif"
+
+
+def digest_file(image: str) -> str:
+    """The file that holds an image's digest: beside the SIF of a pulled image."""
+    if is_pulled(image):
+        return pulled_sif(image) + ".sha256"
+    return f"{LOCAL_DIGESTS}/{image_name(image)}.sha256"
+
+
+def image_file(image: str) -> str:
+    """The image file `<runtime> exec` runs: the pulled SIF, or the local image as given."""
+    return pulled_sif(image) if is_pulled(image) else image
+
+
+def sweep_images(container: dict, frameworks) -> dict:
+    """{framework: image} of the frameworks that run, for a container runtime (none: {})."""
+    if container["runtime"] == "none":
+        return {}
+    return {framework: container["images"][framework] for framework in sorted(set(frameworks))}
+
+
+def sha256_of(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_identity(path) -> str:
+    """What tells a rebuilt image from the one hashed before without reading it: path, size and
+    modification time (a missing image: its path alone; the rule then says it is missing)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return os.path.abspath(path)
+    return f"{os.path.abspath(path)} size={stat.st_size} mtime_ns={stat.st_mtime_ns}"
+
+
+def write_digest(image_path, digest_path, what="the image") -> str:
+    """The rule `image_digest`: hash a local image file into digest_path, as `sha256sum` writes it
+    (`<hex>  <path>`, so `sha256sum -c` checks it). The workflow hashes it again only when its
+    file_identity changed: that is the rule's params, and Snakemake reruns a job whose params
+    changed. `what` names the config key in errors. Returns the rule's log line."""
+    Path(digest_path).parent.mkdir(parents=True, exist_ok=True)
+    if os.path.isdir(image_path):
+        # A sandbox folder is no single file to hash: its path is all provenance can say.
+        atomic.write_text("", digest_path)
+        return f"{image_path}: a folder (a sandbox image): no digest"
+    if not os.path.isfile(image_path):
+        raise FileNotFoundError(f"{what}: '{image_path}' does not exist")
+    digest = sha256_of(image_path)
+    atomic.write_text(f"{digest}  {os.path.abspath(image_path)}\n", digest_path)
+    return f"{image_path}: sha256 {digest}"
+
+
+def read_digest(digest_path) -> str | None:
+    """`sha256:<hex>` from a digest file, or None (no file, a sandbox folder, anything else)."""
+    try:
+        words = Path(digest_path).read_text().split()
+    except OSError:
+        return None
+    return f"sha256:{words[0]}" if words and SHA256.fullmatch(words[0]) else None
+
+
+def sweep_digests(container: dict, frameworks) -> dict:
+    """{framework: 'sha256:...' or None} of the sweep's images, from their digest files."""
+    return {framework: read_digest(digest_file(image))
+            for framework, image in sweep_images(container, frameworks).items()}
+
+
+def write_image(command: str, sif, digest_path) -> str:
+    """The rule `images`: pull one image with `command` (launch.pull_command: module load, then
+    `<runtime> pull SIF URI`, run by bash as a rule's shell would), then hash the SIF. A failed
+    pull raises with its output (the rule's log gets it); so does a pull that left no SIF."""
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"pulling into {sif} failed (exit {done.returncode}): {command}\n{done.stdout}{done.stderr}"
+        )
+    if not os.path.isfile(sif) or os.path.getsize(sif) == 0:
+        raise RuntimeError(f"'{command}' succeeded but left no image at {sif}")
+    return write_digest(sif, digest_path)

@@ -1,0 +1,43 @@
+# The sweep's container images (scalesweep/images.py), before any training: each distinct remote
+# image (docker://, library://, ...) is pulled once into resources/containers/<name>.sif, where
+# every job and node would otherwise convert it at once into one shared cache; each image's
+# SHA-256 is written once per sweep for provenance (runs.csv: container_digest). Both run where
+# Snakemake runs (localrule): a pull needs the network, which compute nodes often lack.
+from scalesweep import images, rulelog
+
+
+rule images:
+    output:
+        sif=f"{images.CONTAINERS}/{{image}}.sif",
+        digest=f"{images.CONTAINERS}/{{image}}.sif.sha256",
+    log:
+        "logs/images/{image}.log",
+    wildcard_constraints:
+        image=image_names(pulled=True),
+    localrule: True
+    params:
+        command=pull_command,
+    run:
+        rulelog.run_logged(
+            log[0], images.write_image, params.command, output.sif, output.digest
+        )
+
+
+# A local image is run as it is and only hashed. Its path, size and modification time are the
+# params: Snakemake hashes it again when they change (a rebuilt image), and only then.
+rule image_digest:
+    output:
+        f"{images.LOCAL_DIGESTS}/{{image}}.sha256",
+    log:
+        "logs/images/{image}.digest.log",
+    wildcard_constraints:
+        image=image_names(pulled=False),
+    localrule: True
+    params:
+        path=local_image_path,
+        identity=lambda wildcards: images.file_identity(local_image_path(wildcards)),
+        key=lambda wildcards: image_key(wildcards.image),
+    run:
+        rulelog.run_logged(
+            log[0], images.write_digest, params.path, output[0], params.key
+        )
