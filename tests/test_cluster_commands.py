@@ -216,6 +216,7 @@ def test_bound_paths_are_absolute_for_a_generated_dataset(tmp_path):
                         "dataset": ["synth"], "gpus": [2]}
     config["datasets"] = {"synth": {"format": "cifar10", "resolution": 32,
                                     "synthetic": {"train_images": 64, "test_images": 16}}}
+    config["models"] = {"tensorflow": {"resnet50v2": {"per_gpu_batch": 16}}}  # 64 images: two steps
     config["container"]["binds"] = ["scratch:/scratch:ro", "/abs/path"]
     output, workdir = dryrun(tmp_path, [sweep_file(tmp_path, config)])
 
