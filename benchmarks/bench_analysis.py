@@ -55,7 +55,7 @@ DEFAULT_CONFIGS = 1_000
 # ---------------------------------------------------------------------------------------------
 # Synthetic run logs
 
-# (training images, resolution) of the datasets of the reference setups (REFERENCE.md §1-2) and
+# (training images, resolution) of the datasets of the reference setups (docs/reference.md §1-2) and
 # of their smaller siblings a user would sweep beside them.
 TF_DATASETS = {"cifar128": (50_000, 128), "cifar32": (50_000, 32)}
 TORCH_DATASETS = {

@@ -1,4 +1,4 @@
-"""The reference TensorFlow experiment (REFERENCE.md section 1), re-implemented for benchmarks.
+"""The reference TensorFlow experiment (docs/reference.md §1), re-implemented for benchmarks.
 
 What the reference does, in its order: read the CIFAR-10 pickles as uint8 N x 3 x 32 x 32 channel
 planes; build `tf.data` from the arrays; map every image (planes -> 32 x 32 x 3, `tf.image.resize`

@@ -2,7 +2,7 @@
 # Build one container-stack stand-in: .stacks/NAME/, a venv of the Python version the stack's
 # requirements file names on its first line (`# python: X.Y`), with exactly its pins.
 #
-#   bash envs/make_stack.sh NAME        (envs/stack-NAME.txt -> .stacks/NAME/)
+#   bash envs/make_stack.sh NAME        (envs/stack-<name>.txt -> .stacks/<name>/)
 #
 # The interpreter is pyenv's newest X.Y.Z, else python X.Y on PATH. Without one, the stack
 # cannot be built: under CI (CI set) that fails the run, elsewhere the stack's tests are

@@ -1,6 +1,7 @@
 """What each trainer can run, known without importing any framework.
 
-The trainers in scripts/ build these models; tests/test_catalog.py checks both lists agree.
+The trainers in scripts/ build these models; tests/test_backends.py (test_model_list_is_the_catalog)
+checks both lists agree.
 """
 
 # Per-model defaults: per-GPU batch and the base learning rate (scaled by the GPU count in the
@@ -25,7 +26,7 @@ MODEL_DEFAULTS = {
 
 MODELS = {framework: tuple(models) for framework, models in MODEL_DEFAULTS.items()}
 
-# Dataset formats each trainer reads (REFERENCE.md §1-2: CIFAR-10 python pickles for the
+# Dataset formats each trainer reads (docs/reference.md §1-2: CIFAR-10 python pickles for the
 # TensorFlow experiment, train/<class>/*.jpeg image folders for the DDP one).
 DATASET_FORMATS = {
     "tensorflow": ("cifar10",),

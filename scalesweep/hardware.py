@@ -1,5 +1,5 @@
 """Peak dense tensor throughput of the GPUs the MFU is computed against (NVIDIA datasheets,
-TFLOP/s without sparsity; REFERENCE.md §6).
+TFLOP/s without sparsity; docs/reference.md §6).
 
 MFU (model FLOPs utilisation) = achieved model TFLOP/s per GPU / the device's peak for the run's
 precision. Which peak a precision uses: bf16 and fp16 the tensor-core figures; fp32 under

@@ -1,6 +1,6 @@
 """Write a learnable image-folder dataset of real JPEG files: DIR/{train,val}/<class>/*.jpeg.
 
-The layout is the one of the reference's Tiny-ImageNet folders (REFERENCE.md §2), so the PyTorch
+The layout is the one of the reference's Tiny-ImageNet folders (docs/reference.md §2), so the PyTorch
 trainer reads it with torchvision's ImageFolder exactly as it reads the real data. Each class has
 its own colour, stripe orientation and stripe frequency; every image adds a random phase, a random
 brightness and pixel noise, so a model must learn the class pattern rather than memorise files.

@@ -37,6 +37,6 @@ def test_training_counts_forward_and_backward():
 
 
 def test_vit_h_14_per_trained_image_matches_the_reference_figure():
-    """REFERENCE.md §6: _ops 167.3 at 224 px -> ~335 GFLOP forward, ~1,004 GFLOP trained."""
+    """docs/reference.md §6: _ops 167.3 at 224 px -> ~335 GFLOP forward, ~1,004 GFLOP trained."""
     trained = flops.count_flops(partial(torchvision.models.vit_h_14, num_classes=200), 224)
     assert trained / 1e9 == pytest.approx(1004, rel=0.02)

@@ -64,7 +64,7 @@ def by_kind(records: list[dict]) -> dict:
 
 
 def test_device_preprocessing_equals_the_reference_host_path():
-    """Reference: tf.image.resize (bilinear) on the host, then /255 (REFERENCE.md section 1)."""
+    """Reference: tf.image.resize (bilinear) on the host, then /255 (docs/reference.md §1)."""
     result = tf_probe(
         """
         import json

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINER = ROOT / "scripts" / "train_torch.py"
 sys.path.insert(0, str(ROOT / "scripts"))
 
-# torchvision segfaults when it loads after tensorflow in one process (REFERENCE.md §4b): fail
+# torchvision segfaults when it loads after tensorflow in one process (docs/reference.md §5): fail
 # with a readable message instead of killing the whole pytest run.
 if "tensorflow" in sys.modules and "torchvision" not in sys.modules:
     raise ImportError(
@@ -96,7 +96,7 @@ def test_cpu_threads_split_the_cores_between_local_processes():
 
 
 def test_human_lines_carry_the_reference_prefix():
-    # REFERENCE.md §2: `[11/14/2025 10:02:17 AM] INFO - ` in front of every line.
+    # docs/reference.md §2: `[11/14/2025 10:02:17 AM] INFO - ` in front of every line.
     line = torch_distributed.log_line("Training finished!", when=0)
     assert re.fullmatch(r"\[\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2} [AP]M\] INFO - Training finished!", line)
 
@@ -229,7 +229,7 @@ def test_missing_split_names_the_folder(tmp_path):
 
 
 def test_vit_h_14_is_the_reference_model():
-    # REFERENCE.md §2: 631,021,000 parameters with 200 classes; built on the meta device, no memory.
+    # docs/reference.md §2: 631,021,000 parameters with 200 classes; built on the meta device, no memory.
     with torch.device("meta"):
         model = train_torch.build_model("vit_h_14", 200, 224)
     assert train_torch.count_parameters(model) == 631_021_000
