@@ -35,6 +35,10 @@ METRIC_COLUMNS = [
 INTERVAL_COLUMNS = ["step_time_ci_pct", "throughput_ci_low_img_s", "throughput_ci_high_img_s"]
 # What a run cost, failed runs included: the trainer's whole life (start-up included) x GPUs.
 COST_COLUMNS = ["wall_time_s", "gpu_hours"]
+# GPU energy of the steady windows (scripts/energy.py): energy_j of the steady epochs or timed
+# window summed, per image and as average power per GPU; run_energy_j the whole run's.
+ENERGY_COLUMNS = ["energy_j", "joules_per_image", "avg_power_w_per_gpu", "run_energy_j"]
+ENERGY_TEXT_COLUMNS = ["energy_source", "energy_note"]
 # Where a step's time goes (scalesweep/breakdown.py); empty for logs without it.
 BREAKDOWN_COLUMNS = list(breakdown.BREAKDOWN_COLUMNS)
 FLOAT_BREAKDOWN_COLUMNS = [c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes")]
@@ -52,6 +56,8 @@ RUN_RESULT_COLUMNS = [
     *INTERVAL_COLUMNS,
     "timed_steps",
     *COST_COLUMNS,
+    *ENERGY_COLUMNS,
+    *ENERGY_TEXT_COLUMNS,
     *BREAKDOWN_COLUMNS,
     # provenance, after the contract's columns
     "device_kind",
@@ -70,7 +76,7 @@ EPOCH_COLUMNS = AXIS_COLUMNS + EPOCH_RESULT_COLUMNS
 # (per_gpu_batch, epochs, ...) may be sweep axes: the axis value then fills that column.
 RESERVED_KEYS = frozenset(
     {"status", "reason", "log", "log_format", *METRIC_COLUMNS, *INTERVAL_COLUMNS, *COST_COLUMNS,
-     *BREAKDOWN_COLUMNS, *EPOCH_RESULT_COLUMNS}
+     *ENERGY_COLUMNS, *ENERGY_TEXT_COLUMNS, *BREAKDOWN_COLUMNS, *EPOCH_RESULT_COLUMNS}
 )
 # Counts stay integers in the CSVs (`4`, not `4.0`) even where a failed row leaves them empty.
 COUNT_COLUMNS = (
@@ -114,7 +120,7 @@ def tidy_tables(items) -> TidyTables:
     axes = AXIS_COLUMNS + extra_axes
     runs = pd.DataFrame(run_rows, columns=axes + [c for c in RUN_RESULT_COLUMNS if c not in axes])
     epochs = pd.DataFrame(epoch_rows, columns=axes + [c for c in EPOCH_RESULT_COLUMNS if c not in axes])
-    float_columns = METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + FLOAT_BREAKDOWN_COLUMNS
+    float_columns = METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + ENERGY_COLUMNS + FLOAT_BREAKDOWN_COLUMNS
     return TidyTables(_typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, float_columns), refused)
 
 
@@ -321,6 +327,7 @@ def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
     row.update(_step_interval(run.epochs, summary, metrics["throughput_img_s"]))
     row["gpu_hours"] = run_gpu_hours(row)
     row.update(step_breakdown(header, summary, row))
+    row.update(steady_energy(run.epochs, row["world_size"]), run_energy_j=summary.get("run_energy_j"))
     axes = {key: row[key] for key in row if key in AXIS_COLUMNS or key in config}
     return row, [_epoch_row(axes, epoch) for epoch in run.epochs]
 
@@ -345,6 +352,29 @@ def _train_images(header: dict):
     if header.get("protocol", "epochs") == "epochs" and _is_number(header.get("images_per_epoch")):
         return header["images_per_epoch"]
     return None
+
+
+def steady_energy(epochs: list[dict], world_size) -> dict:
+    """The energy columns of an ok run from its steady epochs (or timed window): their joules
+    summed, per image and per GPU per second; NaN with the reason (`energy_note`) where any
+    steady window has no energy (older logs say nothing: no note then)."""
+    steady = [epoch for epoch in epochs if epoch["epoch"] >= FIRST_STEADY_EPOCH]
+    unknown = {"energy_j": math.nan, "joules_per_image": math.nan, "avg_power_w_per_gpu": math.nan,
+               "energy_source": None}
+    missing = [epoch for epoch in steady if not _is_number(epoch.get("energy_j"))]
+    if not steady or missing:
+        notes = [epoch["energy_note"] for epoch in missing if epoch.get("energy_note")]
+        return {**unknown, "energy_note": notes[0] if notes else None}
+    joules = sum(epoch["energy_j"] for epoch in steady)
+    images = sum(epoch["images"] for epoch in steady if _is_number(epoch.get("images")))
+    seconds = sum(epoch["seconds"] for epoch in steady if _is_number(epoch.get("seconds")))
+    return {
+        "energy_j": joules,
+        "joules_per_image": joules / images if images else math.nan,
+        "avg_power_w_per_gpu": joules / seconds / max(world_size or 1, 1) if seconds else math.nan,
+        "energy_source": steady[0].get("energy_source"),
+        "energy_note": None,
+    }
 
 
 def throughput_interval(throughput, step_time_ci_pct) -> tuple[float, float]:
