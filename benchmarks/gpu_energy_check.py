@@ -12,6 +12,7 @@ arrived and its seconds). Prints:
     energy_counter_vs_smi_pct <pct> %     100 x (counter - smi) / smi (goal: within +/- 5)
     energy_window_s <s> s                 the timed window (>= 30 s, or the check fails)
     energy_avg_power_w <W> W              the counter's energy / window seconds
+    energy_read_overhead_pct <pct> %      the two counter reads (energy_read_s) / window seconds
 
     python3 benchmarks/gpu_energy_check.py              # from the repository root; ~2-4 minutes on an H100
 
@@ -146,6 +147,7 @@ def report(timed: dict, arrived: float, samples: list) -> int:
     print(f"energy_counter_vs_smi_pct {counter_vs_smi_pct(counter_per_image, smi_per_image):+.2f} %")
     print(f"energy_window_s {timed['seconds']:.1f} s")
     print(f"energy_avg_power_w {timed['energy_j'] / timed['seconds']:.1f} W")
+    print(f"energy_read_overhead_pct {100.0 * timed['energy_read_s'] / timed['seconds']:.3g} %")
     print(f"energy_smi_samples {sum(1 for t, _ in samples if arrived - timed['seconds'] <= t <= arrived)} samples")
     if timed["seconds"] < MIN_WINDOW_S:
         print(f"gpu_energy_check: the window took {timed['seconds']:.1f} s < {MIN_WINDOW_S:g} s: "
