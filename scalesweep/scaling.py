@@ -43,7 +43,7 @@ NON_KEY_COLUMNS = frozenset(
         "train_images", *BREAKDOWN_COLUMNS,
         # energy (scalesweep/tidy.py)
         "energy_j", "joules_per_image", "avg_power_w_per_gpu", "run_energy_j", "energy_source",
-        "energy_note",
+        "energy_note", "slurm_energy_j", "slurm_energy_source",
         # provenance
         "protocol", "log_format", "log", "hostname", "slurm_job_id", "slurm_nodelist",
         "start_time", "versions", "devices",

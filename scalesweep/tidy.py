@@ -39,6 +39,8 @@ COST_COLUMNS = ["wall_time_s", "gpu_hours"]
 # window summed, per image and as average power per GPU; run_energy_j the whole run's.
 ENERGY_COLUMNS = ["energy_j", "joules_per_image", "avg_power_w_per_gpu", "run_energy_j"]
 ENERGY_TEXT_COLUMNS = ["energy_source", "energy_note"]
+# The job's whole-node energy by SLURM's accounting (scalesweep/accounting.py), where configured.
+SLURM_ENERGY_COLUMNS = ["slurm_energy_j", "slurm_energy_source"]
 # Where a step's time goes (scalesweep/breakdown.py); empty for logs without it.
 BREAKDOWN_COLUMNS = list(breakdown.BREAKDOWN_COLUMNS)
 FLOAT_BREAKDOWN_COLUMNS = [c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes")]
@@ -58,6 +60,7 @@ RUN_RESULT_COLUMNS = [
     *COST_COLUMNS,
     *ENERGY_COLUMNS,
     *ENERGY_TEXT_COLUMNS,
+    *SLURM_ENERGY_COLUMNS,
     *BREAKDOWN_COLUMNS,
     # provenance, after the contract's columns
     "device_kind",
@@ -76,7 +79,8 @@ EPOCH_COLUMNS = AXIS_COLUMNS + EPOCH_RESULT_COLUMNS
 # (per_gpu_batch, epochs, ...) may be sweep axes: the axis value then fills that column.
 RESERVED_KEYS = frozenset(
     {"status", "reason", "log", "log_format", *METRIC_COLUMNS, *INTERVAL_COLUMNS, *COST_COLUMNS,
-     *ENERGY_COLUMNS, *ENERGY_TEXT_COLUMNS, *BREAKDOWN_COLUMNS, *EPOCH_RESULT_COLUMNS}
+     *ENERGY_COLUMNS, *ENERGY_TEXT_COLUMNS, *SLURM_ENERGY_COLUMNS, *BREAKDOWN_COLUMNS,
+     *EPOCH_RESULT_COLUMNS}
 )
 # Counts stay integers in the CSVs (`4`, not `4.0`) even where a failed row leaves them empty.
 COUNT_COLUMNS = (
@@ -120,7 +124,8 @@ def tidy_tables(items) -> TidyTables:
     axes = AXIS_COLUMNS + extra_axes
     runs = pd.DataFrame(run_rows, columns=axes + [c for c in RUN_RESULT_COLUMNS if c not in axes])
     epochs = pd.DataFrame(epoch_rows, columns=axes + [c for c in EPOCH_RESULT_COLUMNS if c not in axes])
-    float_columns = METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + ENERGY_COLUMNS + FLOAT_BREAKDOWN_COLUMNS
+    float_columns = (METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + ENERGY_COLUMNS + ["slurm_energy_j"]
+                     + FLOAT_BREAKDOWN_COLUMNS)
     return TidyTables(_typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, float_columns), refused)
 
 
@@ -154,13 +159,15 @@ def status_counts(runs: pd.DataFrame) -> str:
 def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False) -> str:
     """The tidy stage (rule `tidy`): (log path or None, run axes) pairs -> epochs_csv and
     runs_csv, each replaced whole or not at all; the log line. ask_slurm: give failed runs the
-    status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...)."""
+    status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...), and every run its job's energy
+    where the cluster accounts it (slurm_energy_j)."""
     from scalesweep import accounting
 
     epochs, runs = runs_table(items)
     if ask_slurm and "slurm_job_id" in runs.columns:
         failed = runs[runs["status"] != "ok"]
         runs = accounting.refine_failures(runs, accounting.sacct_states(failed["slurm_job_id"]))
+        runs = accounting.with_slurm_energy(runs, accounting.sacct_energy(runs["slurm_job_id"]))
     for frame, path in ((epochs, Path(epochs_csv)), (runs, Path(runs_csv))):
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_csv_atomic(frame, path)
