@@ -192,10 +192,9 @@ class WindowMeter:
     def start(self, at: float | None = None) -> None:
         # A counter read is a driver call without device synchronisation, but it takes time (3.5 ms
         # on an H100): the window starts after it, so no read is inside the window's seconds.
-        before = time.perf_counter()
         self.energy_start, self.energy_end = self.counters.read(), None
         self.first_step = self.clock.finished
-        self.started = None if at is None else at + (time.perf_counter() - before)
+        self.started = None if at is None else at + self.energy_start.cost_s
 
     def energy_used(self) -> tuple:
         """(joules per device of this process since start(), why unknown). The end is read at
