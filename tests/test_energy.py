@@ -193,12 +193,13 @@ def windows(records: list) -> tuple:
 
 
 def assert_window_energy(window: dict, devices: int, rel: float) -> None:
-    """Every device's joules = its fake power x the window's seconds; the sum is theirs."""
+    """Every device's joules = its fake power x the window's seconds, to `rel` and 20 ms (a rank's
+    window edges may sit some ms from rank 0's on a loaded machine); the sum is theirs."""
     assert window["energy_source"] == "nvml" and window["energy_note"] is None
     per_rank = window["energy_j_per_rank"]
     assert len(per_rank) == devices
     for device, joules in enumerate(per_rank):
-        assert joules == pytest.approx(watts(device) * window["seconds"], rel=rel)
+        assert joules == pytest.approx(watts(device) * window["seconds"], rel=rel, abs=watts(device) * 0.02)
     assert window["energy_j"] == pytest.approx(sum(per_rank))
     assert 0 <= window["energy_read_s"] < 0.05  # two driver calls per device
 
