@@ -240,7 +240,7 @@ def report_refused(refused, stream=None):
 
 
 def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
-            all_attempts=False):
+            all_attempts=False, greenest_time_bound_s=None):
     """Write out/tidy, out/tables and out/figures; return the refused inputs (already reported)."""
     out = output_folder(out)
     runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy", all_attempts)
@@ -248,7 +248,7 @@ def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budge
     if runs_csv is None:
         raise ValueError("no runs found in " + ", ".join(map(str, paths)))
     print(tables.write_tables(runs_csv, tables.outputs_in(out / "tables"), efficiency_floor,
-                              gpu_hour_budget, epoch_budget))
+                              gpu_hour_budget, epoch_budget, greenest_time_bound_s))
     print(figures.write_figures(out / "tables" / "scaling.csv", out / "tables" / "fits.csv",
                                 out / "figures"))
     return refused
@@ -267,6 +267,8 @@ def main(argv=None):
                              help="training epochs the sweet spot's projected GPU-hours stand for")
     analyze_cmd.add_argument("--all-attempts", action="store_true",
                              help="every attempt log of a run (default: only its latest, <run>.attempt-K.log)")
+    analyze_cmd.add_argument("--greenest-time-bound-s", type=number(0, low_open=True), default=None,
+                             help="seconds (sweet spot 'greenest': least energy within this time)")
     register_history(commands)
     register_compare(commands)
     register_check_config(commands)
@@ -276,7 +278,7 @@ def main(argv=None):
         return args.handler(args)
     try:
         refused = analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget,
-                          args.epoch_budget, args.all_attempts)
+                          args.epoch_budget, args.all_attempts, args.greenest_time_bound_s)
     except (ValueError, FileNotFoundError, parse.LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT

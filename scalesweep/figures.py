@@ -508,7 +508,9 @@ def build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None = None
                 line_figure(data, "comm_compute_ratio", "comm_compute_ratio",
                             "Communication / compute (pure all-reduce / compute per step)",
                             by_model=True, note=note),
-                bus_bandwidth_figure(data, note)]
+                bus_bandwidth_figure(data, note),
+                line_figure(data, "energy_per_image", "joules_per_image", "GPU energy per image (J)",
+                            by_model=True, note=note)]
     return {figure.name: figure for figure in figures}
 
 
@@ -516,7 +518,7 @@ FIGURE_NAMES = tuple(
     f"{metric}_{suffix}" for suffix in ("by_model", "all")
     for metric in ("time", "throughput", "speedup", "tts_speedup", "efficiency")
 ) + ("marginal_gain", "karp_flatt", "throughput_efficiency", "step_breakdown",
-     "comm_compute_ratio", "bus_bandwidth")
+     "comm_compute_ratio", "bus_bandwidth", "energy_per_image")
 PART_COLOURS = dict(zip(breakdown.PART_NAMES.values(), sns.color_palette("colorblind", 4)))
 
 

@@ -62,7 +62,8 @@ def rebuild_tables_and_figures(runs_csv, table_outputs: dict, analysis: dict, sc
 
     try:
         tables.write_tables(runs_csv, table_outputs, analysis["efficiency_floor_pct"],
-                            analysis["gpu_hour_budget"], analysis["epoch_budget"])
+                            analysis["gpu_hour_budget"], analysis["epoch_budget"],
+                            analysis["greenest_time_bound_s"])
         figures.write_figures(scaling_csv, fits_csv, figures_dir)
     except Exception as error:  # noqa: BLE001
         return f"scalesweep: tables and figures not rebuilt: {type(error).__name__}: {error}"

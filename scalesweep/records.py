@@ -65,6 +65,8 @@ class Rule:
             return isinstance(value, list) and all(is_text(item) for item in value)
         if self.kind == "scalars":
             return isinstance(value, dict) and all(_is_scalar(item) for item in value.values())
+        if self.kind == "numbers":  # per rank: a number >= 0 each, null where the rank had none
+            return isinstance(value, list) and all(item is None or (is_number(item) and item >= 0) for item in value)
         raise ValueError(f"unknown rule kind {self.kind!r}")
 
     def describe(self, nullable: bool | None = None) -> str:
@@ -83,6 +85,7 @@ class Rule:
                 "flag": "true or false",
                 "texts": "a list of one-line strings",
                 "scalars": "an object of strings, numbers or nulls",
+                "numbers": "a list of finite numbers >= 0 or nulls",
             }[self.kind]
         return what + (" or null" if self.nullable and nullable is not False else "")
 
@@ -156,6 +159,8 @@ HEADER = {
     "container_image": text(),
     "start_time": text(),
 }
+# GPU energy (scripts/energy.py): where it comes from, and why it is missing.
+ENERGY = {"energy_source": text(choices=("nvml",)), "energy_note": text()}
 EPOCH = {
     "epoch": count(),
     "images": count(nullable=True),
@@ -172,6 +177,10 @@ EPOCH = {
     "timed_steps_rule": text(choices=("fixed", "auto")),
     "target_ci_pct": measure(),
     "stop_reason": text(choices=("fixed", "target", "cap")),
+    **ENERGY,
+    "energy_j": number(0),
+    "energy_j_per_rank": Rule("numbers"),
+    "energy_read_s": number(0),
 }
 SUMMARY = {
     "status": text(nullable=False, choices=STATUSES),
@@ -202,6 +211,9 @@ SUMMARY = {
     "overlap_pct": number(),
     "comm_compute_ratio": number(0),
     "probe_s": number(0),
+    **ENERGY,
+    "run_energy_j": number(0),
+    "run_energy_j_per_rank": Rule("numbers"),
 }
 RULES = {"header": HEADER, "epoch": EPOCH, "summary": SUMMARY}
 

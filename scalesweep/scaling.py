@@ -41,6 +41,9 @@ NON_KEY_COLUMNS = frozenset(
         "train_time_s", "memory_gb", "peak_host_rss_gb", "timed_steps", "step_time_ci_pct",
         "throughput_ci_low_img_s", "throughput_ci_high_img_s", "wall_time_s", "gpu_hours",
         "train_images", *BREAKDOWN_COLUMNS,
+        # energy (scalesweep/tidy.py)
+        "energy_j", "joules_per_image", "avg_power_w_per_gpu", "run_energy_j", "energy_source",
+        "energy_note", "slurm_energy_j", "slurm_energy_source",
         # provenance
         "protocol", "log_format", "log", "hostname", "slurm_job_id", "slurm_nodelist",
         "start_time", "versions", "devices",
@@ -62,6 +65,11 @@ NUMERIC_RUN_COLUMNS = (
 # Breakdown medians per GPU count (scalesweep/breakdown.py), then the loss they explain.
 SCALED_BREAKDOWN = tuple(c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes"))
 
+# GPU energy per GPU count: medians of runs.csv's, the energy efficiency jpi(N_min) / jpi(N) in %,
+# and the projected energy of the analysis' epoch budget (scaling_table's epoch_budget).
+ENERGY_MEDIANS = ("joules_per_image", "avg_power_w_per_gpu")
+ENERGY_COLUMNS = (*ENERGY_MEDIANS, "energy_efficiency_pct", "projected_energy_j")
+
 # Columns scaling_table adds after the group keys, in output order. Any other column of a scaling
 # table is a group key (table_group_keys), so a scaling.csv read back from disk works as is.
 SCALING_COLUMNS = (
@@ -76,6 +84,7 @@ SCALING_COLUMNS = (
     "total_time_s", "total_time_s_min", "total_time_s_max",
     "tts_speedup", "tts_efficiency_pct", "tts_gain_vs_prev_pct", "tts_gain_vs_min_pct",
     "train_images", "gpu_hours", "global_batch",
+    *ENERGY_COLUMNS,
     *SCALED_BREAKDOWN, *LOSS_COLUMNS, "breakdown_note",
     "note",
 )
@@ -118,6 +127,12 @@ def time_gain_pct(reference_time, time):
     """How much shorter `time` is than `reference_time`, in % of the reference."""
     return (np.asarray(reference_time, float) - np.asarray(time, float)) / np.asarray(
         reference_time, float) * 100.0
+
+
+def energy_efficiency_pct(joules_per_image, base: int):
+    """100 x jpi(N_min) / jpi(N): below 100 % each image costs more energy than at the baseline."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 100.0 * joules_per_image[base] / joules_per_image
 
 
 def marginal_gain(gpus, throughput) -> tuple[np.ndarray, np.ndarray]:
@@ -353,7 +368,7 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         epochs=runs["epochs"].where(ok) if "epochs" in runs else missing,
         **_ok_values(runs, ok, ("protocol", "images_per_epoch", "train_images", "gpu_hours",
                                 "throughput_ci_low_img_s", "throughput_ci_high_img_s",
-                                "global_batch", *SCALED_BREAKDOWN)),
+                                "global_batch", *ENERGY_MEDIANS, *SCALED_BREAKDOWN)),
         # usable (finite, > 0) values of ok runs; NaN elsewhere, which median/min/max skip
         **{name: runs[column].where(ok & np.isfinite(runs[column]) & (runs[column] > 0))
            if column in runs else missing for name, column in _AGGREGATED},
@@ -369,7 +384,7 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                     "_run_ci_low": ("throughput_ci_low_img_s", "first"),
                     "_run_ci_high": ("throughput_ci_high_img_s", "first"),
                     "global_batch": ("global_batch", "median"),
-                    **{column: (column, "median") for column in SCALED_BREAKDOWN}}
+                    **{column: (column, "median") for column in (*ENERGY_MEDIANS, *SCALED_BREAKDOWN)}}
     for name, _ in _AGGREGATED:
         aggregations.update({name: (name, "median"), f"{name}_min": (name, "min"),
                              f"{name}_max": (name, "max"), f"_{name}_usable": (name, "count")})
@@ -423,7 +438,8 @@ _RELATIVE_COLUMNS = tuple(c for c in SCALING_COLUMNS if c not in (
     "time_s_range", "throughput_img_s", "throughput_img_s_min", "throughput_img_s_max",
     "throughput_ci_low_img_s", "throughput_ci_high_img_s", "throughput_ci_source",
     "total_time_s", "total_time_s_min", "total_time_s_max", "throughput_per_gpu_img_s",
-    "train_images", "gpu_hours", "global_batch", *SCALED_BREAKDOWN, "breakdown_note", "note"))
+    "train_images", "gpu_hours", "global_batch", *ENERGY_MEDIANS, "projected_energy_j",
+    *SCALED_BREAKDOWN, "breakdown_note", "note"))
 
 
 def group_basis(group: pd.DataFrame) -> str:
@@ -479,6 +495,7 @@ def _group_metrics(cells: pd.DataFrame) -> dict:
         columns["efficiency_pct"] = efficiency_pct(columns["speedup"], columns["scale_factor"])
         columns["karp_flatt"] = karp_flatt(columns["speedup"], columns["scale_factor"])
         columns["scaling_basis"] = np.full(len(cells), basis, dtype=object)
+        columns["energy_efficiency_pct"] = energy_efficiency_pct(cells["joules_per_image"].to_numpy(float), base)
         columns.update(loss_table(cells, base))
 
     columns["note"] = ["; ".join(group_notes + notes) for notes in cells["notes"]]
@@ -520,7 +537,7 @@ def _group_bounds(table: pd.DataFrame, keys: list[str]) -> list[tuple[int, int]]
     return list(zip(starts.tolist(), [*starts[1:].tolist(), len(table)]))
 
 
-def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
+def scaling_table(runs: pd.DataFrame, epoch_budget: float = 1.0) -> pd.DataFrame:
     """One row per group x GPU count (gpus >= 1): medians over ok repeats and the scaling metrics.
 
     Columns: the group keys, then SCALING_COLUMNS. `time_s` is the median steady epoch time,
@@ -534,6 +551,9 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     compares with the next smaller GPU count that has a total time. `throughput_ci_*` is the 95 %
     interval of the throughput (`throughput_ci_source`: repeats, or one run's own steps);
     `gpu_hours` the median cost of one run; `train_images` the images of one full epoch.
+    Energy: `joules_per_image` and `avg_power_w_per_gpu` are medians over the ok repeats,
+    `energy_efficiency_pct` = 100 x jpi(N_min) / jpi(N), `projected_energy_j` = `epoch_budget` x
+    train_images x joules_per_image.
     """
     runs = check_runs(runs)
     keys = group_keys(runs)
@@ -546,6 +566,7 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     helpers = ["notes", "_protocols", "_images_min", "_images_max"]
     table = pd.concat([counts.drop(columns=helpers), pd.DataFrame(derived, index=counts.index)],
                       axis=1)
+    table["projected_energy_j"] = epoch_budget * table["train_images"] * table["joules_per_image"]
     return table[[*keys, *SCALING_COLUMNS]].reset_index(drop=True)
 
 

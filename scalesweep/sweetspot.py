@@ -6,7 +6,11 @@ Per group of the scaling table, one row per intent:
   largest such count is taken even when a count in between fell below the floor (measurement noise
   at one count should not hide a good larger one);
 - `budget`: the shortest time among GPU counts whose run fits a GPU-hour budget (skipped with a
-  note when no budget is given).
+  note when no budget is given);
+- `greenest`: the least GPU energy per epoch among GPU counts whose time is within a time bound
+  (`greenest_time_bound_s`, in seconds of the group's time metric; no bound when None). Energy
+  per epoch is `projected_energy_j` (the epoch budget's energy at the measured joules per image)
+  where every candidate has it, else joules per image (the same order within a group).
 
 "Time" follows the group's scaling basis (scaling.THROUGHPUT_BASIS). With the time basis (the
 epochs protocol, the same work at every N) it is the measured time to solution (total_time_s)
@@ -31,10 +35,11 @@ import pandas as pd
 
 from scalesweep.scaling import THROUGHPUT_BASIS, group_basis, is_usable, iter_groups, table_group_keys
 
-INTENTS = ("fastest", "efficient", "budget")
+INTENTS = ("fastest", "efficient", "budget", "greenest")
 SWEET_SPOT_COLUMNS = (
     "intent", "gpus", "time_metric", "time_s", "total_time_s", "projected_time_s",
-    "efficiency_pct", "gpu_hours", "gpu_hours_basis", "run_gpu_hours", "why", "note",
+    "efficiency_pct", "gpu_hours", "gpu_hours_basis", "run_gpu_hours",
+    "joules_per_image", "projected_energy_j", "why", "note",
 )
 DEFAULT_EPOCH_BUDGET = 1.0
 
@@ -102,6 +107,24 @@ def within_budget(group: pd.DataFrame, metric: str, budget: float | None
                   f"at {int(best['gpus'])} GPUs using {best['gpu_hours']:.3g} GPU-hours")
 
 
+def greenest(group: pd.DataFrame, metric: str, time_bound_s: float | None) -> tuple[pd.Series | None, str]:
+    """The least energy per epoch among GPU counts whose `metric` time is within the bound."""
+    energy = group[group["joules_per_image"].map(is_usable)] if "joules_per_image" in group else group.iloc[:0]
+    if energy.empty:
+        return None, "no GPU count with a measured energy per image"
+    within = energy[energy[metric].map(is_usable)]
+    bound = "" if time_bound_s is None else f" within {time_bound_s:g} s"
+    if time_bound_s is not None:
+        within = within[within[metric] <= time_bound_s]
+    if within.empty:
+        return None, f"no GPU count with a measured energy has a {_describe(metric)}{bound}"
+    column = "projected_energy_j" if within["projected_energy_j"].map(is_usable).all() else "joules_per_image"
+    best = within.loc[within[column].idxmin()]
+    unit = "J per image" if column == "joules_per_image" else "J projected"
+    return best, (f"least GPU energy{bound} ({_describe(metric)}): {best[column]:.4g} {unit} "
+                  f"at {int(best['gpus'])} GPUs ({best['joules_per_image']:.4g} J per image)")
+
+
 def _describe(metric: str) -> str:
     return {"total_time_s": "time to solution", "time_s": "steady epoch time",
             "projected_time_s": "projected training time", "time_per_image_s": "time per image",
@@ -126,17 +149,21 @@ def with_costs(scaling: pd.DataFrame, epoch_budget: float) -> pd.DataFrame:
 
 def sweet_spot_table(scaling: pd.DataFrame, efficiency_floor: float = 80.0,
                      gpu_hour_budget: float | None = None,
-                     epoch_budget: float = DEFAULT_EPOCH_BUDGET) -> pd.DataFrame:
+                     epoch_budget: float = DEFAULT_EPOCH_BUDGET,
+                     greenest_time_bound_s: float | None = None) -> pd.DataFrame:
     """One row per group x intent with the chosen GPU count and the numbers behind the choice.
 
     Columns: group keys, SWEET_SPOT_COLUMNS. An intent with no answer keeps its row with NaN
     numbers and the reason in `note`; `why` explains every choice made. `epoch_budget`: the
-    training epochs the projected times and GPU-hours stand for.
+    training epochs the projected times, GPU-hours and energy stand for;
+    `greenest_time_bound_s`: the time bound of the greenest intent (None: no bound).
     """
     if gpu_hour_budget is not None and not gpu_hour_budget > 0:
         raise ValueError(f"gpu_hour_budget must be > 0 GPU-hours or None, got {gpu_hour_budget!r}")
     if not epoch_budget > 0:
         raise ValueError(f"epoch_budget must be > 0 epochs, got {epoch_budget!r}")
+    if greenest_time_bound_s is not None and not greenest_time_bound_s > 0:
+        raise ValueError(f"greenest_time_bound_s must be > 0 seconds or None, got {greenest_time_bound_s!r}")
     keys = table_group_keys(scaling)
     table = with_costs(scaling, epoch_budget)
     rows = []
@@ -146,6 +173,7 @@ def sweet_spot_table(scaling: pd.DataFrame, efficiency_floor: float = 80.0,
             "fastest": fastest(group, metric),
             "efficient": most_efficient(group, efficiency_floor),
             "budget": within_budget(group, metric, gpu_hour_budget),
+            "greenest": greenest(group, metric, greenest_time_bound_s),
         }
         for intent in INTENTS:
             best, why = choices[intent]
@@ -162,6 +190,6 @@ def _choice_row(intent: str, metric: str, best: pd.Series | None, why: str) -> d
         "intent": intent, "gpus": int(best["gpus"]), "time_metric": metric,
         **{column: best[column] for column in (
             "time_s", "total_time_s", "projected_time_s", "efficiency_pct", "gpu_hours",
-            "gpu_hours_basis", "run_gpu_hours")},
+            "gpu_hours_basis", "run_gpu_hours", "joules_per_image", "projected_energy_j") if column in best},
         "why": why, "note": best["note"] if isinstance(best["note"], str) else "",
     }

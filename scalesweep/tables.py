@@ -14,16 +14,17 @@ from scalesweep import atomic, scaling, sweetspot
 TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
 
 
-def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0) -> dict:
+def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
+                    greenest_time_bound_s=None) -> dict:
     """Every table of the analysis, by name (TABLES), from a runs table."""
     from scalesweep import fits
 
-    table = scaling.scaling_table(runs)
+    table = scaling.scaling_table(runs, epoch_budget)
     return {
         "scaling": table,
         "fits": fits.fit_table(runs, scaling=table),
         "sweet_spot": sweetspot.sweet_spot_table(table, efficiency_floor, gpu_hour_budget,
-                                                 epoch_budget),
+                                                 epoch_budget, greenest_time_bound_s),
         "acceleration": scaling.acceleration_table(runs),
         "compare_models": scaling.comparison_table(table, by="model"),
         "compare_datasets": scaling.comparison_table(table, by="dataset"),
@@ -31,10 +32,10 @@ def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_bud
 
 
 def write_tables(runs_csv, outputs: dict, efficiency_floor=80.0, gpu_hour_budget=None,
-                 epoch_budget=1.0) -> str:
+                 epoch_budget=1.0, greenest_time_bound_s=None) -> str:
     """runs.csv -> every table of TABLES at outputs[name]; the log line."""
     tables = analysis_tables(scaling.read_runs(runs_csv), efficiency_floor, gpu_hour_budget,
-                             epoch_budget)
+                             epoch_budget, greenest_time_bound_s)
     for name, table in tables.items():
         path = Path(outputs[name])
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,12 @@ METRIC_COLUMNS = [
 INTERVAL_COLUMNS = ["step_time_ci_pct", "throughput_ci_low_img_s", "throughput_ci_high_img_s"]
 # What a run cost, failed runs included: the trainer's whole life (start-up included) x GPUs.
 COST_COLUMNS = ["wall_time_s", "gpu_hours"]
+# GPU energy of the steady windows (scripts/energy.py): energy_j of the steady epochs or timed
+# window summed, per image and as average power per GPU; run_energy_j the whole run's.
+ENERGY_COLUMNS = ["energy_j", "joules_per_image", "avg_power_w_per_gpu", "run_energy_j"]
+ENERGY_TEXT_COLUMNS = ["energy_source", "energy_note"]
+# The job's whole-node energy by SLURM's accounting (scalesweep/accounting.py), where configured.
+SLURM_ENERGY_COLUMNS = ["slurm_energy_j", "slurm_energy_source"]
 # Where a step's time goes (scalesweep/breakdown.py); empty for logs without it.
 BREAKDOWN_COLUMNS = list(breakdown.BREAKDOWN_COLUMNS)
 FLOAT_BREAKDOWN_COLUMNS = [c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes")]
@@ -50,6 +56,9 @@ RUN_RESULT_COLUMNS = [
     *INTERVAL_COLUMNS,
     "timed_steps",
     *COST_COLUMNS,
+    *ENERGY_COLUMNS,
+    *ENERGY_TEXT_COLUMNS,
+    *SLURM_ENERGY_COLUMNS,
     *BREAKDOWN_COLUMNS,
     # provenance, after the contract's columns
     "device_kind",
@@ -68,7 +77,8 @@ EPOCH_COLUMNS = AXIS_COLUMNS + EPOCH_RESULT_COLUMNS
 # (per_gpu_batch, epochs, ...) may be sweep axes: the axis value then fills that column.
 RESERVED_KEYS = frozenset(
     {"status", "reason", "log", "log_format", *METRIC_COLUMNS, *INTERVAL_COLUMNS, *COST_COLUMNS,
-     *BREAKDOWN_COLUMNS, *EPOCH_RESULT_COLUMNS}
+     *ENERGY_COLUMNS, *ENERGY_TEXT_COLUMNS, *SLURM_ENERGY_COLUMNS, *BREAKDOWN_COLUMNS,
+     *EPOCH_RESULT_COLUMNS}
 )
 # Counts stay integers in the CSVs (`4`, not `4.0`) even where a failed row leaves them empty.
 COUNT_COLUMNS = (
@@ -112,7 +122,8 @@ def tidy_tables(items) -> TidyTables:
     axes = AXIS_COLUMNS + extra_axes
     runs = pd.DataFrame(run_rows, columns=axes + [c for c in RUN_RESULT_COLUMNS if c not in axes])
     epochs = pd.DataFrame(epoch_rows, columns=axes + [c for c in EPOCH_RESULT_COLUMNS if c not in axes])
-    float_columns = METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + FLOAT_BREAKDOWN_COLUMNS
+    float_columns = (METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + ENERGY_COLUMNS + ["slurm_energy_j"]
+                     + FLOAT_BREAKDOWN_COLUMNS)
     return TidyTables(_typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, float_columns), refused)
 
 
@@ -155,8 +166,9 @@ def with_digests(runs: pd.DataFrame, digests: dict | None) -> pd.DataFrame:
 def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False, digests=None) -> str:
     """The tidy stage (rule `tidy`): (log path or None, run axes) pairs -> epochs_csv and
     runs_csv, each replaced whole or not at all; the log line. ask_slurm: give failed runs the
-    status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...); digests: {framework: image
-    digest} (with_digests)."""
+    status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...), and every run its job's energy
+    where the cluster accounts it (slurm_energy_j); digests: {framework: image digest}
+    (with_digests)."""
     from scalesweep import accounting
 
     epochs, runs = runs_table(items)
@@ -164,6 +176,7 @@ def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False, dige
     if ask_slurm and "slurm_job_id" in runs.columns:
         failed = runs[runs["status"] != "ok"]
         runs = accounting.refine_failures(runs, accounting.sacct_states(failed["slurm_job_id"]))
+        runs = accounting.with_slurm_energy(runs, accounting.sacct_energy(runs["slurm_job_id"]))
     for frame, path in ((epochs, Path(epochs_csv)), (runs, Path(runs_csv))):
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_csv(frame, path)
@@ -313,6 +326,7 @@ def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
     row.update(_step_interval(run.epochs, summary, metrics["throughput_img_s"]))
     row["gpu_hours"] = run_gpu_hours(row)
     row.update(step_breakdown(header, summary, row))
+    row.update(steady_energy(run.epochs, row["world_size"]), run_energy_j=summary.get("run_energy_j"))
     axes = {key: row[key] for key in row if key in AXIS_COLUMNS or key in config}
     return row, [_epoch_row(axes, epoch) for epoch in run.epochs]
 
@@ -337,6 +351,29 @@ def _train_images(header: dict):
     if header.get("protocol", "epochs") == "epochs" and _is_number(header.get("images_per_epoch")):
         return header["images_per_epoch"]
     return None
+
+
+def steady_energy(epochs: list[dict], world_size) -> dict:
+    """The energy columns of an ok run from its steady epochs (or timed window): their joules
+    summed, per image and per GPU per second; NaN with the reason (`energy_note`) where any
+    steady window has no energy (older logs say nothing: no note then)."""
+    steady = [epoch for epoch in epochs if epoch["epoch"] >= FIRST_STEADY_EPOCH]
+    unknown = {"energy_j": math.nan, "joules_per_image": math.nan, "avg_power_w_per_gpu": math.nan,
+               "energy_source": None}
+    missing = [epoch for epoch in steady if not _is_number(epoch.get("energy_j"))]
+    if not steady or missing:
+        notes = [epoch["energy_note"] for epoch in missing if epoch.get("energy_note")]
+        return {**unknown, "energy_note": notes[0] if notes else None}
+    joules = sum(epoch["energy_j"] for epoch in steady)
+    images = sum(epoch["images"] for epoch in steady if _is_number(epoch.get("images")))
+    seconds = sum(epoch["seconds"] for epoch in steady if _is_number(epoch.get("seconds")))
+    return {
+        "energy_j": joules,
+        "joules_per_image": joules / images if images else math.nan,
+        "avg_power_w_per_gpu": joules / seconds / max(world_size or 1, 1) if seconds else math.nan,
+        "energy_source": steady[0].get("energy_source"),
+        "energy_note": None,
+    }
 
 
 def throughput_interval(throughput, step_time_ci_pct) -> tuple[float, float]:

@@ -18,6 +18,7 @@ import sys
 import time
 import traceback
 
+import energy
 import runlog
 import stepparts
 from runlog import (
@@ -56,6 +57,9 @@ class Backend:
     """
 
     framework = None
+    # The energy counters of this process's devices (scripts/energy.py), opened by the harness
+    # after setup() from energy_devices().
+    energy_counters = energy.NoCounters("the run ended before its devices were set up")
 
     def info(self, message: str) -> None:
         """A human line (the primary process only)."""
@@ -100,6 +104,16 @@ class Backend:
 
     def teardown(self) -> None:
         """Leave the distributed world; nothing by default."""
+
+    def energy_devices(self):
+        """(on_gpu, local indices of the devices this process drives), whose energy counters the
+        harness reads (scripts/energy.py); None where the backend reads none."""
+        return None
+
+    def energy_per_rank(self, joules: list) -> list:
+        """Every rank's joules, from this process's own (one per device it drives): a collective
+        in a multi-process backend, called outside every window. One process: its own list."""
+        return list(joules)
 
 
 # ---------------------------------------------------------------- step timing and the protocols
@@ -167,21 +181,39 @@ class WindowMeter:
     `warmup_steps` are left out of its step statistics.
     """
 
-    def __init__(self, log: runlog.RunLog, clock: StepClock, global_batch: int, warmup_steps: int, info):
+    def __init__(self, log: runlog.RunLog, clock: StepClock, global_batch: int, warmup_steps: int, info,
+                 counters=None):
         self.log, self.clock, self.info = log, clock, info
         self.global_batch, self.warmup_steps = global_batch, warmup_steps
         self.first_step, self.started = 0, None
+        self.counters = counters or energy.NoCounters("no energy counters given to the window")
+        self.energy_start = self.energy_end = None
 
     def start(self, at: float | None = None) -> None:
-        self.first_step, self.started = self.clock.finished, at
+        # A counter read is a driver call without device synchronisation, but it takes time (3.5 ms
+        # on an H100): the window starts after it, so no read is inside the window's seconds.
+        self.energy_start, self.energy_end = self.counters.read(), None
+        self.first_step = self.clock.finished
+        self.started = None if at is None else at + self.energy_start.cost_s
+
+    def energy_used(self) -> tuple:
+        """(joules per device of this process since start(), why unknown). The end is read at
+        the first call: a backend calls it right after its window's end, before any collective."""
+        if self.energy_end is None:
+            self.energy_end = self.counters.read()
+        devices = len(self.energy_start.millijoules or ()) or 1
+        return energy.joules_between(self.energy_start, self.energy_end, devices)
 
     def durations(self) -> list[float]:
         """The durations of the window's steps so far (what a TimedWindow decides on)."""
         return self.clock.durations[self.first_step:]
 
-    def finish(self, number: int, loss=None, accuracy=None, *, phase=None, window=None, ended=None) -> dict:
+    def finish(self, number: int, loss=None, accuracy=None, *, phase=None, window=None, ended=None,
+               energy_by_rank=None) -> dict:
         """The window's epoch record (1-based `number`); `window` (the TimedWindow) adds how a
-        timed window ended."""
+        timed window ended. `energy_by_rank`: every rank's joules of the window (a multi-process
+        backend gathers them with its own reduction); None: this process's devices'."""
+        own, reason = self.energy_used()
         steps = self.clock.finished - self.first_step
         timing = runlog.window_timing(self.clock.begins, self.clock.ends, self.first_step, steps,
                                       self.warmup_steps, self.started, ended)
@@ -190,6 +222,9 @@ class WindowMeter:
             step_stats={key: timing[key] for key in runlog.STEP_KEYS}, phase=phase,
             window=window.record_keys() if phase == "timed" and window else None,
         )
+        record.update(energy.energy_keys(own if energy_by_rank is None else energy_by_rank, reason,
+                                         self.counters.source))
+        record["energy_read_s"] = self.energy_start.cost_s + self.energy_end.cost_s
         waits = self.clock.data_waits[self.first_step:]
         self.log.epoch(record, runlog.timed_durations(self.durations(), self.first_step, self.warmup_steps),
                        runlog.timed_durations(waits, self.first_step, self.warmup_steps))
@@ -211,10 +246,12 @@ def run(backend: Backend, args: argparse.Namespace, started: float | None = None
     runlog.raise_on_sigterm()
     try:
         backend.setup(args)
+        backend.energy_counters = open_energy_counters(backend)
+        run_energy = backend.energy_counters.read()
         if args.find_max_batch:
             search_and_report(backend, args, log, start)
         else:
-            train_and_report(backend, args, log, start)
+            train_and_report(backend, args, log, start, run_energy)
         return 0
     except BaseException as error:
         status = close_early(backend, args, log, error, start)
@@ -222,16 +259,36 @@ def run(backend: Backend, args: argparse.Namespace, started: float | None = None
             raise
         return status
     finally:
+        backend.energy_counters.close()
         backend.teardown()
 
 
-def train_and_report(backend: Backend, args, log: runlog.RunLog, start: float) -> None:
+def open_energy_counters(backend: Backend):
+    """The energy counters of the devices the backend's process drives (scripts/energy.py)."""
+    devices = backend.energy_devices()
+    if devices is None:
+        return energy.NoCounters(f"the {backend.framework} backend reads no energy counter")
+    on_gpu, local_indices = devices
+    return energy.open_counters(on_gpu, local_indices)
+
+
+def run_energy_keys(backend: Backend, started: energy.Reading) -> dict:
+    """The summary's energy of the whole run, from the end of setup to now, summed over ranks."""
+    devices = len(started.millijoules or ()) or 1
+    own, reason = energy.joules_between(started, backend.energy_counters.read(), devices)
+    return energy.energy_keys(backend.energy_per_rank(own), reason, backend.energy_counters.source, "run_")
+
+
+def train_and_report(backend: Backend, args, log: runlog.RunLog, start: float,
+                     run_energy: energy.Reading | None = None) -> None:
     attempt = train_with_oom_policy(backend, args, log)
     # Time to solution ends with the last epoch: validation is reported beside it, not inside it,
     # and so are the breakdown's probes (outside every window, too).
     total_time_s = time_to_solution(args, start)
     log.measured.update(step_breakdown(attempt, log, backend.info))
     backend.after_training(attempt, log)
+    if run_energy is not None:
+        log.measured.update(run_energy_keys(backend, run_energy))
     summary = log.close("ok", total_time_s, memory_gb=peak_memory(backend))
     finish_lines(backend.info, summary)
 
@@ -312,7 +369,8 @@ def train_attempt(backend: Backend, args, log: runlog.RunLog, per_gpu_batch: int
     log.header.update(attempt.header_updates)
     if args.oom_policy == "fail":
         log.open()
-    meter = WindowMeter(log, attempt.clock, attempt.global_batch, args.warmup_steps, backend.info)
+    meter = WindowMeter(log, attempt.clock, attempt.global_batch, args.warmup_steps, backend.info,
+                        backend.energy_counters)
     if args.protocol == "steps":
         attempt.fit_steps(meter, step_windows(args))
     else:

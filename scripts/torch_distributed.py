@@ -180,6 +180,15 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def energy_slots(joules: list, world: World, device: torch.device) -> torch.Tensor:
+    """One slot per rank holding this rank's joules (NaN when unknown), zeros elsewhere: summed
+    over the ranks, every slot holds its rank's value (scripts/energy.py)."""
+    slots = torch.zeros(world.world_size, dtype=torch.float64, device=device)
+    value = joules[0] if joules and joules[0] is not None else float("nan")
+    slots[world.rank] = value
+    return slots
+
+
 def ranks_flagging(flag: bool, device: torch.device) -> list[int]:
     """The ranks on which `flag` is set, known to every rank (one all-reduce)."""
     if not (dist.is_available() and dist.is_initialized()):

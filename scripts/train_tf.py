@@ -501,6 +501,11 @@ class KerasBackend(harness.Backend):
         gpus = self.args.gpus
         return peak_device_memory_gb("gpu" if visible_gpus and gpus else "cpu", min(gpus, visible_gpus))
 
+    def energy_devices(self):
+        """Every replica's device: one process drives them all, so its counters are summed
+        (on CPUs the fake NVML's devices 0..replicas-1)."""
+        return self.prepared.device_kind == "gpu", list(range(self.prepared.replicas))
+
 
 # ---------------------------------------------------------------------------------------------
 # Command line

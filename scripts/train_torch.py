@@ -60,7 +60,7 @@ import torch_probes  # noqa: E402
 from torch_data import (RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
                         make_loader, make_train_sampler, steps_per_epoch)
 from torch_distributed import (OUT_OF_MEMORY, Console, World, agree_on_oom, all_reduce_sum,  # noqa: E402
-                               gather_device_names, is_primary, rank_hint, start_process,
+                               energy_slots, gather_device_names, is_primary, rank_hint, start_process,
                                synchronize, teardown)
 
 # Must equal scalesweep/catalog.py MODELS["pytorch"] (tests/test_catalog.py); scripts/ cannot
@@ -283,9 +283,12 @@ class Trainer:
         totals = self._run_steps(open_batches(), window)
         synchronize(self.device)
         ended = time.perf_counter()
-        # Loss and accuracy over all ranks' images, reduced after the clock stopped.
-        loss_sum, correct, count = all_reduce_sum(totals).tolist()
-        meter.finish(number, loss_sum / count, correct / count, phase=phase, window=window, ended=ended)
+        own, _ = meter.energy_used()  # this rank's GPU energy, read before any collective
+        # Loss, accuracy and every rank's energy (its own slot) in the one reduction after the clock.
+        reduced = all_reduce_sum(torch.cat([totals, energy_slots(own, self.world, self.device)])).tolist()
+        loss_sum, correct, count = reduced[:3]
+        meter.finish(number, loss_sum / count, correct / count, phase=phase, window=window, ended=ended,
+                     energy_by_rank=reduced[3:])
         # The run is now committed to this batch: no retry, so no agreement is needed any more.
         self.guarding_oom = False
 
@@ -356,7 +359,6 @@ class Trainer:
 
 
 # ---------------------------------------------------------------- records
-
 
 
 def framework_versions(device: torch.device) -> dict:
@@ -506,6 +508,12 @@ class TorchBackend(harness.Backend):
 
     def teardown(self) -> None:
         teardown()
+
+    def energy_devices(self):  # this rank's cuda:<local rank> (CPU: the fake NVML's <local rank>)
+        return self.device.type == "cuda", [self.world.local_rank]
+
+    def energy_per_rank(self, joules: list) -> list:
+        return all_reduce_sum(energy_slots(joules, self.world, self.device)).tolist()
 
 
 # ---------------------------------------------------------------- command line

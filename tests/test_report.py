@@ -47,6 +47,7 @@ FIGURE_TOPICS = {
     "step_breakdown": "Where an image's GPU time goes",
     "comm_compute_ratio": "Communication / compute ratio",
     "bus_bandwidth": "All-reduce bus bandwidth",
+    "energy_per_image": "GPU energy per image",
 }
 
 
