@@ -174,13 +174,19 @@ def _has_data(axes) -> bool:
 
 def _data_span(axes, which: str) -> int:
     """How many distinct values (at most 2 counted) the axes' data take on one axis: lines in data
-    coordinates (not reference lines such as axhline) and bars (their centre and top)."""
+    coordinates (not reference lines such as axhline), scatter points and bars (their centre and
+    top)."""
     values = set()
     for line in axes.get_lines():
         if line.get_transform() != axes.transData:
             continue
         data = np.asarray(line.get_xdata() if which == "x" else line.get_ydata(), float)
         values.update(np.round(data[np.isfinite(data)], 9))
+    for collection in axes.collections:
+        if isinstance(collection, PathCollection) and collection.get_transform() is not None:
+            offsets = np.asarray(collection.get_offsets(), float).reshape(-1, 2)
+            data = offsets[:, 0 if which == "x" else 1]
+            values.update(np.round(data[np.isfinite(data)], 9))
     for patch in axes.patches:
         if isinstance(patch, Rectangle) and patch.get_height():
             values.add(round(patch.get_x() + patch.get_width() / 2 if which == "x"
