@@ -8,7 +8,12 @@ rule tidy:
         logs=all_run_logs(),
     output:
         epochs="results/tidy/epochs.csv",
-        runs="results/tidy/runs.csv",
+        runs=report(
+            "results/tidy/runs.csv",
+            caption="../report/runs.rst",
+            category="Tables",
+            labels={"table": "runs"},
+        ),
     log:
         "logs/tidy.log",
     localrule: True
