@@ -101,8 +101,11 @@ def test_every_scaling_figure_passes_the_layout_check(data_set, tmp_path, monkey
 
 
 def test_the_comparison_figure_passes_the_layout_check(data_set, tmp_path, monkeypatch):
-    """compare.png of the data set against itself 5 % slower (every run's interval scaled)."""
+    """compare.png of the data set against itself 5 % slower (every run's interval scaled); more
+    configurations than it can label legibly: the most changed, the title says how many."""
     name, runs, _, _ = data_set
+    if len(runs) > 2_000:  # compare_runs' statistics dominate: one model's 400 configurations
+        runs = runs[runs["model"] == runs["model"].iloc[0]]
     slower = runs.copy()
     for column in ("throughput_img_s", "throughput_ci_low_img_s", "throughput_ci_high_img_s"):
         slower[column] = slower[column] * 0.95
