@@ -32,4 +32,5 @@ rule all:
         "results/figures",
         "results/findings.md",
         "results/tables/archived.json",
+        "results/throughput_history.png",
         history.comparison_outputs(config["compare_with"], "results/compare"),

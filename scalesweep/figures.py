@@ -91,10 +91,11 @@ def series_labels(table: pd.DataFrame, keys: list[str], fallback: str = "model")
 def telling_keys(table: pd.DataFrame, keys: list[str]) -> list[str]:
     """`keys` without those the others determine (the laptop sweep's dataset follows from its
     framework): a label of "cnn_small" tells as much as "tensorflow, cnn_small, synth-cifar" and
-    keeps the legend short. Later keys are dropped first."""
+    keeps the legend short. Later keys are dropped first, the model last (the name a reader
+    knows a series by)."""
     keys = list(dict.fromkeys(keys))
     kept = list(keys)
-    for key in reversed(keys):
+    for key in sorted(reversed(keys), key=lambda k: k == "model"):
         others = [k for k in kept if k != key]
         if others and (table.groupby(others, dropna=False)[key]
                        .nunique(dropna=False) <= 1).all():
@@ -185,6 +186,7 @@ def _legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool = 
                     plt.Line2D([], [], color="0.3", marker="o"),
                     plt.Line2D([], [], color="0.3", marker="X", dashes=DASHES[IDEAL])]
         labels += ["kind", MEASURED, IDEAL]
+    title = "configuration" if title in ("series", "label") else title  # not a column name
     grid.figure.legend(handles, labels, title=title, loc="center left",
                        bbox_to_anchor=(1.0, 0.5), frameon=False)
 
@@ -232,6 +234,7 @@ def _finish(grid: sns.FacetGrid, ylabel: str, ticks, note: str, log2: bool = Tru
     grid.set_axis_labels(GPUS_LABEL, ylabel)
     for ax in grid.axes.flat:
         ax.set_xlabel(GPUS_LABEL)  # seaborn labels only the bottom row; every panel has ticks
+        ax.xaxis.label.set_visible(True)
     _note(grid.figure, note)
 
 
@@ -687,7 +690,9 @@ def _stacked_parts(data: pd.DataFrame, **_) -> None:
         if part not in table:
             continue
         height = np.clip(table[part].fillna(0.0).to_numpy(float), 0.0, None)
-        ax.bar(x, height, bottom=bottom, width=0.7, color=colour, label=part)
+        drawn = height > 0  # an empty bar's bottom is a sticky edge: the axis would end there
+        ax.bar(x[drawn], height[drawn], bottom=bottom[drawn], width=0.7, color=colour,
+               label=part)
         bottom = bottom + height
     net = table.sum(axis=1, min_count=1).to_numpy(float)
     # Negative beyond rounding: 0.5 % of the bar (a part computed as a difference of medians).

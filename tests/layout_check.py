@@ -103,8 +103,7 @@ def data_points(axes) -> np.ndarray:
     points = []
     for line in axes.get_lines():
         if line.get_visible() and len(line.get_xdata()):
-            xy = np.column_stack([np.asarray(line.get_xdata(), float),
-                                  np.asarray(line.get_ydata(), float)])
+            xy = np.asarray(line.get_xydata(), float)  # unit-converted (dates are numbers)
             xy = xy[np.isfinite(xy).all(axis=1)]
             if len(xy):
                 points.append(line.get_transform().transform(xy))
@@ -180,7 +179,7 @@ def _data_span(axes, which: str) -> int:
     for line in axes.get_lines():
         if line.get_transform() != axes.transData:
             continue
-        data = np.asarray(line.get_xdata() if which == "x" else line.get_ydata(), float)
+        data = np.asarray(line.get_xydata(), float)[:, 0 if which == "x" else 1]
         values.update(np.round(data[np.isfinite(data)], 9))
     for collection in axes.collections:
         if isinstance(collection, PathCollection) and collection.get_transform() is not None:

@@ -238,7 +238,7 @@ def test_report_embeds_every_figure_and_table_from_the_results(report):
     results, workdir = report["results"], report["workdir"]
     expected = {f"results/figures/{name}.png" for name in FIGURE_NAMES}
     expected |= {f"results/tables/{name}.csv" for name in TABLES}
-    expected |= {"results/tidy/runs.csv", "results/findings.md"}
+    expected |= {"results/tidy/runs.csv", "results/findings.md", "results/throughput_history.png"}
     assert set(results) == expected
     for path, entry in results.items():
         assert decode_data_uri(entry["data_uri"]) == (workdir / path).read_bytes(), path
