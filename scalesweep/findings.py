@@ -1,4 +1,4 @@
-"""The findings stage (rule `findings`): the answer in words, from the tables -> results/findings.md.
+"""The findings stage (rule `findings`): the tables in words -> results/findings.md.
 
 Per group of the scaling table (framework, model, dataset and any other axis that varies), four
 lines: how far it was measured to scale (the largest GPU count with a speedup, its speedup and

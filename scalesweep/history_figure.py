@@ -112,9 +112,9 @@ def _date_axis(ax, dates) -> None:
 
 def write_history_figure(history_dir, output) -> str:
     """Every archived sweep's runs -> `output` (PNG); the log line."""
-    figure = history_figure(history_table(history.read_runs(history_dir)))
+    table = history_table(history.read_runs(history_dir))
+    figure = history_figure(table)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     figure.figure.savefig(output, dpi=120, bbox_inches="tight")
     plt.close(figure.figure)
-    return f"{NAME}: {figure.data['sweep_id'].nunique() if len(figure.data) else 0} sweeps " \
-           f"in {output}"
+    return f"{NAME}: {table['sweep_id'].nunique()} sweeps in {output}"
