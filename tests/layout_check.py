@@ -240,15 +240,18 @@ def layout_problems(figure: Figure, bbox_inches=None) -> list[str]:
     ]
 
 
-def checking_savefig(monkeypatch) -> dict[str, list[str]]:
+def checking_savefig(monkeypatch, write: bool = True) -> dict[str, list[str]]:
     """Wrap Figure.savefig: each saved figure's problems under its file name (the dict returned,
-    filled as figures are saved)."""
+    filled as figures are saved). `write=False` checks without writing the file: the check's own
+    draw is the costly part of a save, and a test of the layout needs no PNG."""
     problems: dict[str, list[str]] = {}
     original = Figure.savefig
 
     def checked(figure, fname, *args, **kwargs):
         problems[Path(str(fname)).name] = layout_problems(figure, kwargs.get("bbox_inches"))
-        return original(figure, fname, *args, **kwargs)
+        if write:
+            return original(figure, fname, *args, **kwargs)
+        return None
 
     monkeypatch.setattr(Figure, "savefig", checked)
     return problems

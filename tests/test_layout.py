@@ -92,7 +92,7 @@ def data_set(request):
 
 def test_every_scaling_figure_passes_the_layout_check(data_set, tmp_path, monkeypatch):
     name, _, scaling, fits = data_set
-    problems = checking_savefig(monkeypatch)
+    problems = checking_savefig(monkeypatch, write=False)
     plot_scaling(scaling, tmp_path, fits=fits)
     assert sorted(problems) == sorted(f"{figure}.png" for figure in FIGURE_NAMES)
     found = {figure: found for figure, found in problems.items() if found}
@@ -112,6 +112,6 @@ def test_the_comparison_figure_passes_the_layout_check(data_set, tmp_path, monke
     slower["steady_epoch_time_s"] = slower["steady_epoch_time_s"] / 0.95
     table, facts = compare.compare_runs(runs, slower)
     assert np.isfinite(table["ratio"]).any(), name
-    problems = checking_savefig(monkeypatch)
+    problems = checking_savefig(monkeypatch, write=False)
     compare.plot_ratios(table, facts, tmp_path / "compare.png")
     assert problems == {"compare.png": []}, name

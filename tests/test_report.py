@@ -245,10 +245,11 @@ def test_report_embeds_every_figure_and_table_from_the_results(report):
     categories = report["categories"]
     figures = {path for paths in categories["Figures"].values() for path in paths}
     tables = {path for paths in categories["Tables"].values() for path in paths}
-    assert figures == {p for p in expected if p.endswith(".png")}
+    assert figures == {p for p in expected if p.startswith("results/figures/")}
     assert tables == {p for p in expected if p.endswith(".csv")}
-    assert {path for paths in categories["Findings"].values() for path in paths} == {
-        "results/findings.md"}
+    for category, path in (("Findings", "results/findings.md"),
+                           ("History", "results/throughput_history.png")):
+        assert {found for paths in categories[category].values() for found in paths} == {path}
 
 
 @pytest.mark.slow
@@ -296,11 +297,10 @@ def test_browser_offers_every_table_for_download_with_its_caption(report, driven
     assert record["error"] is None, record["error"]
     assert set(record["tables"]) == {*TABLES, "runs"}
     for name, seen in record["tables"].items():
-        path = report["workdir"] / ("results/tidy/runs.csv" if name == "runs"
-                                    else f"results/tables/{name}.csv")
+        path = "results/tidy/runs.csv" if name == "runs" else f"results/tables/{name}.csv"
         assert seen["download"] == f"{name}.csv"
-        assert decode_data_uri(seen["href"]) == path.read_bytes()
-        embedded = report["results"][f"results/tables/{name}.csv"]["caption"]
+        assert decode_data_uri(seen["href"]) == (report["workdir"] / path).read_bytes()
+        embedded = report["results"][path]["caption"]
         # The browser lays text out (spaces around inline code, line breaks): compare the text
         # without whitespace.
         assert seen["caption"], name
