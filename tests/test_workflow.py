@@ -70,7 +70,8 @@ def test_preview_after_losing_one_result_lists_only_that_run_and_its_dependents(
     preview = snakemake(tiny_sweep, "-n")
     assert preview.returncode == 0, preview.stderr
     assert job_counts(preview.stdout) == {
-        "train_pytorch": 1, "tidy": 1, "tables": 1, "figures": 1, "history": 1, "all": 1, "total": 6,
+        "train_pytorch": 1, "tidy": 1, "tables": 1, "figures": 1, "findings": 1, "history": 1,
+        "all": 1, "total": 7,
     }
     assert "gpus=2" in preview.stdout.split("rule train_pytorch:")[1].split("\n\n")[0]
 
