@@ -233,8 +233,7 @@ def _finish(grid: sns.FacetGrid, ylabel: str, ticks, note: str, log2: bool = Tru
         _log2_gpus(grid.axes.flat, ticks)
     grid.set_axis_labels(GPUS_LABEL, ylabel)
     for ax in grid.axes.flat:
-        ax.set_xlabel(GPUS_LABEL)  # seaborn labels only the bottom row; every panel has ticks
-        ax.xaxis.label.set_visible(True)
+        ax.set_xlabel(GPUS_LABEL)  # seaborn shows it on the bottom row; every panel has ticks
     _note(grid.figure, note)
 
 
