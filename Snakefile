@@ -16,6 +16,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/tidy.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/findings.smk"
 include: "workflow/rules/max_batch.smk"
 include: "workflow/rules/history.smk"
 include: "workflow/rules/compare.smk"
@@ -32,5 +33,7 @@ rule all:
         "results/tidy/runs.csv",
         expand("results/tables/{table}.csv", table=tables.TABLES),
         "results/figures",
+        "results/findings.md",
         "results/tables/archived.json",
+        "results/throughput_history.png",
         history.comparison_outputs(config["compare_with"], "results/compare"),

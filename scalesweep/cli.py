@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import figures, parse, records, scaling, tables, tidy
+from scalesweep import figures, findings, parse, records, scaling, tables, tidy
 from scalesweep.history import DEFAULT_HISTORY_DIR
 
 LOG_SUFFIXES = {".log", ".out", ".txt", ".err"}
@@ -241,7 +241,8 @@ def report_refused(refused, stream=None):
 
 def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
             all_attempts=False, greenest_time_bound_s=None):
-    """Write out/tidy, out/tables and out/figures; return the refused inputs (already reported)."""
+    """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
+    (already reported)."""
     out = output_folder(out)
     runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy", all_attempts)
     report_refused(refused)
@@ -251,6 +252,8 @@ def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budge
                               gpu_hour_budget, epoch_budget, greenest_time_bound_s))
     print(figures.write_figures(out / "tables" / "scaling.csv", out / "tables" / "fits.csv",
                                 out / "figures"))
+    print(findings.write_findings(out / "tables" / "scaling.csv", out / "tables" / "fits.csv",
+                                  out / "tables" / "sweet_spot.csv", out / "findings.md"))
     return refused
 
 

@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
 
 from scalesweep import breakdown  # noqa: E402
@@ -40,6 +41,11 @@ from scalesweep.scaling import (  # noqa: E402
 )
 
 GPUS_LABEL = "GPUs"
+# One look for every figure: white panels with a light grid, the paper context's font sizes.
+STYLE = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.9)}
+INTERVAL_NOTE = "error bars: 95 % throughput interval (repeats, else the run's own timed steps)"
+STEP_TIME_LABEL = "Time per step (s)"
+EPOCH_TIME_LABEL = "Steady epoch time (s)"
 PLAIN_KEYS = ("model", "framework", "dataset")  # shown as their value; other keys as key=value
 MEASURED, IDEAL = "measured", "ideal"
 DASHES = {MEASURED: "", IDEAL: (4, 2)}
@@ -48,7 +54,9 @@ COL_WRAP = 3
 GROUP_NOTE_MARKERS = (SINGLE_COUNT_NOTE, NO_BASELINE_NOTE, "baseline is N=", "mixed protocols")
 MAX_COLOURS = 12
 DEFAULT_PALETTE_SIZE = 10  # seaborn's default palette repeats its colours after this many
-PLOT_VALUE_COLUMNS = (*SCALING_COLUMNS, "series", "label")  # plot_table adds the last two
+# plot_table adds series and label, with_step_times the step times.
+PLOT_VALUE_COLUMNS = (*SCALING_COLUMNS, "series", "label", "step_time_s", "step_time_s_min",
+                      "step_time_s_max")
 
 
 @dataclass
@@ -80,17 +88,35 @@ def series_labels(table: pd.DataFrame, keys: list[str], fallback: str = "model")
     return labels
 
 
+def telling_keys(table: pd.DataFrame, keys: list[str]) -> list[str]:
+    """`keys` without those the others determine (the laptop sweep's dataset follows from its
+    framework): a label of "cnn_small" tells as much as "tensorflow, cnn_small, synth-cifar" and
+    keeps the legend short. Later keys are dropped first, the model last (the name a reader
+    knows a series by)."""
+    keys = list(dict.fromkeys(keys))
+    kept = list(keys)
+    for key in sorted(reversed(keys), key=lambda k: k == "model"):
+        others = [k for k in kept if k != key]
+        if others and (table.groupby(others, dropna=False)[key]
+                       .nunique(dropna=False) <= 1).all():
+            kept = others
+    return kept
+
+
 def plot_table(scaling: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """The scaling table with `model`, `series` (label within a model panel) and `label` (label
-    among all groups) columns, and the varying group keys the labels were built from."""
+    among all groups) columns, and the varying group keys the labels were built from. Labels
+    name only the keys that tell the groups apart (telling_keys)."""
     keys = table_group_keys(scaling)
     varying = [k for k in keys if scaling[k].nunique(dropna=False) > 1]
     data = scaling.copy()
     if "model" not in data:
         data["model"] = "all"
     data["model"] = data["model"].map(format_value)
-    data["series"] = series_labels(data, [k for k in varying if k != "model"])
-    data["label"] = series_labels(data, varying)
+    # Within a model panel the model is known: keys it determines need no place in the label.
+    within = [k for k in telling_keys(data, ["model", *varying]) if k not in ("model",)]
+    data["series"] = series_labels(data, [k for k in varying if k in within and k != "model"])
+    data["label"] = series_labels(data, telling_keys(data, varying))
     data["gpus"] = data["gpus"].astype(int)
     return data, varying
 
@@ -160,6 +186,7 @@ def _legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool = 
                     plt.Line2D([], [], color="0.3", marker="o"),
                     plt.Line2D([], [], color="0.3", marker="X", dashes=DASHES[IDEAL])]
         labels += ["kind", MEASURED, IDEAL]
+    title = "configuration" if title in ("series", "label") else title  # not a column name
     grid.figure.legend(handles, labels, title=title, loc="center left",
                        bbox_to_anchor=(1.0, 0.5), frameon=False)
 
@@ -197,20 +224,32 @@ def _log2_gpus(axes, ticks) -> None:
                 ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
+        # Every panel labels its own GPU counts: in a wrapped grid the panel below may be empty.
+        ax.tick_params(labelbottom=True)
 
 
 def _finish(grid: sns.FacetGrid, ylabel: str, ticks, note: str, log2: bool = True) -> None:
     if log2:
         _log2_gpus(grid.axes.flat, ticks)
     grid.set_axis_labels(GPUS_LABEL, ylabel)
+    for ax in grid.axes.flat:
+        ax.set_xlabel(GPUS_LABEL)  # seaborn shows it on the bottom row; every panel has ticks
+    _note(grid.figure, note)
+
+
+def _note(figure, note: str) -> None:
+    """Notes under the panels, left-aligned (the tight bounding box keeps them in the file)."""
     if note:
-        grid.figure.text(0.01, 0.0, note, fontsize=7, va="top", ha="left")
+        figure.text(0.01, 0.0, note, fontsize=7, va="top", ha="left")
 
 
 def _error_bars(ax, rows: pd.DataFrame, y: str, low: str, high: str, colors: dict,
-                hue: str) -> None:
-    """Min-max over the repeats, drawn only where a GPU count had more than one ok run."""
-    rows = rows[(rows["n_ok"] > 1) & rows[[y, low, high]].notna().all(axis=1)]
+                hue: str, repeats_only: bool = True) -> None:
+    """Bars from `low` to `high`: a min-max over the repeats is drawn only where a GPU count had
+    more than one ok run (`repeats_only`); an interval (a single run has its own) wherever the
+    table has one."""
+    rows = rows[(rows["n_ok"] > 1 if repeats_only else True)
+                & rows[[y, low, high]].notna().all(axis=1)]
     for label, part in rows.groupby(hue):
         values = part[y].to_numpy(float)
         below = values - part[low].to_numpy(float)
@@ -243,10 +282,15 @@ def _placeholder(name: str, message: str) -> PlotFigure:
 
 def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bool,
                 error: tuple[str, str] | None = None, ideal: str | None = None,
-                reference_y: float | None = None, note: str = "") -> PlotFigure:
+                reference_y: float | None = None, note: str = "", interval: bool = False,
+                from_zero: bool = False, joined: bool = True) -> PlotFigure:
     """One metric against GPUs: per model (col=model, hue=series) or all groups (hue=label).
 
     With `ideal`, that column is drawn dashed beside the measured one (long form: `kind`).
+    `error`: the (low, high) columns of a min-max over repeats, or with `interval` of an
+    interval every row may have. `from_zero`: the y axis starts at 0 (a throughput or time
+    axis cut at 305 makes 4 % look like a cliff). `joined=False`: points only, for a metric
+    whose neighbouring GPU counts are no trend (a probe's ratio at two counts).
     """
     colour = colouring(data, by_model)
     hue = colour.column
@@ -263,9 +307,14 @@ def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bo
                                     "value", *(error or ())]))]
     colors = _palette(colour.labels)
     styles = {"style": "kind", "dashes": DASHES, "markers": {MEASURED: "o", IDEAL: "X"}}
+    if not joined:
+        styles = {"kind": "scatter", "s": 40}
+    elif ideal:
+        styles = {"kind": "line", **styles, **_estimator(colour)}
+    else:
+        styles = {"kind": "line", "marker": "o", **_estimator(colour)}
     grid = sns.relplot(
-        data=long, x="gpus", y="value", hue=hue, palette=colors, kind="line",
-        **(styles if ideal else {"marker": "o"}), **_estimator(colour),
+        data=long, x="gpus", y="value", hue=hue, palette=colors, **styles,
         col="model" if by_model else None, col_wrap=_col_wrap(data) if by_model else None,
         height=HEIGHT, aspect=1.2, facet_kws={"sharey": False}, legend=False,
     )
@@ -273,12 +322,35 @@ def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bo
     for panel, ax in _axes_by_panel(grid, by_model).items():
         panel_rows = _panel_rows(rows, panel, by_model)
         if error and not colour.coarse:  # coarse: the band is the spread between series
-            _error_bars(ax, panel_rows, y, error[0], error[1], colors, hue)
+            _error_bars(ax, panel_rows, y, error[0], error[1], colors, hue,
+                        repeats_only=not interval)
         if reference_y is not None:
             ax.axhline(reference_y, color="grey", lw=0.8, ls=":")
+        if from_zero:
+            ax.set_ylim(bottom=0)
     _finish(grid, ylabel, data["gpus"], _join_notes(colour.note(BANDS), note))
     measured = long[long["kind"] == MEASURED].drop(columns="kind").reset_index(drop=True)
     return PlotFigure(name, grid.figure, measured, grid=grid)
+
+
+def time_metric(data: pd.DataFrame) -> tuple[str, str]:
+    """The time a figure may plot: the steady epoch time under the epochs protocol; under the
+    steps protocol the timed window's length depends on how many steps were timed (auto stops
+    when the interval is tight enough), so the time per step, global batch / throughput."""
+    protocols = set(data.get("protocol", pd.Series(dtype=str)).dropna())
+    if protocols <= {"epochs"}:
+        return "time_s", EPOCH_TIME_LABEL
+    return "step_time_s", STEP_TIME_LABEL
+
+
+def with_step_times(data: pd.DataFrame) -> pd.DataFrame:
+    """`step_time_s` (and its _min/_max over the repeats) = global batch / throughput."""
+    if "global_batch" not in data:
+        return data.assign(step_time_s=np.nan, step_time_s_min=np.nan, step_time_s_max=np.nan)
+    batch = data["global_batch"]
+    return data.assign(step_time_s=batch / data["throughput_img_s"],
+                       step_time_s_min=batch / data["throughput_img_s_max"],
+                       step_time_s_max=batch / data["throughput_img_s_min"])
 
 
 def _estimator(colour: Colouring) -> dict:
@@ -292,12 +364,19 @@ def _estimator(colour: Colouring) -> dict:
 def speedup_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bool,
                    fits: pd.DataFrame | None, target: str, note: str) -> PlotFigure:
     """Speedup with the ideal N/N_min and, when fits are given, the fitted Amdahl curve of
-    `target` drawn out to the fit's predicted GPU counts."""
-    result = line_figure(data, name, y, ylabel, by_model, ideal="scale_factor", note=note)
-    if fits is None or result.data.empty:
-        return result
-    curves = amdahl_curves(data, fits, target)
-    if curves.empty:
+    `target` drawn out to the fit's predicted GPU counts (not where the fit explains nothing:
+    a flat curve at 1 beside points falling to 0.4 would read as a prediction)."""
+    curves = amdahl_curves(data, fits, target) if fits is not None else pd.DataFrame()
+    fit_note = ""
+    if len(curves):
+        fit_note = (f"dash-dot: Amdahl fit on the {target.replace('_', ' ')} series drawn; "
+                    "open circles: its predictions at the next two doublings")
+    if fits is not None and _unexplained(fits, target):
+        fit_note = _join_notes(fit_note, "no Amdahl curve where the fit explains nothing "
+                               "(R² ≤ 0, see fits.csv)")
+    result = line_figure(data, name, y, ylabel, by_model, ideal="scale_factor",
+                         note=_join_notes(fit_note, note))
+    if curves.empty or result.data.empty:
         return result
     colour = colouring(data, by_model)
     colors = _palette(colour.labels)
@@ -308,9 +387,6 @@ def speedup_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model:
         draw(ax, panel_curves, colour.units, {u: colors[colour_of[u]] for u in colour_of})
     predicted_gpus = curves.loc[curves["kind"] == "prediction", "gpus"]
     _log2_gpus(result.grid.axes.flat, [*data["gpus"], *predicted_gpus])
-    result.grid.figure.text(
-        0.01, 1.0, f"dash-dot: Amdahl fit on the {target.replace('_', ' ')} series drawn; "
-        "open circles: its predictions at the next two doublings", fontsize=7, va="bottom")
     result.curves = curves
     return result
 
@@ -344,6 +420,18 @@ def _draw_curves_together(ax, curves: pd.DataFrame, units: str, colors: dict) ->
     ax.autoscale_view()
 
 
+def _explains_nothing(fits: pd.DataFrame) -> pd.Series:
+    """Fits whose R² is at most 0: no better than the mean of the points."""
+    if "r2" not in fits:
+        return pd.Series(False, index=fits.index)
+    return pd.to_numeric(fits["r2"], errors="coerce").le(0.0)
+
+
+def _unexplained(fits: pd.DataFrame, target: str) -> bool:
+    amdahl = (fits["law"] == "amdahl") & (fits["target"] == target) & fits["p"].notna()
+    return bool((amdahl & _explains_nothing(fits)).any())
+
+
 CURVE_COLUMNS = ("model", "series", "label", "kind", "gpus", "speedup")
 CURVE_POINTS = 60
 
@@ -353,7 +441,8 @@ def amdahl_curves(data: pd.DataFrame, fits: pd.DataFrame, target: str) -> pd.Dat
     last predicted GPU count, and the fit table's own `prediction` points, with the plot's
     labels. Fits are matched to the plotted groups on the group keys both tables share."""
     keys = [k for k in table_group_keys(data, PLOT_VALUE_COLUMNS) if k in fits.columns]
-    chosen = fits[(fits["law"] == "amdahl") & (fits["target"] == target) & fits["p"].notna()]
+    chosen = fits[(fits["law"] == "amdahl") & (fits["target"] == target) & fits["p"].notna()
+                  & ~_explains_nothing(fits)]
     labels = data[list(dict.fromkeys([*keys, "model", "series", "label"]))]
     labels = labels.drop_duplicates(subset=keys or None)
     if keys:
@@ -404,9 +493,10 @@ def marginal_gain_figure(data: pd.DataFrame, note: str) -> PlotFigure:
         ax.axhline(100.0, color="grey", lw=0.8, ls=":")  # a perfect doubling gains 100 %
         ax.axhline(0.0, color="black", lw=0.6)
     grid.set_axis_labels(f"{GPUS_LABEL} (after doubling)", "Marginal gain per doubling (%)")
-    note = _join_notes(colour.note(POINTS), note)
-    if note:
-        grid.figure.text(0.01, 0.0, note, fontsize=7, va="top")
+    for ax in grid.axes.flat:
+        ax.tick_params(labelbottom=True)
+        ax.set_xlabel(f"{GPUS_LABEL} (after doubling)")
+    _note(grid.figure, _join_notes(colour.note(POINTS), note))
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
 
 
@@ -425,7 +515,7 @@ def karp_flatt_figure(data: pd.DataFrame, note: str) -> PlotFigure:
     _legend(grid, colors, rows[colour.column], colour.column)
     for ax in grid.axes.flat:
         ax.axhline(0.0, color="grey", lw=0.8, ls=":")
-    _finish(grid, "Karp-Flatt serial fraction", data["gpus"],
+    _finish(grid, "Karp-Flatt serial fraction (0-1)", data["gpus"],
             _join_notes(colour.note(BANDS), note))
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
 
@@ -434,7 +524,8 @@ def throughput_efficiency_figure(data: pd.DataFrame, note: str) -> PlotFigure:
     """Throughput (left axis, solid) and efficiency (right axis, dashed) per model panel."""
     name = "throughput_efficiency"
     colour = colouring(data, by_model=True)
-    rows = data[["model", "series", "gpus", "throughput_img_s", "efficiency_pct"]]
+    rows = data[["model", "series", "gpus", "n_ok", "throughput_img_s", "efficiency_pct",
+                 "throughput_ci_low_img_s", "throughput_ci_high_img_s"]]
     rows = rows.dropna(subset=["throughput_img_s", "efficiency_pct"], how="all")
     if rows.empty:
         return _placeholder(name, "no throughput or efficiency to plot")
@@ -452,21 +543,29 @@ def throughput_efficiency_figure(data: pd.DataFrame, note: str) -> PlotFigure:
             part = part.median()
             ax.plot(part["gpus"], part["throughput_img_s"], "o-", color=color, label=label)
             right.plot(part["gpus"], part["efficiency_pct"], "s--", color=color)
+        if not colour.coarse:
+            _error_bars(ax, rows[rows["model"] == panel], "throughput_img_s",
+                        "throughput_ci_low_img_s", "throughput_ci_high_img_s", colors,
+                        colour.column, repeats_only=False)
+        ax.set_ylim(bottom=0)
+        right.grid(False)  # the left axis' grid is the one to read
         right.set_ylabel("Efficiency (%, dashed)")
         right.set_ylim(0, max(110.0, np.nanmax(rows["efficiency_pct"].to_numpy(float),
                                                initial=0.0) * 1.05))
     _log2_gpus(grid.axes.flat, data["gpus"])
     grid.set_axis_labels(GPUS_LABEL, "Throughput (images/s, solid)")
+    for ax in grid.axes.flat:
+        ax.set_xlabel(GPUS_LABEL)
+        ax.set_ylabel("Throughput (images/s, solid)")
     grid.figure.tight_layout()  # after twinx: make room for each right-hand axis label
     # Outside the last twin axis (FacetGrid.add_legend would sit on its label).
     _legend(grid, colors, rows[colour.column], colour.column)
-    note = _join_notes(colour.note(MEDIANS), note)
-    if note:
-        grid.figure.text(0.01, 0.0, note, fontsize=7, va="top")
+    _note(grid.figure, _join_notes(colour.note(MEDIANS), INTERVAL_NOTE, note))
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
 
 
-SPEEDUP_LABELS = {"throughput": "Speedup thr(N)/thr(N_min)", "time": "Speedup T(N_min)/T(N)"}
+SPEEDUP_LABELS = {"throughput": "Speedup thr(N)/thr(N_min) (×)",
+                  "time": "Speedup T(N_min)/T(N) (×)"}
 
 
 def speedup_label(data: pd.DataFrame) -> str:
@@ -474,7 +573,7 @@ def speedup_label(data: pd.DataFrame) -> str:
     bases = set(data.get("scaling_basis", pd.Series(["time"])).dropna()) - {""}
     if len(bases) == 1:
         return SPEEDUP_LABELS.get(bases.pop(), "Speedup")
-    return "Speedup (throughput or time ratio, per group)"
+    return "Speedup, per group's basis (×)"
 
 
 def build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None = None
@@ -483,31 +582,39 @@ def build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None = None
     if scaling.empty:
         message = "no GPU runs in the scaling table"
         return {name: _placeholder(name, message) for name in FIGURE_NAMES}
+    with plt.rc_context(STYLE):
+        return _build_figures(scaling, fits)
+
+
+def _build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None) -> dict[str, PlotFigure]:
     data, _ = plot_table(scaling)
     note = _group_notes(data)
+    time_column, time_label = time_metric(data)
+    data = with_step_times(data)
     figures = []
     for by_model, suffix in ((True, "by_model"), (False, "all")):
         figures += [
-            line_figure(data, f"time_{suffix}", "time_s", "Steady epoch time (s)", by_model,
-                        error=("time_s_min", "time_s_max"), note=note),
+            line_figure(data, f"time_{suffix}", time_column, time_label, by_model,
+                        error=(f"{time_column}_min", f"{time_column}_max"), note=note,
+                        from_zero=True),
             line_figure(data, f"throughput_{suffix}", "throughput_img_s",
-                        "Throughput (images/s; dashed: ideal)", by_model,
-                        error=("throughput_img_s_min", "throughput_img_s_max"),
-                        ideal="ideal_throughput_img_s", note=note),
-            speedup_figure(data, f"speedup_{suffix}", "speedup",
-                           f"{speedup_label(data)} (dashed: ideal)", by_model, fits, "speedup",
-                           note),
+                        "Throughput (images/s)", by_model,
+                        error=("throughput_ci_low_img_s", "throughput_ci_high_img_s"),
+                        interval=True, ideal="ideal_throughput_img_s",
+                        note=_join_notes(INTERVAL_NOTE, note), from_zero=True),
+            speedup_figure(data, f"speedup_{suffix}", "speedup", speedup_label(data), by_model,
+                           fits, "speedup", note),
             speedup_figure(data, f"tts_speedup_{suffix}", "tts_speedup",
-                           "Time-to-solution speedup (dashed: ideal)", by_model, fits,
+                           "Time-to-solution speedup (×)", by_model, fits,
                            "time_to_solution", note),
             line_figure(data, f"efficiency_{suffix}", "efficiency_pct", "Efficiency (%)",
-                        by_model, reference_y=100.0, note=note),
+                        by_model, reference_y=100.0, note=note, from_zero=True),
         ]
     figures += [marginal_gain_figure(data, note), karp_flatt_figure(data, note),
                 throughput_efficiency_figure(data, note), step_breakdown_figure(data),
                 line_figure(data, "comm_compute_ratio", "comm_compute_ratio",
-                            "Communication / compute (pure all-reduce / compute per step)",
-                            by_model=True, note=note),
+                            "All-reduce / compute time (ratio)", by_model=True,
+                            note=note, joined=False),
                 bus_bandwidth_figure(data, note),
                 line_figure(data, "energy_per_image", "joules_per_image", "GPU energy per image (J)",
                             by_model=True, note=note)]
@@ -522,26 +629,81 @@ FIGURE_NAMES = tuple(
 PART_COLOURS = dict(zip(breakdown.PART_NAMES.values(), sns.color_palette("colorblind", 4)))
 
 
+NET_MARKER = "net total where a part is < 0"
+NEGLIGIBLE_SHARE = 0.005
+
+
 def step_breakdown_figure(data: pd.DataFrame) -> PlotFigure:
-    """Stacked bars per model panel: where one image's GPU time goes at each GPU count
-    (scalesweep/breakdown.py: N x part / images per step, in ms)."""
+    """Stacked bars per panel (a model, or a model and series when several share a model): where
+    one image's GPU time goes at each GPU count (scalesweep/breakdown.py: N x part / images per
+    step, in ms), GPU counts as the ticks. A negative part (the probe windows ran slower than the
+    full steps) is no bar under the axis: the positive parts stack, and a marker shows the net
+    total they add up to."""
     name = "step_breakdown"
-    keys = [k for k in ("series",) if data["series"].nunique() > 1]
+    keys = [k for k in ("series",) if data.groupby("model")["series"].nunique().max() > 1]
     long = breakdown.long_parts(data, ["model", *keys])
     if long.empty or long["ms_per_image"].isna().all():
         return _placeholder(name, breakdown.NO_BREAKDOWN_NOTE)
-    position = long["gpus"].astype(int).astype(str)
-    if keys:
-        position = long["series"].astype(str) + " | " + position
-    long = long.assign(position=position).sort_values(["model", "gpus"])
-    grid = sns.displot(long, x="position", weights="ms_per_image", hue="part", multiple="stack",
-                       col="model", col_wrap=_col_wrap(data), discrete=True, shrink=0.8,
-                       palette=PART_COLOURS, hue_order=list(PART_COLOURS), height=HEIGHT,
-                       aspect=1.2, facet_kws={"sharey": False, "sharex": False})
-    grid.set_axis_labels(GPUS_LABEL, "GPU time per image (ms)")
-    grid.figure.text(0.01, 0.0, "bar height = N x step time / images per step; growth above the "
-                     "N_min bar is lost efficiency, by part", fontsize=7, va="top")
-    return PlotFigure(name, grid.figure, long.reset_index(drop=True), grid=grid)
+    panel = long["model"].astype(str)
+    note = ""
+    if keys and long[["model", "series"]].drop_duplicates().shape[0] <= MAX_COLOURS:
+        # One panel per series: its GPU counts, not "framework, dataset | N", as ticks.
+        panel = panel + "\n" + long["series"].astype(str)
+    elif keys:
+        note = (f"{long['series'].nunique()} series: bars are the median per model over them; "
+                "every series is in tables/scaling.csv")
+    long = long.assign(panel=panel).sort_values(["panel", "gpus"])
+    grid = sns.FacetGrid(long, col="panel", col_wrap=_col_wrap(long.rename(
+        columns={"model": "_", "panel": "model"})), height=HEIGHT, aspect=1.1, sharex=False,
+        sharey=False)
+    grid.map_dataframe(_stacked_parts)
+    grid.set_titles("{col_name}", size=9)
+    for ax in grid.axes.flat:
+        ax.set_xlabel(GPUS_LABEL)
+        ax.set_ylabel("GPU time per image (ms)")
+        ax.tick_params(labelbottom=True, labelleft=True)
+    grid.tight_layout()  # after the labels every panel now has
+    handles = [Patch(color=colour, label=part)
+               for part, colour in PART_COLOURS.items()]
+    if (long["ms_per_image"] < 0).any():
+        handles.append(plt.Line2D([], [], color="black", marker="v", ls="", label=NET_MARKER))
+    grid.figure.legend(handles=handles, title="part", loc="center left",
+                       bbox_to_anchor=(1.0, 0.5), frameon=False)
+    _note(grid.figure, _join_notes(
+        "bar height = N x step time / images per step; growth above the N_min bar is lost "
+        "efficiency, by part", note))
+    return PlotFigure(name, grid.figure, long.drop(columns="panel").reset_index(drop=True),
+                      grid=grid)
+
+
+def _stacked_parts(data: pd.DataFrame, **_) -> None:
+    """One panel's stacked bars: positive parts stacked per GPU count (evenly spaced, labelled
+    with the count), a marker at the net total where a part is negative."""
+    ax = plt.gca()
+    counts = sorted(data["gpus"].astype(int).unique())
+    position = {gpus: i for i, gpus in enumerate(counts)}
+    # One value per GPU count and part, or (many series in one panel) their median.
+    table = data.pivot_table(index="gpus", columns="part", values="ms_per_image",
+                             aggfunc="median")
+    x = np.array([position[int(g)] for g in table.index], float)
+    bottom = np.zeros(len(table))
+    for part, colour in PART_COLOURS.items():
+        if part not in table:
+            continue
+        height = np.clip(table[part].fillna(0.0).to_numpy(float), 0.0, None)
+        drawn = height > 0  # an empty bar's bottom is a sticky edge: the axis would end there
+        ax.bar(x[drawn], height[drawn], bottom=bottom[drawn], width=0.7, color=colour,
+               label=part)
+        bottom = bottom + height
+    net = table.sum(axis=1, min_count=1).to_numpy(float)
+    # Negative beyond rounding: 0.5 % of the bar (a part computed as a difference of medians).
+    negative = (table.lt(-NEGLIGIBLE_SHARE * np.abs(net)[:, None])).any(axis=1).to_numpy()
+    ax.plot(x[negative], net[negative], "v", color="black", ms=7, ls="")
+    ax.set_xticks(range(len(counts)), [str(g) for g in counts])
+    ax.set_xlim(-0.6, len(counts) - 0.4)
+    ax.margins(y=0.08)
+    ax.set_ylim(bottom=0)
+    ax.grid(axis="x", visible=False)  # categories: a vertical grid line would split the bars
 
 
 def bus_bandwidth_figure(data: pd.DataFrame, note: str) -> PlotFigure:

@@ -390,13 +390,19 @@ def filter_frame(runs: pd.DataFrame, where: str) -> pd.DataFrame:
         connection.close()
 
 
-def write_history(runs_csv, history_dir, config, archived_json) -> str:
+def write_history(runs_csv, history_dir, config, archived_json, figure=None) -> str:
     """The history stage (rule `history`): archive runs.csv (its results folder as the source), write
-    `archived_json` naming the file, return the log line."""
+    `archived_json` naming the file, and with `figure` the history at a glance there
+    (scalesweep/history_figure.py); return the log line."""
     source = Path(runs_csv).resolve().parent.parent
     archived = archive(read_runs_csv(runs_csv), history_dir, config=config, source=source)
     atomic.write_text(archived.as_json() + "\n", archived_json)
-    return f"archived {archived.runs} runs as {archived.sweep_id}: {archived.path}"
+    line = f"archived {archived.runs} runs as {archived.sweep_id}: {archived.path}"
+    if figure is None:
+        return line
+    from scalesweep import history_figure  # matplotlib: loaded only when a figure is asked for
+
+    return line + "\n" + history_figure.write_history_figure(history_dir, figure)
 
 
 def comparison_outputs(compare_with, outdir) -> list[str]:

@@ -54,17 +54,18 @@ def sweep_outcome(results="results") -> str:
 
 
 def rebuild_tables_and_figures(runs_csv, table_outputs: dict, analysis: dict, scaling_csv, fits_csv,
-                               figures_dir) -> str:
-    """After a sweep with failures: the scaling tables and figures from the runs.csv just
-    written, so none still shows a run that runs.csv lists as failed. The failure may be the
-    tables' own: then say so and leave runs.csv standing."""
-    from scalesweep import figures, tables
+                               figures_dir, findings_md) -> str:
+    """After a sweep with failures: the scaling tables, figures and findings from the runs.csv
+    just written, so none still shows a run that runs.csv lists as failed. The failure may be
+    the tables' own: then say so and leave runs.csv standing."""
+    from scalesweep import figures, findings, tables
 
     try:
         tables.write_tables(runs_csv, table_outputs, analysis["efficiency_floor_pct"],
                             analysis["gpu_hour_budget"], analysis["epoch_budget"],
                             analysis["greenest_time_bound_s"])
         figures.write_figures(scaling_csv, fits_csv, figures_dir)
+        findings.write_findings(scaling_csv, fits_csv, table_outputs["sweet_spot"], findings_md)
     except Exception as error:  # noqa: BLE001
-        return f"scalesweep: tables and figures not rebuilt: {type(error).__name__}: {error}"
-    return "scalesweep: tables and figures rebuilt from the runs table"
+        return f"scalesweep: tables, figures and findings not rebuilt: {type(error).__name__}: {error}"
+    return "scalesweep: tables, figures and findings rebuilt from the runs table"

@@ -167,3 +167,20 @@ def test_many_series_share_colours_and_keep_every_series_in_the_data():
     assert legend.get_title().get_text() == "model"
     assert [t.get_text() for t in legend.get_texts()] == ["a", "b"] and MAX_COLOURS >= 2
     assert "40 series, coloured by model" in " ".join(t.get_text() for t in figure.figure.texts)
+
+
+def test_an_amdahl_fit_that_explains_nothing_is_not_drawn():
+    """Time to solution growing with the GPU count (1000, 1500, 2800 s: speedups 1, 0.67, 0.36):
+    Amdahl cannot go below 1, its best fit is flat at 1 and explains nothing (R² <= 0), so the
+    figure draws no curve and says why; the throughput speedup keeps its curve."""
+    runs = runs_table().query("gpus < 8 and model == 'resnet50v2' and repeat == 0").copy()
+    runs["total_time_s"] = runs["gpus"].map({1: 1000.0, 2: 1500.0, 4: 2800.0})
+    fits = fit_table(runs, n_bootstrap=0)
+    tts_fit = fits[(fits["law"] == "amdahl") & (fits["target"] == "time_to_solution")].iloc[0]
+    assert tts_fit["r2"] <= 0
+    figures = build_figures(scaling_table(runs), fits)
+    assert figures["tts_speedup_all"].curves.empty
+    notes = " ".join(t.get_text() for t in figures["tts_speedup_all"].figure.texts)
+    assert "no Amdahl curve where the fit explains nothing" in notes
+    assert not figures["speedup_all"].curves.empty
+    plt.close("all")

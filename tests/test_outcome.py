@@ -59,6 +59,6 @@ def test_after_a_failed_rerun_tables_agree_with_runs_csv_and_the_outcome_is_prin
     scaling = pd.read_csv(sweep / "results/tables/scaling.csv")
     measured = scaling[scaling.throughput_img_s.notna()]
     assert ("pytorch", 2) not in set(zip(measured.framework, measured.gpus))
-    assert "scalesweep: tables and figures rebuilt from the runs table" in result.stderr
+    assert "scalesweep: tables, figures and findings rebuilt from the runs table" in result.stderr
     assert "scalesweep: 4 runs: 3 ok, 1 failed" in result.stderr
     assert "the same command again runs only the 1 configuration(s) without a result" in result.stderr

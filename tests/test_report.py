@@ -239,14 +239,18 @@ def test_report_embeds_every_figure_and_table_from_the_results(report):
     results, workdir = report["results"], report["workdir"]
     expected = {f"results/figures/{name}.png" for name in FIGURE_NAMES}
     expected |= {f"results/tables/{name}.csv" for name in TABLES}
+    expected |= {"results/tidy/runs.csv", "results/findings.md", "results/throughput_history.png"}
     assert set(results) == expected
     for path, entry in results.items():
         assert decode_data_uri(entry["data_uri"]) == (workdir / path).read_bytes(), path
     categories = report["categories"]
     figures = {path for paths in categories["Figures"].values() for path in paths}
     tables = {path for paths in categories["Tables"].values() for path in paths}
-    assert figures == {p for p in expected if p.endswith(".png")}
+    assert figures == {p for p in expected if p.startswith("results/figures/")}
     assert tables == {p for p in expected if p.endswith(".csv")}
+    for category, path in (("Findings", "results/findings.md"),
+                           ("History", "results/throughput_history.png")):
+        assert {found for paths in categories[category].values() for found in paths} == {path}
 
 
 @pytest.mark.slow
@@ -292,12 +296,12 @@ def test_browser_shows_every_figure_at_its_size_with_its_caption(report, driven)
 def test_browser_offers_every_table_for_download_with_its_caption(report, driven):
     record = driven["record"]
     assert record["error"] is None, record["error"]
-    assert set(record["tables"]) == set(TABLES)
+    assert set(record["tables"]) == {*TABLES, "runs"}
     for name, seen in record["tables"].items():
-        path = report["workdir"] / f"results/tables/{name}.csv"
+        path = "results/tidy/runs.csv" if name == "runs" else f"results/tables/{name}.csv"
         assert seen["download"] == f"{name}.csv"
-        assert decode_data_uri(seen["href"]) == path.read_bytes()
-        embedded = report["results"][f"results/tables/{name}.csv"]["caption"]
+        assert decode_data_uri(seen["href"]) == (report["workdir"] / path).read_bytes()
+        embedded = report["results"][path]["caption"]
         # The browser lays text out (spaces around inline code, line breaks): compare the text
         # without whitespace.
         assert seen["caption"], name
@@ -317,3 +321,61 @@ def test_screenshot_shows_the_figure_drawn(report, driven):
             assert near_colour_count(shot, colour) >= 150, f"no RGB {colour} of the plot on screen"
         distinct = len(np.unique(packed(rgb_pixels(shot))))
         assert distinct > 200, f"screenshot looks blank: {distinct} colours"
+
+
+
+FINDING = re.compile(r"(\w+), (\w+), ([\w-]+)(?:, \S+)*\s+Scaling: measured up to (\d+) GPUs?, "
+                     r"speedup ([\d.]+)× at ([\d.]+) % efficiency")
+
+
+def front_page_html(page):
+    """The report's front page: the rendered workflow description (workflow/report/workflow.rst),
+    a JSON string in <script id="workflow-desc">."""
+    match = re.search(r'<script id="workflow-desc">\s*var workflow_desc = (".*?");\s*</script>',
+                      page, re.S)
+    assert match, "report.html: no workflow description"
+    return json.loads(match.group(1))
+
+
+def assert_findings_match(text, workdir):
+    """The findings come before the description of the metrics, one per group of scaling.csv
+    with its largest GPU count, whose speedup and efficiency are the table's as printed."""
+    assert text.index("Findings") < text.index("scalesweep measures how")
+    scaling = pd.read_csv(workdir / "results/tables/scaling.csv")
+    found = FINDING.findall(text)
+    assert len(found) == scaling.groupby(["framework", "model", "dataset"]).ngroups >= 2
+    for framework, model, dataset, gpus, speedup, efficiency in found:
+        group = scaling[(scaling["framework"] == framework) & (scaling["model"] == model)
+                        & (scaling["dataset"] == dataset)]
+        row = group[group["gpus"] == int(gpus)]
+        assert int(gpus) == group["gpus"].max() and len(row) == 1, (model, gpus)
+        assert float(speedup) == round(row["speedup"].iloc[0], 2), model
+        assert float(efficiency) == round(row["efficiency_pct"].iloc[0], 1), model
+
+
+@pytest.mark.slow
+def test_front_page_opens_with_the_findings_of_scaling_csv(report):
+    front = text_of(front_page_html(report["page"]))
+    assert_findings_match(front, report["workdir"])
+    findings_md = (report["workdir"] / "results/findings.md").read_text()
+    assert findings_md.startswith("**Findings") and findings_md.count("- Why: ") == 2
+
+
+@pytest.mark.slow
+def test_browser_front_page_shows_the_findings(report, driven, tmp_path_factory):
+    """What the browser shows first is the findings, numbers as in scaling.csv; a screenshot of
+    that page has text on it."""
+    record = driven["record"]
+    assert record["error"] is None, record["error"]
+    assert_findings_match(" ".join(record["front"].split()), report["workdir"])
+    folder = tmp_path_factory.mktemp("front")
+    page = folder / "report.html"
+    page.write_text(report["page"])
+    screenshot = folder / "front.png"
+    shot = chromium(page.as_uri(), folder / "profile", f"--window-size={SCREEN[0]},{SCREEN[1]}",
+                    f"--screenshot={screenshot}")
+    assert shot.returncode == 0 and screenshot.exists(), shot.stderr[-3000:]
+    with Image.open(screenshot) as image:
+        assert image.size == SCREEN
+        dark = near_colour_count(image, (0, 0, 0), tolerance=90)
+        assert dark > 2_000, f"front page looks empty: {dark} dark (text) pixels"

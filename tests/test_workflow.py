@@ -76,7 +76,8 @@ def test_preview_after_losing_one_result_lists_only_that_run_and_its_dependents(
     assert "scalesweep: 1 configuration to run (3 already measured) of 4;" in preview.stderr
     assert "  GPUs of the jobs to run: 2; GPU-hours they book at their time limits (60 min): 2.0 (all 4 jobs: 6.0)" in preview.stderr
     assert job_counts(preview.stdout) == {
-        "train_pytorch": 1, "tidy": 1, "tables": 1, "figures": 1, "history": 1, "all": 1, "total": 6,
+        "train_pytorch": 1, "tidy": 1, "tables": 1, "figures": 1, "findings": 1, "history": 1,
+        "all": 1, "total": 7,
     }
     assert "gpus=2" in preview.stdout.split("rule train_pytorch:")[1].split("\n\n")[0]
 

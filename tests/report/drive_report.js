@@ -115,6 +115,12 @@
     }
 
     async function drive(out, showFigure) {
+        // The front page as the reader first sees it: the workflow description, findings first.
+        const app = await until(() => {
+            const found = document.querySelector("#app");
+            return found && found.innerText.includes("Findings") ? found : null;
+        }, "the front page with its findings");
+        out.front = app.innerText;
         out.figures = await readCategory("Figures", true);
         out.tables = await readCategory("Tables", false);
         const row = rowNamed(await openCategory("Figures"), showFigure);
@@ -131,7 +137,7 @@
     }
 
     window.addEventListener("load", function () {
-        const out = { figures: {}, tables: {}, error: null };
+        const out = { front: "", figures: {}, tables: {}, error: null };
         drive(out, document.querySelector("#render-driver").dataset.showFigure)
             .catch((error) => { out.error = String(error); })
             .finally(() => report(out));

@@ -1,7 +1,8 @@
 # The history stage: the finished sweep's runs archived into the (possibly shared) history folder
 # as one immutable file, by scalesweep/history.py. The history folder is append-only and shared
 # between sweeps, so it is no output of this workflow: results/tables/archived.json names the file
-# this sweep archived, and is the rule's output.
+# this sweep archived, and is the rule's output. Then the history at a glance: every archived
+# sweep's throughput per configuration over time (scalesweep/history_figure.py).
 from scalesweep import history, rulelog, tables
 
 
@@ -10,7 +11,13 @@ rule history:
         runs="results/tidy/runs.csv",
         tables=expand("results/tables/{table}.csv", table=tables.TABLES),
     output:
-        "results/tables/archived.json",
+        archived="results/tables/archived.json",
+        figure=report(
+            "results/throughput_history.png",
+            caption="../report/history.rst",
+            category="History",
+            labels={"figure": "throughput_history"},
+        ),
     log:
         "logs/history.log",
     localrule: True
@@ -24,5 +31,6 @@ rule history:
             input.runs,
             params.history_dir,
             params.config,
-            output[0],
+            output.archived,
+            output.figure,
         )

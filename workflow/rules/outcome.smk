@@ -10,7 +10,7 @@ onsuccess:
 # After a sweep with failures the tidy rule cannot run (its inputs are incomplete), yet the
 # user needs to see what was measured and why the rest failed: write the same tables with one
 # failed row per missing run, with SLURM's verdict where accounting has one, and rebuild the
-# scaling tables and figures from exactly those rows. The next invocation runs the missing
+# scaling tables, figures and findings from exactly those rows. The next invocation runs the missing
 # configurations (each run's result is a target of rule all) and then rebuilds these tables
 # from complete results.
 onerror:
@@ -29,5 +29,6 @@ onerror:
         rules.figures.input.scaling,
         rules.figures.input.fits,
         rules.figures.output[0],
+        rules.findings.output[0],
     )
     print(rebuilt, outcome.sweep_outcome(), sep="\n", file=sys.stderr)

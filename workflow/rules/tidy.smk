@@ -9,7 +9,12 @@ rule tidy:
         digests=image_digest_files(),
     output:
         epochs="results/tidy/epochs.csv",
-        runs="results/tidy/runs.csv",
+        runs=report(
+            "results/tidy/runs.csv",
+            caption="../report/runs.rst",
+            category="Tables",
+            labels={"table": "runs"},
+        ),
     log:
         "logs/tidy.log",
     localrule: True

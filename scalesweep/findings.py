@@ -1,0 +1,183 @@
+"""The findings stage (rule `findings`): the tables in words -> results/findings.md.
+
+Per group of the scaling table (framework, model, dataset and any other axis that varies), four
+lines: how far it was measured to scale (the largest GPU count with a speedup, its speedup and
+efficiency), where to stop (the sweet spot of every intent with its GPU-hours), why efficiency
+fell (the points lost at that count split into the parts of the step that grew, the
+`loss_*_pct` columns of scalesweep/breakdown.py), and what the Amdahl fit predicts at the next
+two doublings with its interval, or a warning when it explains nothing (R² <= 0) or could not
+be fitted. Every number is read from the tables (`group_findings`) and only formatted here.
+
+The text is Markdown that is also reStructuredText (bold paragraphs and "- " lists): the
+report's front page (workflow/report/workflow.rst) includes the same file.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scalesweep import atomic
+from scalesweep.breakdown import PART_NAMES, PARTS
+from scalesweep.fits import N_DOUBLINGS, predicted_speedup
+from scalesweep.scaling import format_value, is_usable, iter_groups, table_group_keys
+
+TITLE = "**Findings: how far each configuration scales, where to stop, and why**"
+# The loss columns in words, the words of the step breakdown (docs: exposed synchronisation).
+LOSS_WORDS = {f"loss_{PART_NAMES[p].replace(' ', '_')}_pct": words for p, words in zip(
+    PARTS, ("data", "compute", "exposed synchronisation", "other"))}
+Z95 = 1.959964  # two-sided 95 % normal quantile, for a fit's interval from its standard error
+
+
+# ----------------------------------------------------------------------------- facts
+
+def largest_count(group: pd.DataFrame) -> pd.Series | None:
+    """The row of the largest GPU count above the baseline with a usable speedup (None: no
+    scaling measured)."""
+    measured = group[group["speedup"].map(is_usable) & group["efficiency_pct"].map(is_usable)
+                     & (group["gpus"] > group["baseline_gpus"])]
+    return None if measured.empty else measured.loc[measured["gpus"].idxmax()]
+
+
+def gpus_text(count) -> str:
+    count = int(count)
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
+
+
+def lost_points(row: pd.Series) -> tuple[float, list[tuple[str, float]]]:
+    """Efficiency points lost at `row` (100 - step efficiency) and each part's share, largest
+    first; an empty split when the row has no breakdown."""
+    if not is_usable(row.get("step_efficiency_pct", math.nan)):
+        return math.nan, []
+    # A part that shrank has a negative loss: is_usable (> 0) would drop it.
+    parts = [(words, float(row[column])) for column, words in LOSS_WORDS.items()
+             if column in row and np.isfinite(pd.to_numeric(row[column], errors="coerce"))]
+    return 100.0 - float(row["step_efficiency_pct"]), sorted(parts, key=lambda p: -p[1])
+
+
+def speedup_interval(fit: pd.Series, k: int) -> tuple[float, float]:
+    """The predicted speedup at the k-th doubling for the ends of p's interval: the bootstrap's
+    percentiles when there are repeats, else p +- 1.96 standard errors (clipped to [0, 1])."""
+    low, high = fit.get("p_ci_low", math.nan), fit.get("p_ci_high", math.nan)
+    if not (is_usable(low) and is_usable(high)):
+        spread = Z95 * float(fit["p_stderr"]) if is_usable(fit.get("p_stderr")) else 0.0
+        low, high = fit["p"] - spread, fit["p"] + spread
+    ends = predicted_speedup("amdahl", np.clip([low, high], 0.0, 1.0),
+                             float(fit[f"pred_gpus_{k}"]), float(fit["baseline_gpus"]))
+    return float(np.min(ends)), float(np.max(ends))
+
+
+def group_fit(fits: pd.DataFrame | None, values: dict) -> pd.Series | None:
+    """The group's Amdahl fit of its speedup series (fits.csv), None when the table has none."""
+    if fits is None or fits.empty:
+        return None
+    rows = fits[(fits["law"] == "amdahl") & (fits["target"] == "speedup")]
+    for key, value in values.items():
+        if key in rows:
+            rows = rows[rows[key].map(format_value) == format_value(value)]
+    return None if rows.empty else rows.iloc[0]
+
+
+def group_spots(sweet: pd.DataFrame | None, values: dict) -> pd.DataFrame:
+    if sweet is None or sweet.empty:
+        return pd.DataFrame(columns=["intent", "gpus", "gpu_hours", "note"])
+    rows = sweet
+    for key, value in values.items():
+        if key in rows:
+            rows = rows[rows[key].map(format_value) == format_value(value)]
+    return rows
+
+
+# ----------------------------------------------------------------------------- words
+
+def scale_line(row: pd.Series | None) -> str:
+    if row is None:
+        return "Scaling: no two GPU counts with a usable time, so no speedup to report."
+    return (f"Scaling: measured up to {gpus_text(row['gpus'])}, speedup {row['speedup']:.2f}× "
+            f"at {row['efficiency_pct']:.1f} % efficiency.")
+
+
+def spot_line(spots: pd.DataFrame) -> str:
+    if spots.empty:
+        return "Where to stop: no sweet-spot row."
+    parts = []
+    for _, spot in spots.iterrows():
+        if is_usable(spot["gpus"]):
+            hours = (f", {spot['gpu_hours']:.3g} GPU-hours" if is_usable(spot["gpu_hours"])
+                     else "")
+            parts.append(f"{spot['intent']} {gpus_text(spot['gpus'])}{hours}")
+        else:
+            parts.append(f"{spot['intent']}: {spot['note']}")
+    return "Where to stop: " + "; ".join(parts) + "."
+
+
+def loss_line(row: pd.Series | None) -> str:
+    if row is None:
+        return "Why: no scaling measured."
+    lost, parts = lost_points(row)
+    if not parts:
+        return (f"Why: no step breakdown at {gpus_text(row['gpus'])} (reference or older logs), "
+                "so the loss cannot be split.")
+    if lost <= 0:
+        return f"Why: at {gpus_text(row['gpus'])} no efficiency is lost to the step's parts."
+    grew = [f"{points:.1f} to {words}" for words, points in parts if points > 0]
+    shrank = [f"{-points:.1f} regained by {words}" for words, points in parts if points < 0]
+    return (f"Why: at {gpus_text(row['gpus'])} {lost:.1f} points of efficiency are lost: "
+            + ", ".join(grew + shrank) + ".")
+
+
+def fit_line(fit: pd.Series | None) -> str:
+    if fit is None:
+        return "Prediction: no fit in the fits table."
+    if not is_usable(fit["p"]):
+        note = fit.get("note") if isinstance(fit.get("note"), str) else ""
+        return ("Prediction: warning, Amdahl's law could not be fitted"
+                + (f" ({note})" if note else "") + ": no prediction.")
+    r2 = pd.to_numeric(fit.get("r2"), errors="coerce")  # may be negative: not is_usable
+    if np.isfinite(r2) and r2 <= 0:
+        return (f"Prediction: warning, the Amdahl fit explains nothing (R² = {r2:.2f}): "
+                "no prediction.")
+    predictions = []
+    for k in range(1, N_DOUBLINGS + 1):
+        low, high = speedup_interval(fit, k)
+        predictions.append(f"{gpus_text(fit[f'pred_gpus_{k}'])} {fit[f'pred_speedup_{k}']:.2f}× "
+                           f"(95 % {low:.2f}–{high:.2f}), "
+                           f"{fit[f'pred_efficiency_pct_{k}']:.1f} % efficiency")
+    shown = f", R² = {r2:.2f}" if np.isfinite(r2) else ""
+    return (f"Prediction (Amdahl, p = {fit['p']:.3f}{shown}): " + "; ".join(predictions) + ".")
+
+
+def group_title(values: dict) -> str:
+    plain = ("framework", "model", "dataset")
+    parts = [format_value(values[k]) for k in plain if k in values]
+    parts += [f"{k}={format_value(v)}" for k, v in values.items() if k not in plain]
+    return ", ".join(parts) or "all runs"
+
+
+def findings_text(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
+                  sweet: pd.DataFrame | None = None) -> str:
+    """The findings of the tables as Markdown (also valid reStructuredText)."""
+    lines = [TITLE, ""]
+    if scaling.empty:
+        return "\n".join([*lines, "No GPU runs in the scaling table: nothing to report.", ""])
+    keys = table_group_keys(scaling)
+    for values, group in iter_groups(scaling, keys):
+        row = largest_count(group)
+        lines += [f"**{group_title(values)}**", "",
+                  f"- {scale_line(row)}",
+                  f"- {spot_line(group_spots(sweet, values))}",
+                  f"- {loss_line(row)}",
+                  f"- {fit_line(group_fit(fits, values))}", ""]
+    return "\n".join(lines)
+
+
+def write_findings(scaling_csv, fits_csv, sweet_spot_csv, output) -> str:
+    """The findings stage: the three tables -> `output` (Markdown); the log line."""
+    text = findings_text(pd.read_csv(scaling_csv), pd.read_csv(fits_csv),
+                         pd.read_csv(sweet_spot_csv))
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(text, output)
+    return f"findings for {text.count('- Scaling:')} group(s) in {output}"

@@ -1,0 +1,120 @@
+"""History at a glance: each configuration's throughput across the archived sweeps (rule
+`history` writes it after archiving this sweep; scalesweep/history.py holds the archive).
+
+One panel per group (labelled as in the scaling figures), the sweep dates on the x axis, one
+colour per GPU count, the median throughput of each sweep with its 95 % interval as error bars
+(scaling.throughput_interval: repeats, else the run's own timed steps). With one sweep in the
+history there is nothing to follow over time: the figure says so instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.dates as mdates
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from scalesweep import history
+from scalesweep.figures import (
+    HEIGHT,
+    STYLE,
+    PlotFigure,
+    _col_wrap,
+    _legend,
+    _note,
+    _placeholder,
+    plot_table,
+    plt,
+)
+from scalesweep.findings import gpus_text
+from scalesweep.scaling import scaling_table
+
+NAME = "throughput_history"
+DATE_LABEL = "Sweep date (UTC)"
+MANY_DATES = 6  # more sweeps than this: matplotlib's own date ticks, not one per sweep
+
+
+def history_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The scaling table of each archived sweep, with its `sweep_id` and `sweep_date`."""
+    tables = []
+    for (sweep_id, date), part in runs.groupby(["sweep_id", "sweep_date"], sort=True):
+        table = scaling_table(part.drop(columns=list(history.SWEEP_COLUMNS)))
+        tables.append(table.assign(sweep_id=sweep_id, sweep_date=pd.to_datetime(date, utc=True)))
+    if not tables:
+        return pd.DataFrame(columns=["sweep_id", "sweep_date"])
+    return pd.concat(tables, ignore_index=True)
+
+
+def history_figure(table: pd.DataFrame) -> PlotFigure:
+    with plt.rc_context(STYLE):
+        return _history_figure(table)
+
+
+def _history_figure(table: pd.DataFrame) -> PlotFigure:
+    sweeps = table["sweep_id"].nunique() if len(table) else 0
+    if sweeps < 2:
+        return _placeholder(NAME, f"{sweeps} sweep(s) in the history: throughput over time "
+                                  "needs two or more")
+    data, _ = plot_table(table.drop(columns=["sweep_id", "sweep_date"]))
+    data = data.assign(sweep_id=table["sweep_id"].to_numpy(),
+                       sweep_date=table["sweep_date"].dt.tz_localize(None).to_numpy(),
+                       panel=lambda d: d["label"], count=lambda d: d["gpus"].map(gpus_text))
+    data = data.dropna(subset=["throughput_img_s"])
+    if data.empty:
+        return _placeholder(NAME, "no throughput in the archived sweeps")
+    # Colours and legend in GPU order (a sorted palette would put 16 GPUs before 2).
+    counts = data.drop_duplicates("gpus").sort_values("gpus")["count"]
+    colors = dict(zip(counts, sns.color_palette(n_colors=len(counts))))
+    grid = sns.FacetGrid(data, col="panel", col_wrap=_col_wrap(data.rename(
+        columns={"model": "_", "panel": "model"})), height=HEIGHT, aspect=1.3, sharey=False)
+    grid.map_dataframe(_throughput_over_time, colors=colors)
+    grid.set_titles("{col_name}", size=9)
+    dates = sorted(data["sweep_date"].unique())
+    for ax in grid.axes.flat:
+        _date_axis(ax, dates)
+        ax.set_xlabel(DATE_LABEL)
+        ax.xaxis.label.set_visible(True)  # seaborn hides inner panels' labels
+        ax.set_ylabel("Throughput (images/s)")
+        ax.set_ylim(bottom=0)
+        ax.tick_params(labelbottom=True, labelleft=True)
+    grid.tight_layout()
+    _legend(grid, colors, data["count"], "GPU count")
+    _note(grid.figure, f"{sweeps} sweeps; error bars: 95 % throughput interval of each sweep")
+    return PlotFigure(NAME, grid.figure, data.reset_index(drop=True), grid=grid)
+
+
+def _throughput_over_time(data: pd.DataFrame, colors: dict, **_) -> None:
+    ax = plt.gca()
+    for count, rows in data.sort_values("sweep_date").groupby("count"):
+        y = rows["throughput_img_s"].to_numpy(float)
+        low = (y - rows["throughput_ci_low_img_s"].to_numpy(float))
+        high = (rows["throughput_ci_high_img_s"].to_numpy(float) - y)
+        errors = np.nan_to_num(np.vstack([low, high]), nan=0.0)
+        ax.errorbar(rows["sweep_date"], y, yerr=errors, color=colors[count], marker="o",
+                    capsize=3, lw=1)
+
+
+def _date_axis(ax, dates) -> None:
+    """A tick per sweep while they are few (their dates are what a reader looks for), else
+    matplotlib's concise date ticks; labels slanted so that neighbouring dates do not touch."""
+    if len(dates) <= MANY_DATES:
+        ax.set_xticks(dates, [pd.Timestamp(d).strftime("%Y-%m-%d\n%H:%M") for d in dates])
+        span = (dates[-1] - dates[0]) or np.timedelta64(1, "D")
+        ax.set_xlim(dates[0] - span * 0.15, dates[-1] + span * 0.15)
+    else:
+        locator = mdates.AutoDateLocator(maxticks=5)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    ax.tick_params(axis="x", labelsize=8)
+
+
+def write_history_figure(history_dir, output) -> str:
+    """Every archived sweep's runs -> `output` (PNG); the log line."""
+    table = history_table(history.read_runs(history_dir))
+    figure = history_figure(table)
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    figure.figure.savefig(output, dpi=120, bbox_inches="tight")
+    plt.close(figure.figure)
+    return f"{NAME}: {table['sweep_id'].nunique()} sweeps in {output}"
