@@ -9,6 +9,8 @@ Standard library only: the rules are plain small checks, so that each message sa
 the key must hold and what it held.
 """
 
+from __future__ import annotations
+
 import math
 import sys
 from dataclasses import dataclass

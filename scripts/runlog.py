@@ -4,6 +4,8 @@ Standard library only: it is imported inside TensorFlow and PyTorch containers a
 that must not pay for a framework import.
 """
 
+from __future__ import annotations
+
 import datetime
 import json
 import math

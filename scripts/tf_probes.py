@@ -29,6 +29,8 @@ own step function does.
   statistics, the ones tf.compat.v1.profiler sums), for the header's flops_per_image.
 """
 
+from __future__ import annotations
+
 import contextlib
 import statistics
 import time

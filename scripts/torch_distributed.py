@@ -7,6 +7,8 @@ the next collective; agree_on_oom() makes every rank stop together instead (trai
 docstring says where the trainer uses it).
 """
 
+from __future__ import annotations
+
 import os
 import time
 from dataclasses import dataclass

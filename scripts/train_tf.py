@@ -23,6 +23,8 @@ injects failures at the first training step.
         --gpus 2 --per-gpu-batch 2048 --epochs 5 [--compile] [--protocol steps]
 """
 
+from __future__ import annotations
+
 import argparse
 import os
 import sys

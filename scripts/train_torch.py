@@ -28,6 +28,8 @@ a summary; a rerun repeats it). Identical ranks run out at the same allocation, 
 agreement covers it.
 """
 
+from __future__ import annotations
+
 import argparse
 import gc
 import os
