@@ -157,6 +157,8 @@ HEADER = {
     "slurm_cluster_name": text(),
     "container_image": text(),
     "start_time": text(),
+    "omp_num_threads": count(nullable=True),
+    "omp_num_threads_env": text(),
 }
 EPOCH = {
     "epoch": count(),

@@ -190,6 +190,14 @@ def device_provenance(run=subprocess.run) -> dict:
     }
 
 
+def thread_fields(intra_op_threads: int | None, environ=None) -> dict:
+    """Header keys on the CPU threads the process computes with: the framework's intra-op pool
+    (`intra_op_threads`, as the framework reports it) and OMP_NUM_THREADS as the launcher set it
+    (null when unset): a rank given more threads than its share of the cores slows every rank."""
+    env = os.environ if environ is None else environ
+    return {"omp_num_threads": intra_op_threads, "omp_num_threads_env": env.get("OMP_NUM_THREADS")}
+
+
 def nccl_version_from_env(environ=None) -> str | None:
     """NGC images export the NCCL they ship as NCCL_VERSION; frameworks without an API for it
     (TensorFlow) record that."""

@@ -400,6 +400,7 @@ def run_facts(world: World, device: torch.device, start_timestamp: float) -> dic
         "devices": names,
         **runlog.device_provenance(),
         **runlog.provenance(start_timestamp),
+        **runlog.thread_fields(torch.get_num_threads()),
     }
 
 
