@@ -162,9 +162,10 @@ def portable_array(array: np.ndarray):
 
     numpy's own reduction names the private `numpy.core.multiarray._reconstruct`, which numpy
     2.0 moved to `numpy._core` (numpy/numpy#24634): pickles written under numpy 2 (the host's
-    environment) fail to load under numpy < 1.26 (NGC TensorFlow 23.03: numpy 1.23) with
-    "No module named 'numpy._core'". The ndarray constructor with a buffer is public since
-    numpy 1.0. Byte order is in the dtype string ('<i8'); data are written C-contiguous.
+    environment) fail to load under numpy 1.x releases without a `numpy._core` (both NGC
+    containers' 1.23 and 1.24) with "No module named 'numpy._core'" (numpy/numpy#28340). The
+    ndarray constructor with a buffer is public since numpy 1.0. Byte order is in the dtype
+    string ('<i8'); data are written C-contiguous.
     """
     contiguous = np.ascontiguousarray(array)
     if contiguous.dtype.hasobject:

@@ -95,8 +95,8 @@ def pickled_globals(path) -> set:
 
 
 def test_batches_name_no_private_numpy_module(tmp_path):
-    # numpy 2 pickles arrays through numpy._core.multiarray._reconstruct, which numpy < 1.26
-    # (the TensorFlow container's 1.23) cannot import: our batches name the public constructor.
+    # numpy 2 pickles arrays through numpy._core.multiarray._reconstruct, which the containers'
+    # numpy 1.23 and 1.24 cannot import: our batches name the public constructor.
     images = np.arange(2 * 32 * 32 * 3, dtype=np.uint64).reshape(2, 32, 32, 3).astype(np.uint8)
     cifar.write_batch(tmp_path / "batch", images, np.array([9, 0]), "test")
     assert pickled_globals(tmp_path / "batch") == {("numpy", "ndarray"), ("builtins", "bytearray")}
