@@ -190,6 +190,14 @@ def device_provenance(run=subprocess.run) -> dict:
     }
 
 
+def usable_cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask a scheduler set, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity masks
+        return os.cpu_count() or 1
+
+
 def thread_fields(intra_op_threads: int | None, environ=None) -> dict:
     """Header keys on the CPU threads the process computes with: the framework's intra-op pool
     (`intra_op_threads`, as the framework reports it) and OMP_NUM_THREADS as the launcher set it

@@ -311,7 +311,7 @@ def header_record(args, setup: Setup, per_gpu_batch: int, jit_compile: bool) -> 
 def intra_op_threads() -> int:
     """Threads of TensorFlow's intra-op pool: its setting, or where that is 0 (TensorFlow's choice)
     its default, one per CPU the process may run on (the affinity mask a scheduler set)."""
-    return tf.config.threading.get_intra_op_parallelism_threads() or len(os.sched_getaffinity(0))
+    return tf.config.threading.get_intra_op_parallelism_threads() or runlog.usable_cpu_count()
 
 
 def scaled_learning_rate(base_lr: float, gpus: int) -> float:

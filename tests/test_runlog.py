@@ -191,6 +191,14 @@ def test_thread_fields_record_the_pool_and_the_variable():
     assert runlog.thread_fields(None, {}) == {"omp_num_threads": None, "omp_num_threads_env": None}
 
 
+def test_usable_cpus_are_the_affinity_mask_or_else_the_host_count(monkeypatch):
+    monkeypatch.setattr(runlog.os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    assert runlog.usable_cpu_count() == 3
+    monkeypatch.delattr(runlog.os, "sched_getaffinity")
+    monkeypatch.setattr(runlog.os, "cpu_count", lambda: 8)
+    assert runlog.usable_cpu_count() == 8
+
+
 NVIDIA_SMI_OUTPUT = "NVIDIA H100, 535.104.05, 65247\nNVIDIA H100, 535.104.05, 65247\n\n"
 
 
