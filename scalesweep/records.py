@@ -9,6 +9,8 @@ Standard library only: the rules are plain small checks, so that each message sa
 the key must hold and what it held.
 """
 
+from __future__ import annotations
+
 import math
 import sys
 from dataclasses import dataclass
@@ -158,6 +160,8 @@ HEADER = {
     "slurm_cluster_name": text(),
     "container_image": text(),
     "start_time": text(),
+    "omp_num_threads": count(nullable=True),
+    "omp_num_threads_env": text(),
 }
 # GPU energy (scripts/energy.py): where it comes from, and why it is missing.
 ENERGY = {"energy_source": text(choices=("nvml",)), "energy_note": text()}

@@ -7,6 +7,9 @@ b'label_names'. keras.datasets and torchvision verify the original archive's che
 cannot read synthetic or re-packed copies: hence this loader.
 """
 
+from __future__ import annotations
+
+import copyreg
 import pickle
 from pathlib import Path
 
@@ -132,7 +135,8 @@ def write_batch(file, images: np.ndarray, labels: np.ndarray, batch_label: str) 
 
     Protocol 4, not the original's Python 2 protocol 2: from Python 3, protocol 2 stores bytes
     as latin-1 text, 1.5x larger and 3x slower, and every `pickle.load(f, encoding="bytes")`
-    reader sees the same dict either way.
+    reader sees the same dict either way. The array is pickled by `portable_array`, so that the
+    trainers' containers read what the host wrote, whatever their numpy.
     """
     content = {
         b"batch_label": batch_label.encode(),
@@ -140,8 +144,7 @@ def write_batch(file, images: np.ndarray, labels: np.ndarray, batch_label: str) 
         b"data": images_to_rows(np.asarray(images, dtype=np.uint8)),
         b"filenames": [f"synthetic_{LABEL_NAMES[label]}_{index:06d}.png".encode() for index, label in enumerate(labels)],
     }
-    with open(file, "wb") as handle:
-        pickle.dump(content, handle, protocol=PICKLE_PROTOCOL)
+    _dump(content, file)
 
 
 def write_meta(file, num_cases_per_batch: int) -> None:
@@ -150,5 +153,28 @@ def write_meta(file, num_cases_per_batch: int) -> None:
         b"label_names": [name.encode() for name in LABEL_NAMES],
         b"num_vis": ROW_LENGTH,
     }
+    _dump(content, file)
+
+
+def portable_array(array: np.ndarray):
+    """A pickle reduction of an array that names only `numpy.ndarray` and builtins:
+    `numpy.ndarray(shape, dtype string, bytearray)`, a writable array over its own bytes.
+
+    numpy's own reduction names the private `numpy.core.multiarray._reconstruct`, which numpy
+    2.0 moved to `numpy._core` (numpy/numpy#24634): pickles written under numpy 2 (the host's
+    environment) fail to load under numpy 1.x releases without a `numpy._core` (both NGC
+    containers' 1.23 and 1.24) with "No module named 'numpy._core'" (numpy/numpy#28340). The
+    ndarray constructor with a buffer is public since numpy 1.0. Byte order is in the dtype
+    string ('<i8'); data are written C-contiguous.
+    """
+    contiguous = np.ascontiguousarray(array)
+    if contiguous.dtype.hasobject:
+        raise TypeError(f"portable_array: {contiguous.dtype} arrays hold Python objects, not bytes")
+    return np.ndarray, (contiguous.shape, contiguous.dtype.str, bytearray(contiguous.tobytes()))
+
+
+def _dump(content, file) -> None:
     with open(file, "wb") as handle:
-        pickle.dump(content, handle, protocol=PICKLE_PROTOCOL)
+        pickler = pickle.Pickler(handle, protocol=PICKLE_PROTOCOL)
+        pickler.dispatch_table = {**copyreg.dispatch_table, np.ndarray: portable_array}
+        pickler.dump(content)

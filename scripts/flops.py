@@ -9,6 +9,8 @@ it once, so forward FLOPs = 2 x `_ops`). Forward + backward of training is count
 (about 3 x forward); the optimizer's update is left out, as MFU conventionally does.
 """
 
+from __future__ import annotations
+
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode

@@ -11,6 +11,8 @@ docs/trainers.md is the checklist for a third backend.
 Standard library only: it runs inside the TensorFlow and PyTorch containers alike.
 """
 
+from __future__ import annotations
+
 import argparse
 import itertools
 import math

@@ -11,6 +11,8 @@ beside the target and renamed into place at the end, so a killed run leaves only
     python scripts/make_cifar.py --out data/synthetic --train-images 50000 --test-images 10000 --seed 0
 """
 
+from __future__ import annotations
+
 import argparse
 import os
 import shutil

@@ -9,6 +9,8 @@ brightness and pixel noise, so a model must learn the class pattern rather than 
         --val-per-class 16 --size 32 --seed 0
 """
 
+from __future__ import annotations
+
 import argparse
 import math
 import os

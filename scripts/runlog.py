@@ -4,6 +4,8 @@ Standard library only: it is imported inside TensorFlow and PyTorch containers a
 that must not pay for a framework import.
 """
 
+from __future__ import annotations
+
 import datetime
 import json
 import math
@@ -186,6 +188,22 @@ def device_provenance(run=subprocess.run) -> dict:
         "gpu_driver": ", ".join(drivers) or None,
         "cpu_model": cpu_model(),
     }
+
+
+def usable_cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask a scheduler set, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity masks
+        return os.cpu_count() or 1
+
+
+def thread_fields(intra_op_threads: int | None, environ=None) -> dict:
+    """Header keys on the CPU threads the process computes with: the framework's intra-op pool
+    (`intra_op_threads`, as the framework reports it) and OMP_NUM_THREADS as the launcher set it
+    (null when unset): a rank given more threads than its share of the cores slows every rank."""
+    env = os.environ if environ is None else environ
+    return {"omp_num_threads": intra_op_threads, "omp_num_threads_env": env.get("OMP_NUM_THREADS")}
 
 
 def nccl_version_from_env(environ=None) -> str | None:

@@ -15,6 +15,8 @@ so the four parts add up to the wall time per step by construction. `other` hold
 between steps (and, negative, the noise of taking medians); nothing is dropped.
 """
 
+from __future__ import annotations
+
 import math
 import statistics
 

@@ -2,6 +2,8 @@
 tf.data pipelines that gather whole shuffled batches from them (the resize and /255 run in the
 model, on the devices: scripts/train_tf.py)."""
 
+from __future__ import annotations
+
 import numpy as np
 import tensorflow as tf
 

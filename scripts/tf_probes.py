@@ -29,16 +29,18 @@ own step function does.
   statistics, the ones tf.compat.v1.profiler sums), for the header's flops_per_image.
 """
 
+from __future__ import annotations
+
 import contextlib
 import statistics
 import time
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework import ops as framework_ops
 
 import runlog
 import stepparts
+import tf_compat
 
 
 def replicated(strategy, replica_fn, jit: bool = False):
@@ -63,10 +65,10 @@ def gradient_step(model, all_reduce: bool):
         images, labels = data
         with tf.GradientTape() as tape:
             predictions = model(images, training=True)
-            loss = model.compute_loss(x=images, y=labels, y_pred=predictions, training=True)
+            loss = tf_compat.compute_loss(model, images, labels, predictions)
             # As Keras' train_step: mixed float16 scales the loss, or its gradients underflow into
             # subnormals (slow on CPUs).
-            loss = model.optimizer.scale_loss(loss)
+            loss = tf_compat.scale_loss(model.optimizer, loss)
         gradients = tape.gradient(loss, model.trainable_variables)
         if all_reduce:
             gradients = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
@@ -81,7 +83,8 @@ def frozen_training_state(model):
     non-trainable variables (batch-norm statistics move in every training forward) and the
     optimizer's variables (its step count) restored afterwards."""
     optimizer = model.optimizer
-    saved = [(variable, variable.numpy()) for variable in [*model.non_trainable_variables, *optimizer.variables]]
+    variables = [*model.non_trainable_variables, *tf_compat.optimizer_variables(optimizer)]
+    saved = [(variable, variable.numpy()) for variable in variables]
     learning_rate = float(optimizer.learning_rate.numpy())
     optimizer.learning_rate = 0.0
     try:
@@ -93,16 +96,19 @@ def frozen_training_state(model):
         model.reset_metrics()
 
 
-def timed_rounds(calls: dict, synchronize, rounds: int) -> dict:
+def timed_rounds(calls: dict, synchronize, rounds: int, ready=None) -> dict:
     """Seconds of every call of `calls` (name -> function) per round, the calls taking turns (a
-    drift in the machine's speed touches them alike); one untimed round first (tracing, XLA)."""
+    drift in the machine's speed touches them alike); one untimed round first (tracing, XLA).
+    `synchronize(produced)` waits for the devices (tf_compat.device_sync): before the first
+    call for `ready` (the batch the calls take), after each call for what it returned."""
     seconds = {name: [] for name in calls}
+    produced = ready
     for round_number in range(rounds + 1):
         for name, call in calls.items():
-            synchronize()
+            synchronize(produced)
             began = time.perf_counter()
-            call()
-            synchronize()
+            produced = call()
+            synchronize(produced)
             if round_number:
                 seconds[name].append(time.perf_counter() - began)
     return seconds
@@ -117,7 +123,7 @@ def compute_probe(model, strategy, train_step, batch, jit: bool, synchronize,
     calls = {"gradients": lambda: gradients(batch), "all-reduced": lambda: all_reduced(batch),
              "full": lambda: train_step(batch)}
     with frozen_training_state(model):
-        seconds = timed_rounds(calls, synchronize, steps)
+        seconds = timed_rounds(calls, synchronize, steps, ready=batch)
     beyond_all_reduce = max(0.0, statistics.median(seconds["full"]) - statistics.median(seconds["all-reduced"]))
     return [step + beyond_all_reduce for step in seconds["gradients"]]
 
@@ -141,11 +147,12 @@ def allreduce_probe(model, strategy, synchronize) -> dict:
     buffers = strategy.experimental_distribute_values_from_function(lambda _: tf.ones([elements], dtype))
     reduce = replicated(strategy, lambda buffer: tf.distribute.get_replica_context().all_reduce(
         tf.distribute.ReduceOp.SUM, buffer))
+    reduced = buffers
     for index in range(stepparts.ALLREDUCE_WARMUP + stepparts.ALLREDUCE_REPEATS):
-        synchronize()
+        synchronize(reduced)
         began = time.perf_counter()
-        reduce(buffers)
-        synchronize()
+        reduced = reduce(buffers)
+        synchronize(reduced)
         if index >= stepparts.ALLREDUCE_WARMUP:
             probe["allreduce"].append(time.perf_counter() - began)
     return probe
@@ -220,6 +227,9 @@ def executed_ops(graph) -> list:
 def graph_flops(graph) -> float:
     """FLOPs of the ops `graph` runs, by TensorFlow's registered statistics (a multiply-add is 2
     FLOPs: Conv2D, its two backward ops and MatMul; elementwise ops 1 per element)."""
+    # TensorFlow's private module, imported here: where it moved or went, flops_per_image is None.
+    from tensorflow.python.framework import ops as framework_ops
+
     total = 0
     for op in executed_ops(graph):
         stats = framework_ops.get_stats_for_node_def(graph, op.node_def, "flops")

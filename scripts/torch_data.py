@@ -1,6 +1,8 @@
 """The PyTorch trainer's data: an ImageFolder (`train/<class>/*.jpeg`, `val/<class>/*.jpeg`) read
 once per run, sharded over the ranks by a DistributedSampler, and decoded by loader workers."""
 
+from __future__ import annotations
+
 import argparse
 import itertools
 import os

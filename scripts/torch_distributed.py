@@ -7,6 +7,10 @@ the next collective; agree_on_oom() makes every rank stop together instead (trai
 docstring says where the trainer uses it).
 """
 
+from __future__ import annotations
+
+import contextlib
+import datetime
 import os
 import time
 from dataclasses import dataclass
@@ -115,14 +119,6 @@ class Console:
             runlog.emit(record)
 
 
-def usable_cpu_count() -> int:
-    """CPUs this process may run on (the affinity mask a scheduler set, not the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def cpu_threads_per_process(cpus: int, local_world_size: int) -> int:
     return max(1, cpus // max(1, local_world_size))
 
@@ -146,7 +142,7 @@ def bind_device(device: torch.device, world: World) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     else:
-        torch.set_num_threads(cpu_threads_per_process(usable_cpu_count(), world.local_world_size))
+        torch.set_num_threads(cpu_threads_per_process(runlog.usable_cpu_count(), world.local_world_size))
 
 
 def init_distributed(world: World, device: torch.device) -> None:
@@ -261,6 +257,23 @@ def start_process(gpus: int, console: Console) -> tuple[World, torch.device]:
     return world, device
 
 
+# How long a rank leaving the gloo group waits for the others (they are normally there within
+# milliseconds; a rank that died is not waited for longer than this), and then without the GIL.
+TEARDOWN_BARRIER_S = 30
+GLOO_SETTLE_S = 0.2
+
+
 def teardown() -> None:
+    """Leave the process group. Gloo (torch 2.4, NGC PyTorch 24.07) can deadlock here: its
+    destructor joins its worker threads holding the GIL, while a worker still releases the last
+    all-reduce's work, whose tensors need the GIL to free their Python objects (seen with gdb:
+    `~ProcessGroupGloo` in `thread::join`, the worker in `~AsyncAllreduceWork` in
+    `gil_scoped_acquire`; it hung 6 of 27 two-process CPU runs here). So the ranks meet first
+    (monitored_barrier: gloo's barrier with a timeout, a dead peer costs at most
+    TEARDOWN_BARRIER_S), then sleep GLOO_SETTLE_S, which releases the GIL for the workers to finish."""
     if dist.is_available() and dist.is_initialized():
+        if dist.get_backend() == "gloo":
+            with contextlib.suppress(RuntimeError):
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=TEARDOWN_BARRIER_S))
+            time.sleep(GLOO_SETTLE_S)
         dist.destroy_process_group()

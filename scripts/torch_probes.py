@@ -10,6 +10,8 @@
   runlog.SYNC_DELAY_ENV is set (the fault-injection test of the breakdown).
 """
 
+from __future__ import annotations
+
 import contextlib
 import time
 

@@ -23,6 +23,8 @@ injects failures at the first training step.
         --gpus 2 --per-gpu-batch 2048 --epochs 5 [--compile] [--protocol steps]
 """
 
+from __future__ import annotations
+
 import argparse
 import os
 import sys
@@ -44,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cifar  # noqa: E402  (scripts/ is not a package: containers run these files directly)
 import harness  # noqa: E402
 import runlog  # noqa: E402
+import tf_compat  # noqa: E402
 import tf_probes  # noqa: E402
 from tf_data import (  # noqa: E402, F401  (make_dataset, load_training_data: benchmarks/bench_trainer.py)
     PASSES,
@@ -136,7 +139,7 @@ def preprocess(images, resolution: int):
     Cast first: Keras' Resizing rounds integer input back to uint8. float32 even under mixed
     precision: resizing in bfloat16 would lose 8-bit detail.
     """
-    images = keras.ops.cast(images, "float32")
+    images = tf_compat.cast(images, "float32")
     images = keras.layers.Resizing(resolution, resolution, interpolation="bilinear", dtype="float32", name="resize")(images)
     return keras.layers.Rescaling(1.0 / 255, dtype="float32", name="rescale")(images)
 
@@ -158,7 +161,7 @@ def backbone(model_name: str, resolution: int, classes: int) -> keras.Model:
     """The catalog model, random weights, returning logits."""
     if model_name == "cnn_small":
         return cnn_small(resolution, classes)
-    constructor = getattr(keras.applications, APPLICATIONS[model_name])
+    constructor = getattr(tf_compat.applications(), APPLICATIONS[model_name])
     options = dict(weights=None, include_top=True, input_shape=(resolution, resolution, 3), classes=classes)
     if model_name == "mobilenetv3small":
         options["include_preprocessing"] = False  # its own rescaling to [-1, 1] would rescale twice
@@ -185,7 +188,7 @@ def compile_model(model: keras.Model, learning_rate: float, jit_compile: bool = 
         metrics=["accuracy"],
         jit_compile=jit_compile,
     )
-    return bool(model.jit_compile)
+    return tf_compat.jit_compile_on(model)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +304,14 @@ def header_record(args, setup: Setup, per_gpu_batch: int, jit_compile: bool) -> 
         "devices": setup.devices,
         **runlog.device_provenance(),
         **runlog.provenance(setup.started_wall),
+        **runlog.thread_fields(intra_op_threads()),
     }
+
+
+def intra_op_threads() -> int:
+    """Threads of TensorFlow's intra-op pool: its setting, or where that is 0 (TensorFlow's choice)
+    its default, one per CPU the process may run on (the affinity mask a scheduler set)."""
+    return tf.config.threading.get_intra_op_parallelism_threads() or runlog.usable_cpu_count()
 
 
 def scaled_learning_rate(base_lr: float, gpus: int) -> float:
@@ -359,10 +369,9 @@ def build_compiled_model(args, setup: Setup) -> tuple:
     with setup.strategy.scope():
         model = build_model(args.model, args.resolution)
         jit = compile_model(model, scaled_learning_rate(args.base_lr, args.gpus), args.compile)
-        # What model.fit does before its first step (Keras' private _symbolic_build): the metrics',
-        # loss's and optimizer's variables built here, not by the first trace inside strategy.run,
-        # where the metrics come out per replica and `accuracy` reads as an empty array.
-        model._symbolic_build(data_batch=(setup.images[:1], setup.labels[:1]))
+        # The metrics', loss's and optimizer's variables built here, as model.fit does before its
+        # first step, not by the first trace inside strategy.run (tf_compat says why).
+        tf_compat.build_training_state(model, setup.images[:1], setup.labels[:1])
     return model, jit
 
 
@@ -381,7 +390,11 @@ class KerasAttempt:
         self.failure = failure
         self.iterator = iter(strategy.experimental_distribute_dataset(dataset))
         self.batches = with_injected_delay(self.iterator)
-        self.clock = harness.StepClock(tf.test.experimental.sync_devices)
+        # The device wait of every step (tf_compat.device_sync): TensorFlow 2.11 has no
+        # sync_devices, there the wait reads back what the step last produced.
+        self.sync = tf_compat.device_sync(strategy)
+        self.produced = None
+        self.clock = harness.StepClock(lambda: self.sync(self.produced))
         self.train_step = tf_probes.replicated(strategy, model.train_step, jit)
         self.header_updates = {"compile": jit}
 
@@ -395,9 +408,9 @@ class KerasAttempt:
         if self.failure is not None and not self.clock.begins:
             raise self.failure
         self.clock.begin()
-        batch = next(self.batches)
+        self.produced = next(self.batches)
         self.clock.data_ready()
-        self.train_step(batch)
+        self.produced = self.train_step(self.produced)
         self.clock.end()
 
     def _run(self, window: runlog.TimedWindow) -> dict:
@@ -409,7 +422,7 @@ class KerasAttempt:
 
     def fit_epochs(self, meter: harness.WindowMeter, epochs: int) -> None:
         """The epochs protocol, with Keras' own epoch lines (its ProgbarLogger, verbose=2)."""
-        progress = keras.callbacks.ProgbarLogger()
+        progress = tf_compat.progbar_logger()
         progress.set_params({"verbose": 2, "epochs": epochs, "steps": self.steps})
         for epoch in range(epochs):
             progress.on_epoch_begin(epoch)
@@ -436,9 +449,8 @@ class KerasAttempt:
         """The compute and all-reduce probes of the step breakdown (scripts/tf_probes.py), on one
         batch already on the devices."""
         batch = next(self.iterator)
-        sync = tf.test.experimental.sync_devices
-        compute = tf_probes.compute_probe(self.model, self.strategy, self.train_step, batch, self.jit, sync)
-        return {"compute": compute, **tf_probes.allreduce_probe(self.model, self.strategy, sync)}
+        compute = tf_probes.compute_probe(self.model, self.strategy, self.train_step, batch, self.jit, self.sync)
+        return {"compute": compute, **tf_probes.allreduce_probe(self.model, self.strategy, self.sync)}
 
 
 class KerasBackend(harness.Backend):

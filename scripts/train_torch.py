@@ -28,6 +28,8 @@ a summary; a rerun repeats it). Identical ranks run out at the same allocation, 
 agreement covers it.
 """
 
+from __future__ import annotations
+
 import argparse
 import gc
 import os
@@ -400,6 +402,7 @@ def run_facts(world: World, device: torch.device, start_timestamp: float) -> dic
         "devices": names,
         **runlog.device_provenance(),
         **runlog.provenance(start_timestamp),
+        **runlog.thread_fields(torch.get_num_threads()),
     }
 
 

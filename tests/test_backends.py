@@ -5,7 +5,9 @@ backend is done when it passes them too).
 Each test runs the real trainer in a subprocess on tiny data (TensorFlow: cnn_small on 256
 synthetic CIFAR images; PyTorch: vit_tiny on a 104-image folder), with "devices" CPU replicas
 (TensorFlow) or torchrun processes (PyTorch) standing in for GPUs. TensorFlow and torch never
-share a process: this module imports neither.
+share a process: this module imports neither. The trainers run with this interpreter, or the one
+SCALESWEEP_TRAINER_PYTHON_TENSORFLOW / _PYTORCH names (tests/stacks.py): the same contract then
+holds on a container's stack (docs/trainers.md, "Supported stacks").
 """
 
 import json
@@ -27,6 +29,7 @@ import make_cifar  # noqa: E402
 import make_imagefolder  # noqa: E402
 import runlog  # noqa: E402
 from scalesweep import catalog, parse  # noqa: E402
+from stacks import trainer_python  # noqa: E402
 
 FRAMEWORKS = ("tensorflow", "pytorch")
 TRAINERS = {"tensorflow": SCRIPTS / "train_tf.py", "pytorch": SCRIPTS / "train_torch.py"}
@@ -84,7 +87,7 @@ def clean_env(inject=None) -> dict:
 def command(framework: str, data, devices: int, *options) -> list[str]:
     """The trainer on `devices` stand-in GPUs (0: the CPU baseline): TensorFlow splits the CPU into
     replicas, PyTorch runs one process per device under torchrun."""
-    launcher = [sys.executable]
+    launcher = [trainer_python(framework)]
     if framework == "pytorch" and devices > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(devices)]
     return [*launcher, str(TRAINERS[framework]), "--data", str(data), "--model", MODELS[framework],
@@ -258,7 +261,7 @@ def parsed(framework: str) -> tuple:
               for argv, _ in BAD_COMMAND_LINES]
     lines = [[part.format(model=MODELS[framework]) for part in argv] for argv in lines]
     probe = PARSE_PROBE.format(module=MODULES[framework])
-    done = subprocess.run([sys.executable, "-c", probe, str(SCRIPTS), json.dumps(lines)],
+    done = subprocess.run([trainer_python(framework), "-c", probe, str(SCRIPTS), json.dumps(lines)],
                           capture_output=True, text=True, timeout=300, env=clean_env())
     assert done.returncode == 0, done.stderr[-3000:]
     return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -298,7 +301,7 @@ def test_a_bad_command_line_exits_before_any_record(framework, data):
 
 
 def test_model_list_is_the_catalog(framework):
-    done = subprocess.run([sys.executable, str(TRAINERS[framework]), "--list-models"], capture_output=True,
+    done = subprocess.run([trainer_python(framework), str(TRAINERS[framework]), "--list-models"], capture_output=True,
                           text=True, timeout=120, env=clean_env())
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == list(catalog.MODELS[framework])
@@ -321,6 +324,10 @@ def test_cpu_baseline_trains_a_subset_on_one_device(framework, data):
     assert (header["gpus"], header["world_size"], header["global_batch"]) == (0, 1, 16)
     assert header["devices"] == devices and header["device_kind"] == "cpu" and header["precision"] == "bf16"
     assert header["images_per_epoch"] == 48 and header["train_images"] == 50
+    # One process: its intra-op pool has a thread per CPU it may run on (TensorFlow's default,
+    # PyTorch's share of the node for its one rank); OMP_NUM_THREADS as the test left it.
+    assert header["omp_num_threads"] == len(os.sched_getaffinity(0))
+    assert header["omp_num_threads_env"] == os.environ.get("OMP_NUM_THREADS")
     assert [record["images"] for record in records[1:3]] == [48, 48]
     assert summary["steady_epoch_time_s"] == records[2]["seconds"]
     assert human_line in done.stdout

@@ -3,7 +3,10 @@
 numpy only: no framework is imported in this process.
 """
 
+import os
 import pickle
+import pickletools
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import cifar  # noqa: E402
 import make_cifar  # noqa: E402
+from stacks import TRAINER_PYTHON_ENV  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +78,70 @@ def test_channel_planes_are_red_green_blue_row_major(tmp_path):
     images, labels = cifar.read_batch(tmp_path / "batch")
     np.testing.assert_array_equal(images, image)
     assert labels.tolist() == [4]
+
+
+def pickled_globals(path) -> set:
+    """The (module, name) pairs a pickle file imports when loaded (protocol 4: STACK_GLOBAL after
+    two strings)."""
+    strings, found = [], set()
+    for opcode, argument, _ in pickletools.genops(Path(path).read_bytes()):
+        if opcode.name in ("SHORT_BINUNICODE", "BINUNICODE"):
+            strings.append(argument)
+        elif opcode.name == "STACK_GLOBAL":
+            found.add(tuple(strings[-2:]))
+        elif opcode.name == "GLOBAL":
+            found.add(tuple(argument.split(" ")))
+    return found
+
+
+def test_batches_name_no_private_numpy_module(tmp_path):
+    # numpy 2 pickles arrays through numpy._core.multiarray._reconstruct, which the containers'
+    # numpy 1.23 and 1.24 cannot import: our batches name the public constructor.
+    images = np.arange(2 * 32 * 32 * 3, dtype=np.uint64).reshape(2, 32, 32, 3).astype(np.uint8)
+    cifar.write_batch(tmp_path / "batch", images, np.array([9, 0]), "test")
+    assert pickled_globals(tmp_path / "batch") == {("numpy", "ndarray"), ("builtins", "bytearray")}
+    with open(tmp_path / "batch", "rb") as handle:
+        data = pickle.load(handle, encoding="bytes")[b"data"]
+    # Row 1 starts at image 1's first red value: 3072 % 256 = 0; red plane, pixel 1 = 3 % 256.
+    assert data.shape == (2, 3072) and data.dtype == np.uint8 and data.flags.writeable
+    assert (data[1, 0], data[0, 1], data[0, 1024]) == (0, 3, 1)
+    cifar.write_meta(tmp_path / "meta", 5)
+    assert pickled_globals(tmp_path / "meta") == set()
+
+
+def test_portable_array_keeps_dtype_byte_order_and_layout():
+    transposed = np.arange(6, dtype=">i4").reshape(2, 3).T  # big-endian, not C-contiguous
+    constructor, arguments = cifar.portable_array(transposed)
+    assert constructor is np.ndarray and arguments[:2] == ((3, 2), ">i4")
+    rebuilt = constructor(*arguments)
+    assert rebuilt.tolist() == [[0, 3], [1, 4], [2, 5]] and rebuilt.dtype.byteorder == ">"
+    with pytest.raises(TypeError, match="object arrays hold Python objects"):
+        cifar.portable_array(np.array([None, 1], dtype=object))
+
+
+READ_IN_OTHER_PYTHON = """
+import pickle, sys
+import numpy
+with open(sys.argv[1], "rb") as handle:
+    data = pickle.load(handle, encoding="bytes")[b"data"]
+print(numpy.__version__, data.shape[0], data.shape[1], int(data.sum()), data[1, 5])
+"""
+
+
+def test_batches_written_here_load_under_the_tensorflow_containers_numpy(tmp_path):
+    variable = TRAINER_PYTHON_ENV.format("TENSORFLOW")
+    other = os.environ.get(variable)
+    if not other:
+        pytest.skip(f"set {variable} to a python with the TensorFlow container's numpy (NGC 23.03: 1.23.5)")
+    images = np.zeros((3, 32, 32, 3), np.uint8)
+    images[1, 0, 5, 0] = 200  # red, row 0, column 5 of image 1: row 1, column 5
+    images[2, 31, 31, 2] = 7
+    cifar.write_batch(tmp_path / "batch", images, np.array([1, 2, 3]), "test")
+    done = subprocess.run([other, "-c", READ_IN_OTHER_PYTHON, str(tmp_path / "batch")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    version, *read = done.stdout.split()
+    assert read == ["3", "3072", "207", "200"], f"numpy {version}"
 
 
 def test_missing_batch_is_named(small_set, tmp_path):

@@ -58,6 +58,8 @@ def test_every_documented_key_has_a_rule_and_every_rule_a_documented_key(kind):
         ("header", {"timed_steps": "all"}, "'timed_steps' must be a whole number from 1 to 2**53, 'auto' or null"),
         ("header", {"device_kind": "tpu"}, "'device_kind' must be one of 'gpu', 'cpu' or null, got 'tpu'"),
         ("header", {"versions": {"torch": "2.1", "cudnn": 90100, "nccl": None}}, None),
+        ("header", {"omp_num_threads": 0}, "'omp_num_threads' must be a whole number from 1 to 2**53 or null, got 0"),
+        ("header", {"omp_num_threads_env": 4}, "'omp_num_threads_env' must be a one-line string or null, got 4"),
         ("header", {"devices": ["cuda:0", 1]}, "'devices' must be a list of one-line strings, got ['cuda:0', 1]"),
         ("summary", {"memory_gb": float("inf")}, "'memory_gb' must be a finite number >= 0 or null, got inf"),
         ("summary", {"reason": "a\rb"}, "'reason' must be a one-line string or null, got 'a\\rb'"),

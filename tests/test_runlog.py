@@ -185,6 +185,20 @@ def test_provenance_reads_slurm_and_container_variables():
     assert runlog.nccl_version_from_env({"NCCL_VERSION": "2.17.1"}) == "2.17.1"
 
 
+
+def test_thread_fields_record_the_pool_and_the_variable():
+    assert runlog.thread_fields(12, {"OMP_NUM_THREADS": "3"}) == {"omp_num_threads": 12, "omp_num_threads_env": "3"}
+    assert runlog.thread_fields(None, {}) == {"omp_num_threads": None, "omp_num_threads_env": None}
+
+
+def test_usable_cpus_are_the_affinity_mask_or_else_the_host_count(monkeypatch):
+    monkeypatch.setattr(runlog.os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    assert runlog.usable_cpu_count() == 3
+    monkeypatch.delattr(runlog.os, "sched_getaffinity")
+    monkeypatch.setattr(runlog.os, "cpu_count", lambda: 8)
+    assert runlog.usable_cpu_count() == 8
+
+
 NVIDIA_SMI_OUTPUT = "NVIDIA H100, 535.104.05, 65247\nNVIDIA H100, 535.104.05, 65247\n\n"
 
 

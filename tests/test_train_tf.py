@@ -24,6 +24,7 @@ sys.path.insert(0, str(SCRIPTS))
 import make_cifar  # noqa: E402
 import runlog  # noqa: E402
 import stepparts  # noqa: E402
+from stacks import trainer_python  # noqa: E402
 from test_backends import assert_finished_run  # noqa: E402  (the epochs protocol's contract)
 
 
@@ -37,10 +38,10 @@ def run_trainer(data, *args, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def tf_probe(code: str) -> dict:
+def tf_probe(code: str, python: str = sys.executable) -> dict:
     """Run `code` (which prints one JSON object last) in a fresh interpreter with scripts/ on the path."""
     script = f"import sys\nsys.path.insert(0, {str(SCRIPTS)!r})\n" + textwrap.dedent(code)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -384,6 +385,62 @@ def assert_parts_add_up(summary: dict) -> None:
     assert all(summary[key] is not None for key in ("breakdown_step_s", *PARTS))
     assert sum(summary[key] for key in PARTS) == pytest.approx(summary["breakdown_step_s"], abs=1e-12)
     assert summary["data_wait_s"] > 0 and summary["compute_s"] > 0 and summary["sync_exposed_s"] >= 0
+
+
+TF_COMPAT_PROBE = """
+import json
+import keras, tensorflow as tf
+import tf_compat
+
+# Zero weights: every image gets the softmax of zeros over 4 classes, 1/4 each.
+inputs = keras.Input((3,))
+outputs = keras.layers.Dense(4, kernel_initializer="zeros", activation="softmax")(inputs)
+model = keras.Model(inputs, outputs)
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy",
+              metrics=["accuracy"], jit_compile=False)
+images, labels = tf.ones([2, 3]), tf.constant([1, 2])
+tf_compat.build_training_state(model, images, labels)
+optimizer_variables = tf_compat.optimizer_variables(model.optimizer)
+before = [v.name for v in optimizer_variables]
+loss = float(tf_compat.compute_loss(model, images, labels, model(images)))
+model.train_step((images, labels))
+strategy = tf.distribute.get_strategy()
+read = tf_compat.read_back(strategy, {"loss": tf.constant(1.0), "batch": (images, labels)})
+try:
+    tf_compat.read_back(strategy, None)
+    refused = False
+except ValueError:
+    refused = True
+print(json.dumps({
+    "jit": tf_compat.jit_compile_on(model), "loss": loss,
+    "scaled": float(tf_compat.scale_loss(model.optimizer, tf.constant(2.0))),
+    "optimizer_variables_kept": [v.name for v in tf_compat.optimizer_variables(model.optimizer)] == before,
+    "iterations": int(model.optimizer.iterations.numpy()),
+    "iterations_listed": any(v is model.optimizer.iterations for v in optimizer_variables),
+    "accuracy": float(model.get_metrics_result()["accuracy"]),
+    "progbar_counts_steps": getattr(tf_compat.progbar_logger(), "use_steps", True),
+    "applications": hasattr(tf_compat.applications(), "ResNet50V2"),
+    "read_devices": read, "refused_none": refused,
+}))
+"""
+
+
+@pytest.mark.parametrize("stack", ["this", "tensorflow"])
+def test_tf_compat_behaves_alike_on_every_stack(stack):
+    """tf_compat's functions on this interpreter and on SCALESWEEP_TRAINER_PYTHON_TENSORFLOW's
+    (tests/stacks.py; Keras 2.11 there, when it names a TensorFlow 2.11 stack)."""
+    python = sys.executable if stack == "this" else trainer_python("tensorflow")
+    if stack == "tensorflow" and python == sys.executable:
+        pytest.skip("SCALESWEEP_TRAINER_PYTHON_TENSORFLOW is not set: the same interpreter as 'this'")
+    found = tf_probe(TF_COMPAT_PROBE, python)
+    assert found["jit"] is False and found["loss"] == pytest.approx(1.3862944, abs=1e-6)  # ln 4
+    assert found["scaled"] == 2.0  # float32: no loss scaling
+    assert found["optimizer_variables_kept"] and found["iterations_listed"] and found["iterations"] == 1
+    # One step of SGD on zero weights, both labels' logits move up alike from the tie: the
+    # accuracy is a number (0, 0.5 or 1 for two images), not an empty per-replica array.
+    assert found["accuracy"] in (0.0, 0.5, 1.0)
+    assert found["progbar_counts_steps"] is True and found["applications"] is True
+    assert found["read_devices"] == 1 and found["refused_none"] is True
 
 
 def test_graph_flops_count_the_ops_the_graph_runs():

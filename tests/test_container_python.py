@@ -1,0 +1,83 @@
+"""scripts/ and scalesweep/records.py run inside the training containers, the oldest on Python 3.8
+(NGC TensorFlow 23.03; docs/trainers.md, "Supported stacks"): a cheap guard that every file
+compiles there and that the standard-library-only modules import there, without site-packages.
+
+The interpreter: SCALESWEEP_PY38, pyenv's 3.8.18 or python3.8 on the PATH (tests/stacks.py).
+Without one the tests skip, saying how to get it; under CI (the variable CI set) they fail.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stacks import PY38_HOW_TO_GET, python38  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTAINER_FILES = sorted((ROOT / "scripts").glob("*.py")) + [ROOT / "scalesweep" / "records.py"]
+# The modules docs/trainers.md promises need nothing beyond the standard library.
+STANDARD_LIBRARY_ONLY = ("runlog", "harness", "stepparts", "scalesweep.records")
+
+# Compiles each file in memory (no __pycache__ written into the repository); prints the failures.
+COMPILE_ALL = """
+import json, sys
+failures = {}
+for path in json.loads(sys.argv[1]):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            compile(handle.read(), path, "exec")
+    except SyntaxError as error:
+        failures[path] = f"line {error.lineno}: {error.msg}"
+print(json.dumps(failures))
+"""
+
+
+@pytest.fixture(scope="module")
+def py38() -> str:
+    found = python38()
+    if found:
+        return found
+    if os.environ.get("CI"):
+        pytest.fail(PY38_HOW_TO_GET)
+    pytest.skip(PY38_HOW_TO_GET)
+
+
+def run38(py38: str, *arguments: str) -> subprocess.CompletedProcess:
+    # -I: no PYTHONPATH, user site or working directory on the path; -B: no bytecode written.
+    return subprocess.run([py38, "-I", "-B", *arguments], capture_output=True, text=True, timeout=120)
+
+
+def test_the_interpreter_is_python_3_8(py38):
+    done = run38(py38, "-c", "import sys; print(sys.version_info[:2])")
+    assert done.stdout.strip() == "(3, 8)", done.stdout + done.stderr
+
+
+def test_every_container_file_compiles_on_python_3_8(py38):
+    assert len(CONTAINER_FILES) > 10  # scripts/ was found
+    done = run38(py38, "-c", COMPILE_ALL, json.dumps([str(path) for path in CONTAINER_FILES]))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {}
+
+
+def test_standard_library_only_modules_import_on_python_3_8_without_site_packages(py38):
+    # -S: no site-packages, so an import of numpy (or anything else) fails here as in a bare
+    # interpreter; importing also evaluates what compiling does not (decorators, defaults,
+    # class bodies, and annotations where `from __future__ import annotations` is missing).
+    path = [str(ROOT / "scripts"), str(ROOT)]
+    code = f"import sys; sys.path[:0] = {path!r}; " + "; ".join(f"import {name}" for name in STANDARD_LIBRARY_ONLY)
+    done = run38(py38, "-S", "-c", code)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_python_3_9_annotation_fails_the_guard(py38, tmp_path):
+    """What the guard catches: `list[int]` evaluated at import on 3.8, unless postponed."""
+    (tmp_path / "eager.py").write_text("def f() -> list[int]:\n    return []\n")
+    (tmp_path / "postponed.py").write_text("from __future__ import annotations\n\ndef f() -> list[int]:\n    return []\n")
+    for module, fails in (("eager", True), ("postponed", False)):
+        done = run38(py38, "-S", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import {module}")
+        assert (done.returncode != 0) == fails, done.stderr
+        assert ("'type' object is not subscriptable" in done.stderr) == fails
