@@ -61,13 +61,12 @@ import runlog  # noqa: E402
 import torch_probes  # noqa: E402
 from torch_data import (RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
                         make_loader, make_train_sampler, steps_per_epoch)
+from scalesweep import catalog  # noqa: E402  (standard library only, as records.py)
 from torch_distributed import (OUT_OF_MEMORY, Console, World, agree_on_oom, all_reduce_sum,  # noqa: E402
                                energy_slots, gather_device_names, is_primary, rank_hint, start_process,
                                synchronize, teardown)
 
-# Must equal scalesweep/catalog.py MODELS["pytorch"] (tests/test_catalog.py); scripts/ cannot
-# import the package inside the training containers.
-MODELS = ("vit_h_14", "resnet50", "resnet18", "vit_tiny")
+MODELS = catalog.MODELS["pytorch"]
 # Small enough to train an epoch of a few hundred 32 px images in under a second on a laptop CPU.
 VIT_TINY = {"patch_size": 8, "num_layers": 2, "num_heads": 2, "hidden_dim": 64, "mlp_dim": 128}
 PATCH_SIZES = {"vit_h_14": 14, "vit_tiny": VIT_TINY["patch_size"]}

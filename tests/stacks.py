@@ -13,6 +13,14 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# The container-stack stand-in each framework's trainer also runs in (envs/stack-<name>.txt,
+# built into .stacks/ by `make stacks`, which `make test` runs).
+STACKS = {"tensorflow": "ngc-tensorflow-23.03", "pytorch": "ngc-pytorch-24.07"}
 
 TRAINER_PYTHON_ENV = "SCALESWEEP_TRAINER_PYTHON_{}"
 # The oldest Python of a supported stack (NGC TensorFlow 23.03), for the static guard.
@@ -46,3 +54,23 @@ def python38():
         if found.returncode == 0 and os.path.isfile(candidate):
             return candidate
     return shutil.which("python3.8")
+
+
+def stack_python(name):
+    """The interpreter of stack `name`; a stack that is not built skips the test, except under CI
+    (CI set), where the tier must run: it fails with how to build it."""
+    stack = REPO / ".stacks" / name
+    if (stack / ".installed").exists():
+        return stack / "bin" / "python"
+    message = (f"stack {name} is not built: `make stacks` builds it from envs/stack-{name}.txt "
+               "(it needs the Python version named on that file's first line)")
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def container_python(framework: str) -> str:
+    """The interpreter of `framework`'s container stack: SCALESWEEP_TRAINER_PYTHON_<FRAMEWORK>
+    where set, else the stand-in under .stacks/."""
+    chosen = trainer_python(framework)
+    return chosen if chosen != sys.executable else str(stack_python(STACKS[framework]))

@@ -29,7 +29,7 @@ import make_cifar  # noqa: E402
 import make_imagefolder  # noqa: E402
 import runlog  # noqa: E402
 from scalesweep import catalog, parse  # noqa: E402
-from stacks import trainer_python  # noqa: E402
+from stacks import TRAINER_PYTHON_ENV, container_python, trainer_python  # noqa: E402
 
 FRAMEWORKS = ("tensorflow", "pytorch")
 TRAINERS = {"tensorflow": SCRIPTS / "train_tf.py", "pytorch": SCRIPTS / "train_torch.py"}
@@ -62,6 +62,22 @@ def image_folder(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("folder") / "ds"
     make_imagefolder.make_imagefolder(str(out), CLASSES, TRAIN_PER_CLASS, VAL_PER_CLASS, size=32, seed=0)
     return out
+
+
+def pytest_generate_tests(metafunc):
+    """Every test that runs a trainer runs it twice: on the pinned stack and on its framework's
+    container stack (tests/stacks.py; README: Supported stacks)."""
+    if metafunc.definition.get_closest_marker("slow"):
+        metafunc.parametrize("stack", ["pinned", "container"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def stack(request, monkeypatch) -> str:
+    name = getattr(request, "param", "pinned")
+    if name == "container":
+        for framework in FRAMEWORKS:
+            monkeypatch.setenv(TRAINER_PYTHON_ENV.format(framework.upper()), container_python(framework))
+    return name
 
 
 @pytest.fixture(params=FRAMEWORKS)

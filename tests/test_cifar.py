@@ -3,7 +3,6 @@
 numpy only: no framework is imported in this process.
 """
 
-import os
 import pickle
 import pickletools
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import cifar  # noqa: E402
 import make_cifar  # noqa: E402
-from stacks import TRAINER_PYTHON_ENV  # noqa: E402
+from stacks import container_python  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +128,7 @@ print(numpy.__version__, data.shape[0], data.shape[1], int(data.sum()), data[1, 
 
 
 def test_batches_written_here_load_under_the_tensorflow_containers_numpy(tmp_path):
-    variable = TRAINER_PYTHON_ENV.format("TENSORFLOW")
-    other = os.environ.get(variable)
-    if not other:
-        pytest.skip(f"set {variable} to a python with the TensorFlow container's numpy (NGC 23.03: 1.23.5)")
+    other = container_python("tensorflow")  # NGC 23.03's numpy 1.23
     images = np.zeros((3, 32, 32, 3), np.uint8)
     images[1, 0, 5, 0] = 200  # red, row 0, column 5 of image 1: row 1, column 5
     images[2, 31, 31, 2] = 7

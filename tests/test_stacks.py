@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, STACKS, snakemake, stack_python
+from conftest import REPO, snakemake
+from stacks import STACKS, stack_python
 
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 MODELS = {"tensorflow": "cnn_small", "pytorch": "vit_tiny"}

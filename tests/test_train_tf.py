@@ -24,7 +24,7 @@ sys.path.insert(0, str(SCRIPTS))
 import make_cifar  # noqa: E402
 import runlog  # noqa: E402
 import stepparts  # noqa: E402
-from stacks import trainer_python  # noqa: E402
+from stacks import container_python  # noqa: E402
 from test_backends import assert_finished_run  # noqa: E402  (the epochs protocol's contract)
 
 
@@ -427,11 +427,9 @@ print(json.dumps({
 
 @pytest.mark.parametrize("stack", ["this", "tensorflow"])
 def test_tf_compat_behaves_alike_on_every_stack(stack):
-    """tf_compat's functions on this interpreter and on SCALESWEEP_TRAINER_PYTHON_TENSORFLOW's
-    (tests/stacks.py; Keras 2.11 there, when it names a TensorFlow 2.11 stack)."""
-    python = sys.executable if stack == "this" else trainer_python("tensorflow")
-    if stack == "tensorflow" and python == sys.executable:
-        pytest.skip("SCALESWEEP_TRAINER_PYTHON_TENSORFLOW is not set: the same interpreter as 'this'")
+    """tf_compat's functions on this interpreter and on the TensorFlow container stack's
+    (tests/stacks.py: Keras 2.11)."""
+    python = sys.executable if stack == "this" else container_python("tensorflow")
     found = tf_probe(TF_COMPAT_PROBE, python)
     assert found["jit"] is False and found["loss"] == pytest.approx(1.3862944, abs=1e-6)  # ln 4
     assert found["scaled"] == 2.0  # float32: no loss scaling
