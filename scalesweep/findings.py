@@ -100,6 +100,12 @@ def scale_line(row: pd.Series | None) -> str:
             f"at {row['efficiency_pct']:.1f} % efficiency.")
 
 
+def energy_text(spot: pd.Series) -> str:
+    """', 2.57 J per image (GPU energy)' where the run measured its energy (an NVML counter)."""
+    joules = spot.get("joules_per_image")
+    return f", {joules:.3g} J per image (GPU energy)" if is_usable(joules) else ""
+
+
 def spot_line(spots: pd.DataFrame) -> str:
     if spots.empty:
         return "Where to stop: no sweet-spot row."
@@ -108,7 +114,7 @@ def spot_line(spots: pd.DataFrame) -> str:
         if is_usable(spot["gpus"]):
             hours = (f", {spot['gpu_hours']:.3g} GPU-hours" if is_usable(spot["gpu_hours"])
                      else "")
-            parts.append(f"{spot['intent']} {gpus_text(spot['gpus'])}{hours}")
+            parts.append(f"{spot['intent']} {gpus_text(spot['gpus'])}{hours}{energy_text(spot)}")
         else:
             parts.append(f"{spot['intent']}: {spot['note']}")
     return "Where to stop: " + "; ".join(parts) + "."

@@ -52,6 +52,15 @@ def test_findings_by_hand():
             "efficiency; 16 GPUs 4.00× (95 % 2.91–6.40), 25.0 % efficiency.") in text
 
 
+def test_the_greenest_sweet_spot_says_its_energy_per_image():
+    scaling, fits, sweet = hand_tables()
+    # 2 GPUs drew 41,084.575 J over 16,000 images: 2.5677859 J per image.
+    greenest = {**sweet.iloc[1].to_dict(), "intent": "greenest", "joules_per_image": 41084.575 / 16000}
+    text = findings.findings_text(scaling, fits, pd.concat([sweet, pd.DataFrame([greenest])]))
+    assert "greenest 2 GPUs, 0.00735 GPU-hours, 2.57 J per image (GPU energy)." in text
+    assert "fastest 4 GPUs, 0.0125 GPU-hours;" in text  # no energy measured: nothing said
+
+
 def test_a_fit_that_explains_nothing_or_could_not_be_made_warns():
     text = findings.findings_text(*hand_tables(r2=-0.4))
     assert "warning, the Amdahl fit explains nothing (R² = -0.40): no prediction." in text
