@@ -117,8 +117,9 @@ def read_runs_table(path):
         raise Refused(str(error)) from None
 
 
-def collect_runs(paths, tidy_dir):
-    """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv.
+def collect_runs(paths, tidy_dir, images_per_epoch=None):
+    """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv. `images_per_epoch`:
+    the training set's size, for logs that count steps instead of images (Keras).
 
     Returns (runs.csv's path or None when there is no run at all, [refused inputs]).
     """
@@ -126,7 +127,7 @@ def collect_runs(paths, tidy_dir):
     if missing:
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
     items, refused = log_items(paths)
-    epochs, runs, refused_logs = tidy.tidy_tables(items)
+    epochs, runs, refused_logs = tidy.tidy_tables(items, images_per_epoch)
     refused += refused_logs
     tables = []
     for path in (p for p in paths if p.is_file() and is_runs_table(p)):
@@ -150,10 +151,11 @@ def report_refused(refused, stream=None):
             print(f"  {reason}", file=stream)
 
 
-def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0):
+def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
+            images_per_epoch=None):
     """Write out/tidy, out/tables and out/figures; return the refused inputs (already reported)."""
     out = Path(out)
-    runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy")
+    runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy", images_per_epoch)
     report_refused(refused)
     if runs_csv is None:
         raise ValueError("no runs found in " + ", ".join(map(str, paths)))
@@ -174,6 +176,9 @@ def main(argv=None):
     analyze_cmd.add_argument("--gpu-hour-budget", type=float, default=None, help="GPU-hours (sweet spot)")
     analyze_cmd.add_argument("--epoch-budget", type=float, default=1.0,
                              help="training epochs the sweet spot's projected GPU-hours stand for")
+    analyze_cmd.add_argument("--images-per-epoch", type=positive_count, default=None, metavar="N",
+                             help="training images of the logs' dataset, for Keras logs, which count "
+                             "steps (default: CIFAR-10's 50,000 where the steps agree, else an estimate)")
     register_history(commands)
     register_compare(commands)
     register_check_config(commands)
@@ -183,11 +188,19 @@ def main(argv=None):
         return args.handler(args)
     try:
         refused = analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget,
-                          args.epoch_budget)
+                          args.epoch_budget, args.images_per_epoch)
     except (ValueError, FileNotFoundError, parse.LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT
     return REFUSED_EXIT if refused else 0
+
+
+def positive_count(text):
+    """argparse type: a whole number >= 1."""
+    value = tidy.whole_number(text)
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
 
 
 def register_history(commands):

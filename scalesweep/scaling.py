@@ -34,6 +34,7 @@ NON_KEY_COLUMNS = frozenset(
         "gpus", "nodes", "repeat",
         # follow from gpus
         "world_size", "global_batch", "learning_rate", "images_per_epoch", "device_kind",
+        "images_per_epoch_source",
         # outcome
         "status", "reason", "epochs",
         # metrics
@@ -86,6 +87,10 @@ SCALING_COLUMNS = (
 THROUGHPUT_BASIS, TIME_BASIS = "throughput", "time"
 
 SINGLE_COUNT_NOTE = "single GPU count: no scaling"
+# runs.csv's images_per_epoch_source of a count that is only Keras' steps x global batch.
+ESTIMATE_SOURCE = "estimate"
+ESTIMATED_IMAGES_NOTE = ("images per epoch estimated as steps x global batch (an upper bound): "
+                         "throughput too; give the dataset's size (--images-per-epoch)")
 MIXED_PROTOCOLS_NOTE = "mixed protocols ({}): the timed units differ, no relative metrics"
 NO_BASELINE_NOTE = "no GPU count with a usable ok run: no baseline"
 
@@ -348,7 +353,10 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         _ok=ok,
         nodes=runs["nodes"] if "nodes" in runs else missing,
         epochs=runs["epochs"].where(ok) if "epochs" in runs else missing,
-        **_ok_values(runs, ok, ("protocol", "images_per_epoch", "train_images", "gpu_hours",
+        _counted_images=counted_images(runs).where(ok),
+        _estimated=(runs["images_per_epoch_source"] == ESTIMATE_SOURCE) & ok
+        if "images_per_epoch_source" in runs else False,
+        **_ok_values(runs, ok, ("protocol", "train_images", "gpu_hours",
                                 "throughput_ci_low_img_s", "throughput_ci_high_img_s",
                                 "global_batch", *SCALED_BREAKDOWN)),
         # usable (finite, > 0) values of ok runs; NaN elsewhere, which median/min/max skip
@@ -359,8 +367,9 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     aggregations = {"n_runs": ("_ok", "size"), "n_ok": ("_ok", "sum"), "nodes": ("nodes", "min"),
                     "node_counts": ("nodes", "nunique"), "epochs": ("epochs", "median"),
                     "protocol": ("protocol", "first"), "_protocols": ("protocol", "nunique"),
-                    "_images_min": ("images_per_epoch", "min"),
-                    "_images_max": ("images_per_epoch", "max"),
+                    "_images_min": ("_counted_images", "min"),
+                    "_images_max": ("_counted_images", "max"),
+                    "_estimated": ("_estimated", "any"),
                     "train_images": ("train_images", "median"), "gpu_hours": ("gpu_hours", "median"),
                     "_thr_mean": ("throughput_img_s", "mean"), "_thr_sd": ("throughput_img_s", "std"),
                     "_run_ci_low": ("throughput_ci_low_img_s", "first"),
@@ -387,6 +396,17 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     ]
     return table.drop(columns=["node_counts", "_thr_mean", "_thr_sd", "_run_ci_low", "_run_ci_high",
                                *(f"_{name}_usable" for name, _ in _AGGREGATED)])
+
+
+def counted_images(runs: pd.DataFrame) -> pd.Series:
+    """Images per epoch of every run where they are a count, NaN where only an estimate (Keras
+    steps x global batch, which differs between GPU counts for one dataset: no change of work)."""
+    if "images_per_epoch" not in runs:
+        return pd.Series(np.nan, index=runs.index)
+    images = pd.to_numeric(runs["images_per_epoch"], errors="coerce")
+    if "images_per_epoch_source" not in runs:
+        return images
+    return images.where(runs["images_per_epoch_source"] != ESTIMATE_SOURCE)
 
 
 def _ok_values(runs: pd.DataFrame, ok: pd.Series, columns) -> dict:
@@ -478,7 +498,9 @@ def _group_metrics(cells: pd.DataFrame) -> dict:
         columns["scaling_basis"] = np.full(len(cells), basis, dtype=object)
         columns.update(loss_table(cells, base))
 
-    columns["note"] = ["; ".join(group_notes + notes) for notes in cells["notes"]]
+    estimated = [[ESTIMATED_IMAGES_NOTE] if flag else [] for flag in cells["_estimated"]]
+    columns["note"] = ["; ".join(group_notes + notes + more)
+                       for notes, more in zip(cells["notes"], estimated)]
     # Older and reference logs have no step breakdown: said beside the note, not in it.
     lacking = (cells["n_ok"] > 0) & cells[list(PARTS)].isna().all(axis=1)
     columns["breakdown_note"] = np.where(lacking, NO_BREAKDOWN_NOTE, "")
@@ -540,7 +562,7 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*keys, *SCALING_COLUMNS])
     # One column at a time over all groups; an integer column stays integer unless a group has NaN.
     derived = {column: np.concatenate([group[column] for group in groups]) for column in groups[0]}
-    helpers = ["notes", "_protocols", "_images_min", "_images_max"]
+    helpers = ["notes", "_protocols", "_images_min", "_images_max", "_estimated"]
     table = pd.concat([counts.drop(columns=helpers), pd.DataFrame(derived, index=counts.index)],
                       axis=1)
     return table[[*keys, *SCALING_COLUMNS]].reset_index(drop=True)
