@@ -56,8 +56,8 @@ BOOTSTRAP_RESAMPLES = 10_000
 RUN_CI_LEVEL = 0.95  # the level of runs.csv's per-run throughput intervals
 CI_LOW, CI_HIGH = "throughput_ci_low_img_s", "throughput_ci_high_img_s"
 FASTER, SLOWER, SAME, UNKNOWN = "faster", "slower", "no detectable difference", "unknown"
-# Provenance compared between the sides; a start time always differs, so it says nothing.
-DIFF_FIELDS = tuple(c for c in provenance.PROVENANCE_COLUMNS if c != "start_time")
+# Provenance compared between the sides; a start time or load average always differs.
+DIFF_FIELDS = tuple(c for c in provenance.PROVENANCE_COLUMNS if c not in provenance.UNCOMPARED)
 METRIC_INPUTS = ("gpus", "nodes", "status", "steady_epoch_time_s", "throughput_img_s",
                  "total_time_s", CI_LOW, CI_HIGH)
 COMPARE_COLUMNS = (
@@ -378,9 +378,16 @@ def compare_runs(baseline: pd.DataFrame, candidate: pd.DataFrame, confidence: fl
         "adjusted_level": adjusted_level,
         "only_baseline": sorted(set(groups["baseline"]) - set(common), key=_config_order),
         "only_candidate": sorted(set(groups["candidate"]) - set(common), key=_config_order),
-        "provenance": provenance_diff(base, cand),
+        # Only configurations on both sides: a configuration added on one side is no change.
+        "provenance": provenance_diff(_rows_of(base, columns, common), _rows_of(cand, columns, common)),
     }
     return table, facts
+
+
+def _rows_of(frame: pd.DataFrame, columns: list[str], configs: list[tuple]) -> pd.DataFrame:
+    """The rows of `frame` whose configuration (`columns`) is one of `configs`."""
+    chosen = pd.MultiIndex.from_frame(frame[columns]).isin(configs) if configs else np.zeros(len(frame), bool)
+    return frame[chosen]
 
 
 def _config_order(config: tuple):
@@ -461,7 +468,7 @@ def write_compare(baseline_spec: str, archived_json, history_dir, outdir) -> str
     `baseline_spec` (config key compare_with); returns the verdict counts for the rule's log."""
     archived = json.loads(Path(archived_json).read_text())
     baseline = history.load_side(str(baseline_spec), history_dir)
-    candidate = history.load_side(archived["file"], history_dir)
+    candidate = history.load_side(archived.get("runs_csv", archived["file"]), history_dir)
     candidate.label = f"this sweep ({archived['sweep_id']})"
     table, _ = write_comparison(baseline, candidate, outdir)
     counts = table["verdict"].value_counts()

@@ -155,6 +155,10 @@ HEADER = {
     "slurm_cluster_name": text(),
     "container_image": text(),
     "start_time": text(),
+    "scalesweep_version": text(),
+    "load_avg_1m": number(minimum=0),
+    "node_cpus": count(nullable=True),
+    "node_shared": flag(nullable=True),
 }
 EPOCH = {
     "epoch": count(),

@@ -48,7 +48,8 @@ NON_KEY_COLUMNS = frozenset(
         # provenance (scalesweep/provenance.py) and the sweep history's own columns (history.py)
         "gpu_model", "gpu_driver", "cpu_model", "framework_version", "cuda_version",
         "cudnn_version", "nccl_version", "container_image", "cluster", "scalesweep_version",
-        "settings_hash", "sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host",
+        "settings_hash", "run_id", "load_avg_1m", "node_load", "node_shared",
+        "sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host",
     }
 )
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from scalesweep import breakdown, hardware, records
 from scalesweep.parse import FIRST_STEADY_EPOCH, EmptyLogError, LogFormatError, parse_file
-from scalesweep.provenance import PROVENANCE_COLUMNS, run_provenance
+from scalesweep.provenance import PROVENANCE_COLUMNS, run_id, run_provenance
 
 AXIS_COLUMNS = ["framework", "model", "dataset", "gpus", "nodes", "repeat"]
 METRIC_COLUMNS = [
@@ -61,6 +61,7 @@ RUN_RESULT_COLUMNS = [
     "slurm_job_id",
     "hostname",
     *PROVENANCE_COLUMNS,
+    "run_id",
 ]
 EPOCH_RESULT_COLUMNS = ["epoch", "images", "seconds", "throughput_img_s", "loss", "accuracy", "steady"]
 EPOCH_FLOAT_COLUMNS = ["seconds", "throughput_img_s", "loss", "accuracy"]
@@ -289,11 +290,13 @@ def _axes(log_values: dict, config: dict) -> dict:
 
 
 def _failed_row(config: dict, reason: str, path) -> dict:
+    log = None if path is None else str(path)
     return {
         **_axes({}, config),
         "status": "failed",
         "reason": reason,
-        "log": None if path is None else str(path),
+        "log": log,
+        "run_id": run_id({}, [], None, log={"path": log, "axes": config, "reason": reason}),
     }
 
 
@@ -311,6 +314,7 @@ def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
     row["train_images"] = _train_images(header)
     row["images_per_epoch_source"] = run.images_source if _is_number(row.get("images_per_epoch")) else None
     row.update(run_provenance(header, config))
+    row["run_id"] = run_id(header, run.epochs, run.summary, log=str(path))
     # A failed run cost GPU time too: its wall time is kept, its metrics are not.
     row["wall_time_s"] = summary.get("wall_time_s")
     if row["status"] != "ok":

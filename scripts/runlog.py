@@ -128,7 +128,27 @@ def provenance(start_timestamp: float | None = None, environ=None) -> dict:
         "slurm_cluster_name": env.get("SLURM_CLUSTER_NAME") or None,
         "container_image": container_image(env),
         "start_time": utc_now_iso(start_timestamp),
+        # the code that runs, as the workflow computed it (git may be absent in a container)
+        "scalesweep_version": env.get("SCALESWEEP_VERSION") or None,
+        **node_load(env),
     }
+
+
+def node_load(environ=None, loadavg=os.getloadavg, cpu_count=os.cpu_count) -> dict:
+    """What else ran on the node as the run started: the 1-minute load average and the CPUs it
+    is spread over; under SLURM whether the job holds only part of the node's CPUs, i.e. others
+    may share it (SLURM_CPUS_ON_NODE below the node's CPUs; null outside SLURM)."""
+    env = os.environ if environ is None else environ
+    try:
+        load = round(loadavg()[0], 2)
+    except OSError:  # not every system has a load average
+        load = None
+    cpus = cpu_count()
+    held = env.get("SLURM_CPUS_ON_NODE")
+    shared = None
+    if held and held.isdigit() and cpus:
+        shared = int(held) < cpus
+    return {"load_avg_1m": load, "node_cpus": cpus, "node_shared": shared}
 
 
 def container_image(environ=None) -> str | None:
