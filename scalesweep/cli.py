@@ -152,7 +152,7 @@ def report_refused(refused, stream=None):
 
 
 def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
-            images_per_epoch=None):
+            images_per_epoch=None, allow_superlinear=False):
     """Write out/tidy, out/tables and out/figures; return the refused inputs (already reported)."""
     out = Path(out)
     runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy", images_per_epoch)
@@ -160,7 +160,7 @@ def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budge
     if runs_csv is None:
         raise ValueError("no runs found in " + ", ".join(map(str, paths)))
     print(tables.write_tables(runs_csv, tables.outputs_in(out / "tables"), efficiency_floor,
-                              gpu_hour_budget, epoch_budget))
+                              gpu_hour_budget, epoch_budget, allow_superlinear))
     print(figures.write_figures(out / "tables" / "scaling.csv", out / "tables" / "fits.csv",
                                 out / "figures"))
     return refused
@@ -179,6 +179,8 @@ def main(argv=None):
     analyze_cmd.add_argument("--images-per-epoch", type=positive_count, default=None, metavar="N",
                              help="training images of the logs' dataset, for Keras logs, which count "
                              "steps (default: CIFAR-10's 50,000 where the steps agree, else an estimate)")
+    analyze_cmd.add_argument("--allow-superlinear", action="store_true",
+                             help="let the sweet spot choose GPU counts flagged superlinear (> 105 %%)")
     register_history(commands)
     register_compare(commands)
     register_check_config(commands)
@@ -188,7 +190,7 @@ def main(argv=None):
         return args.handler(args)
     try:
         refused = analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget,
-                          args.epoch_budget, args.images_per_epoch)
+                          args.epoch_budget, args.images_per_epoch, args.allow_superlinear)
     except (ValueError, FileNotFoundError, parse.LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT

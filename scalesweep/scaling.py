@@ -39,7 +39,8 @@ NON_KEY_COLUMNS = frozenset(
         "status", "reason", "epochs",
         # metrics
         "steady_epoch_time_s", "throughput_img_s", "throughput_per_gpu_img_s", "total_time_s",
-        "train_time_s", "memory_gb", "peak_host_rss_gb", "timed_steps", "step_time_ci_pct",
+        "train_time_s", "memory_gb", "peak_host_rss_gb", "timed_steps", "timed_stop_reason",
+        "step_time_ci_pct",
         "throughput_ci_low_img_s", "throughput_ci_high_img_s", "wall_time_s", "gpu_hours",
         "train_images", *BREAKDOWN_COLUMNS,
         # provenance
@@ -76,7 +77,7 @@ SCALING_COLUMNS = (
     "tts_speedup", "tts_efficiency_pct", "tts_gain_vs_prev_pct", "tts_gain_vs_min_pct",
     "train_images", "gpu_hours", "global_batch",
     *SCALED_BREAKDOWN, *LOSS_COLUMNS, "breakdown_note",
-    "note",
+    "note", "flags",
 )
 
 # Which ratio the relative metrics (speedup, efficiency, Karp-Flatt, fits, sweet spot) follow.
@@ -88,6 +89,16 @@ SCALING_COLUMNS = (
 THROUGHPUT_BASIS, TIME_BASIS = "throughput", "time"
 
 SINGLE_COUNT_NOTE = "single GPU count: no scaling"
+# Efficiency above this is flagged, not reported as a result: a few % above 100 is noise, more is
+# almost always a baseline that was slowed (more processes than CPU cores at N_min make one
+# process slow, not many fast; a shared node), rarely a working set that now fits a cache.
+SUPERLINEAR_PCT = 105.0
+SUPERLINEAR_FLAG = "superlinear"
+SUPERLINEAR_NOTE = (f"efficiency above {SUPERLINEAR_PCT:g} %: superlinear, likely a slowed "
+                    "baseline (more processes than cores, a busy or shared node: see node_load); "
+                    "kept out of the sweet spot")
+AT_CAP_NOTE = ("{} run(s) timed to the step cap (timed_stop_reason cap): the precision target "
+               "was not reached, see step_time_ci_pct in runs.csv")
 # runs.csv's images_per_epoch_source of a count that is only Keras' steps x global batch.
 ESTIMATE_SOURCE = "estimate"
 ESTIMATED_IMAGES_NOTE = ("images per epoch estimated as steps x global batch (an upper bound): "
@@ -355,6 +366,7 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         nodes=runs["nodes"] if "nodes" in runs else missing,
         epochs=runs["epochs"].where(ok) if "epochs" in runs else missing,
         _counted_images=counted_images(runs).where(ok),
+        _at_cap=(runs["timed_stop_reason"] == "cap") & ok if "timed_stop_reason" in runs else False,
         _estimated=(runs["images_per_epoch_source"] == ESTIMATE_SOURCE) & ok
         if "images_per_epoch_source" in runs else False,
         **_ok_values(runs, ok, ("protocol", "train_images", "gpu_hours",
@@ -371,6 +383,7 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                     "_images_min": ("_counted_images", "min"),
                     "_images_max": ("_counted_images", "max"),
                     "_estimated": ("_estimated", "any"),
+                    "_at_cap": ("_at_cap", "sum"),
                     "train_images": ("train_images", "median"), "gpu_hours": ("gpu_hours", "median"),
                     "_thr_mean": ("throughput_img_s", "mean"), "_thr_sd": ("throughput_img_s", "std"),
                     "_run_ci_low": ("throughput_ci_low_img_s", "first"),
@@ -441,7 +454,8 @@ _RELATIVE_COLUMNS = tuple(c for c in SCALING_COLUMNS if c not in (
     "time_s_range", "throughput_img_s", "throughput_img_s_min", "throughput_img_s_max",
     "throughput_ci_low_img_s", "throughput_ci_high_img_s", "throughput_ci_source",
     "total_time_s", "total_time_s_min", "total_time_s_max", "throughput_per_gpu_img_s",
-    "train_images", "gpu_hours", "global_batch", *SCALED_BREAKDOWN, "breakdown_note", "note"))
+    "train_images", "gpu_hours", "global_batch", *SCALED_BREAKDOWN, "breakdown_note", "note",
+    "flags"))
 
 
 def group_basis(group: pd.DataFrame) -> str:
@@ -499,13 +513,22 @@ def _group_metrics(cells: pd.DataFrame) -> dict:
         columns["scaling_basis"] = np.full(len(cells), basis, dtype=object)
         columns.update(loss_table(cells, base))
 
-    estimated = [[ESTIMATED_IMAGES_NOTE] if flag else [] for flag in cells["_estimated"]]
-    columns["note"] = ["; ".join(group_notes + notes + more)
-                       for notes, more in zip(cells["notes"], estimated)]
+    superlinear = np.asarray(columns["efficiency_pct"], dtype=float) > SUPERLINEAR_PCT
+    columns["flags"] = np.where(superlinear, SUPERLINEAR_FLAG, "")
+    columns["note"] = ["; ".join(group_notes + notes + _measurement_notes(estimated, capped, flagged))
+                       for notes, estimated, capped, flagged
+                       in zip(cells["notes"], cells["_estimated"], cells["_at_cap"], superlinear)]
     # Older and reference logs have no step breakdown: said beside the note, not in it.
     lacking = (cells["n_ok"] > 0) & cells[list(PARTS)].isna().all(axis=1)
     columns["breakdown_note"] = np.where(lacking, NO_BREAKDOWN_NOTE, "")
     return columns
+
+
+def _measurement_notes(estimated: bool, capped: int, superlinear: bool) -> list[str]:
+    """Why one GPU count's numbers deserve doubt: estimated images, windows at their step cap,
+    an efficiency above ideal."""
+    return ([ESTIMATED_IMAGES_NOTE] * bool(estimated) + [AT_CAP_NOTE.format(int(capped))] * bool(capped)
+            + [SUPERLINEAR_NOTE] * bool(superlinear))
 
 
 def _relative_metrics(gpus, time, thr, total, base: int, group_notes: list[str]) -> dict:
@@ -563,7 +586,7 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*keys, *SCALING_COLUMNS])
     # One column at a time over all groups; an integer column stays integer unless a group has NaN.
     derived = {column: np.concatenate([group[column] for group in groups]) for column in groups[0]}
-    helpers = ["notes", "_protocols", "_images_min", "_images_max", "_estimated"]
+    helpers = ["notes", "_protocols", "_images_min", "_images_max", "_estimated", "_at_cap"]
     table = pd.concat([counts.drop(columns=helpers), pd.DataFrame(derived, index=counts.index)],
                       axis=1)
     return table[[*keys, *SCALING_COLUMNS]].reset_index(drop=True)

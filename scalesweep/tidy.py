@@ -51,6 +51,7 @@ RUN_RESULT_COLUMNS = [
     "log",
     *INTERVAL_COLUMNS,
     "timed_steps",
+    "timed_stop_reason",
     *COST_COLUMNS,
     *BREAKDOWN_COLUMNS,
     # provenance, after the contract's columns
@@ -374,8 +375,11 @@ def _step_interval(epochs: list[dict], summary: dict, throughput) -> dict:
     if not _is_number(pct) and len(steady) == 1:
         pct = steady[0].get("step_time_ci_pct")
     low, high = throughput_interval(throughput, pct)
+    # why the steps protocol's timed window ended: `cap` = short of its precision target
+    stop = steady[0].get("stop_reason") if len(steady) == 1 else None
     return {"timed_steps": steps, "step_time_ci_pct": pct if _is_number(pct) else None,
-            "throughput_ci_low_img_s": low, "throughput_ci_high_img_s": high}
+            "throughput_ci_low_img_s": low, "throughput_ci_high_img_s": high,
+            "timed_stop_reason": stop}
 
 
 # Breakdown keys the summary record carries as they are (docs/records.md).

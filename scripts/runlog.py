@@ -384,6 +384,16 @@ def timed_steps_setting(text: str):
     return value
 
 
+def timed_steps_cap(max_timed_steps: int, epochs: int, steps_per_epoch) -> int:
+    """The adaptive window's step cap: --max-timed-steps, but never more steps than the
+    configured epochs would have run (epochs x steps per epoch): the steps protocol exists to
+    cost less than those epochs, and a drifting machine ran 500-step windows on 3-epoch sweeps
+    of a few steps each. Never below the steps the interval needs (10 batches of 3)."""
+    if not steps_per_epoch or not epochs:
+        return max_timed_steps
+    return min(max_timed_steps, max(CI_BATCHES * MIN_BATCH_STEPS, epochs * steps_per_epoch))
+
+
 class TimedWindow:
     """When the steps protocol's timed window ends: after a fixed number of steps, or (auto) once
     the mean step time is known to `target_ci_pct` (batch means, 95 %), at the latest after

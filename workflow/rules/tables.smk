@@ -24,6 +24,7 @@ rule tables:
         efficiency_floor=config["analysis"]["efficiency_floor_pct"],
         gpu_hour_budget=config["analysis"]["gpu_hour_budget"],
         epoch_budget=config["analysis"]["epoch_budget"],
+        allow_superlinear=config["analysis"]["allow_superlinear"],
     run:
         rulelog.run_logged(
             log[0], tables.write_tables, input[0], dict(output.items()), **params
