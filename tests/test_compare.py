@@ -1,4 +1,4 @@
-"""Comparison of two sweeps: intervals (repeats, run intervals, bootstrap), family-wise verdicts,
+"""Comparison of two sweeps: intervals (repeats, pooled spread, bootstrap), family-wise verdicts,
 efficiency differences, the provenance diff, the outputs and the CLI."""
 
 import json
