@@ -1,4 +1,4 @@
-"""Amdahl and Gustafson fits of the scaling series (REFERENCE.md §3).
+"""Amdahl and Gustafson fits of the scaling series (the laws and their sources: docs/metrics.md).
 
 Three fits per group, kept apart because they answer different questions:
 - Amdahl on the group's speedup series (target `speedup`: the scaling table's `speedup` column,

@@ -3,10 +3,10 @@
 The format is detected from the text, never configured:
 
 - `scalesweep`: our `:::SCALESWEEP {json}` records (docs/records.md), human lines ignored;
-- `tf-reference-keras2` / `tf-keras3`: the reference TensorFlow script (REFERENCE.md §1), a
+- `tf-reference-keras2` / `tf-keras3`: the reference TensorFlow script (docs/metrics.md), a
   ` Model ResNet50 2 GPUs` header block then Keras `verbose=2` epoch lines; one file may hold
   several runs (the reference ran 1/2/4 GPUs one after another in one job);
-- `ddp-reference`: the reference PyTorch DDP trainer's INFO lines (REFERENCE.md §2); its world
+- `ddp-reference`: the reference PyTorch DDP trainer's INFO lines (docs/metrics.md); its world
   size is not in the log and comes from the caller or the file name;
 - `unknown`: no training lines at all, but a failure signature (a job killed at its time limit
   before printing anything) - a failed run, not an unreadable log.

@@ -1,6 +1,6 @@
 """Scaling tables from the tidy runs table (runs.csv): speedup, efficiency and the extras.
 
-Metric definitions follow REFERENCE.md §3. Every group of runs that share a configuration (the
+Metric definitions: docs/metrics.md. Every group of runs that share a configuration (the
 GROUP KEYS: every column of runs.csv that is not in NON_KEY_COLUMNS) gets one row per GPU count
 (gpus >= 1) with the repeats aggregated by their median. The baseline of a group is its smallest
 GPU count with a usable ok run; when that is not 1 GPU, speedups are relative to it and the note
@@ -607,7 +607,7 @@ def acceleration_table(runs: pd.DataFrame) -> pd.DataFrame:
 
     `acceleration` = CPU steady epoch time / 1-GPU steady epoch time (x faster);
     `throughput_acceleration` the throughput ratio, `tts_acceleration` the total-time ratio.
-    A CPU baseline usually runs a smaller batch than a GPU (REFERENCE.md §1: 256 vs 2048), so CPU
+    A CPU baseline usually runs a smaller batch than a GPU (the reference TF runs: 256 vs 2048), so CPU
     and GPU runs are matched on every key except per_gpu_batch: a 1-GPU run is compared with the
     CPU run of its own batch when there is one, else with the fastest CPU batch (noted).
     """

@@ -1,4 +1,4 @@
-"""Which GPU count to use: the sweet spot depends on the intent (REFERENCE.md §3).
+"""Which GPU count to use: the sweet spot depends on the intent (docs/metrics.md).
 
 Per group of the scaling table, one row per intent:
 - `fastest`: the shortest time, however many GPUs it takes;
