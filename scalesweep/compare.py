@@ -535,7 +535,7 @@ def write_compare(baseline_spec: str, archived_json, history_dir, outdir) -> str
     baseline = history.load_side(str(baseline_spec), history_dir)
     candidate = history.load_side(archived.get("runs_csv", archived["file"]), history_dir)
     candidate.label = f"this sweep ({archived['sweep_id']})"
-    table, _ = write_comparison(baseline, candidate, outdir, history_runs=history.read_runs(history_dir))
+    table, _ = write_comparison(baseline, candidate, outdir, history_runs=history.spread_runs(history_dir))
     counts = table["verdict"].value_counts()
     return f"{len(table)} configurations compared with {baseline_spec}: " + ", ".join(
         f"{n} {verdict}" for verdict, n in counts.items())

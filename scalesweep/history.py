@@ -242,6 +242,23 @@ def read_runs(history_dir, where: str | None = None, selectors=(), files=None) -
     return query(files, f"SELECT * FROM runs WHERE {condition}", parameters, where=where)
 
 
+# What compare's run-to-run spread reads of the history (compare.repeat_spread).
+SPREAD_COLUMNS = ("run_id", "settings_hash", "gpu_model", "cpu_model", "status", "throughput_img_s")
+
+
+def spread_runs(history_dir) -> pd.DataFrame:
+    """The archived runs' SPREAD_COLUMNS (a column no file has is left out): a comparison's
+    source of repeats, without reading every column of a long history."""
+    files = sweep_files(history_dir)
+    if not files:
+        return pd.DataFrame(columns=list(SPREAD_COLUMNS))
+    present, files = _query(files, "SELECT * FROM runs LIMIT 0")
+    columns = [c for c in SPREAD_COLUMNS if c in present.columns]
+    if not files or not columns:
+        return pd.DataFrame(columns=list(SPREAD_COLUMNS))
+    return query(files, f"SELECT {', '.join(map(_sql_name, columns))} FROM runs")
+
+
 def query(files, sql: str, parameters=(), where: str | None = None) -> pd.DataFrame:
     """`sql` over the view `runs` (every file's rows, columns united by name). A file DuckDB
     cannot read is left out with a DamagedArchiveWarning, and the query runs on the others."""

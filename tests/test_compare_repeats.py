@@ -65,7 +65,7 @@ def test_single_run_sweeps_with_history_repeats_give_no_false_alarm(tmp_path):
     alarms = []
     for round_ in range(10):  # ten pairs of single-run sweeps of the same code on the same machine
         a, b = sweep(rng, tag=f"a{round_}"), sweep(rng, tag=f"b{round_}")
-        table, facts = compare_runs(a, b, history_runs=history.read_runs(store))
+        table, facts = compare_runs(a, b, history_runs=history.spread_runs(store))
         assert set(table["ci_method"]) == {"pooled spread"} and facts["m"] == 12
         alarms.append(significant(table))
     # The first pair, as in the issue: no significant verdict. Over the ten pairs the family-wise
@@ -95,7 +95,7 @@ def test_the_summary_says_how_many_repeats_a_five_percent_change_needs(tmp_path)
     store = tmp_path / "history"
     history.archive(sweep(rng, repeats=3, tag="old"), store)
     a, b = sweep(rng, tag="a"), sweep(rng, tag="b")
-    table, facts = compare_runs(a, b, history_runs=history.read_runs(store))
+    table, facts = compare_runs(a, b, history_runs=history.spread_runs(store))
     variance, _ = facts["spread"]["laptop CPU"]
     # n = 2 sigma^2 (z(1 - 0.05 / 24) + z(0.8))^2 / ln(1.05)^2
     from scipy.stats import norm
