@@ -253,7 +253,7 @@ def compare_command(args):
             raise ValueError(f"--confidence {args.confidence}: must lie between 0 and 1")
         sides = [history.load_side(spec, args.history, args.where) for spec in (args.baseline, args.candidate)]
         table, text = compare.write_comparison(*sides, args.out, args.confidence, args.seed,
-                                               history.spread_runs(args.history))
+                                               lambda: history.spread_runs(args.history))
     except (ValueError, FileNotFoundError) as error:
         print(f"scalesweep compare: {error}", file=sys.stderr)
         return 2

@@ -399,18 +399,23 @@ def provenance_diff(baseline: pd.DataFrame, candidate: pd.DataFrame, fields=DIFF
 # ----------------------------------------------------------------------------- the table
 
 def compare_runs(baseline: pd.DataFrame, candidate: pd.DataFrame, confidence: float = CONFIDENCE,
-                 seed: int = 0, history_runs: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
+                 seed: int = 0, history_runs=None) -> tuple[pd.DataFrame, dict]:
     """compare.csv's table (keys, then COMPARE_COLUMNS; one row per configuration in both) and
     facts for the summary: keys, notes, configurations only on one side, m, the run-to-run
-    spread. A single run's variance comes from repeats (repeat_spread) in `history_runs` (the
-    compared runs left out) and within each side."""
-    spread = repeat_spread([_without(history_runs, baseline, candidate), baseline, candidate])
+    spread. A run's variance comes from repeats (repeat_spread) in `history_runs` (the compared
+    runs left out; a DataFrame, or a function giving one, called only when some configuration
+    has fewer repeats than the bootstrap takes) and within each side."""
     keys, notes = configuration_keys(baseline, candidate)
     base, cand = prepared(baseline, keys), prepared(candidate, keys)
     columns = config_columns(keys)
     groups = {side: {config: rows for config, rows in frame.groupby(columns, sort=True)}
               for side, frame in (("baseline", base), ("candidate", cand))}
     common = sorted(set(groups["baseline"]) & set(groups["candidate"]), key=_config_order)
+    if callable(history_runs):
+        few = any(groups[side][config]["_log_thr"].notna().sum() < MIN_BOOTSTRAP_REPEATS
+                  for config in common for side in groups)
+        history_runs = history_runs() if few else None
+    spread = repeat_spread([_without(history_runs, baseline, candidate), baseline, candidate])
     cells = {side: {config: cell_of(rows, spread) for config, rows in groups[side].items()}
              for side in groups}
     rng = np.random.default_rng(seed)
@@ -515,7 +520,7 @@ OUTPUTS = history.COMPARE_OUTPUTS
 
 
 def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE,
-                     seed: int = 0, history_runs: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
+                     seed: int = 0, history_runs=None) -> tuple[pd.DataFrame, str]:
     """Compare two history.Side objects into outdir/compare.csv, compare.png and summary.txt;
     returns the table and the summary text. `history_runs`: where single runs' spread comes from."""
     outdir = Path(outdir)
@@ -535,7 +540,8 @@ def write_compare(baseline_spec: str, archived_json, history_dir, outdir) -> str
     baseline = history.load_side(str(baseline_spec), history_dir)
     candidate = history.load_side(archived.get("runs_csv", archived["file"]), history_dir)
     candidate.label = f"this sweep ({archived['sweep_id']})"
-    table, _ = write_comparison(baseline, candidate, outdir, history_runs=history.spread_runs(history_dir))
+    table, _ = write_comparison(baseline, candidate, outdir,
+                                history_runs=lambda: history.spread_runs(history_dir))
     counts = table["verdict"].value_counts()
     return f"{len(table)} configurations compared with {baseline_spec}: " + ", ".join(
         f"{n} {verdict}" for verdict, n in counts.items())

@@ -104,3 +104,17 @@ def test_the_summary_says_how_many_repeats_a_five_percent_change_needs(tmp_path)
     assert compare.repeats_needed(variance, 12) == needed
     text = compare.summary(table, facts, history.Side("a", a), history.Side("b", b))
     assert f"a 5 % change needs about {needed} repeats a side" in text
+
+
+def test_the_history_is_read_only_when_some_configuration_lacks_bootstrap_repeats():
+    rng, calls = np.random.default_rng(3), []
+
+    def history_runs():
+        calls.append(1)
+        return sweep(rng, repeats=3, tag="old")
+
+    compare_runs(sweep(rng, repeats=compare.MIN_BOOTSTRAP_REPEATS, tag="a"),
+                 sweep(rng, repeats=compare.MIN_BOOTSTRAP_REPEATS, tag="b"), history_runs=history_runs)
+    assert calls == []  # every configuration is bootstrapped: no spread needed
+    _, facts = compare_runs(sweep(rng, tag="c"), sweep(rng, tag="d"), history_runs=history_runs)
+    assert calls == [1] and facts["spread"]["laptop CPU"][1] == 24
