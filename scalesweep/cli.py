@@ -206,8 +206,9 @@ def read_runs_table(path):
         raise Refused(str(error)) from None
 
 
-def collect_runs(paths, tidy_dir, all_attempts=False):
-    """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv.
+def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
+    """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv. `images_per_epoch`:
+    the training set's size, for logs that count steps instead of images (Keras).
 
     Returns (runs.csv's path or None when there is no run at all, [refused inputs]).
     """
@@ -215,7 +216,7 @@ def collect_runs(paths, tidy_dir, all_attempts=False):
     if missing:
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
     items, refused = log_items(paths, all_attempts)
-    epochs, runs, refused_logs = tidy.tidy_tables(items)
+    epochs, runs, refused_logs = tidy.tidy_tables(items, images_per_epoch)
     refused += refused_logs
     tables = []
     for path in (p for p in paths if p.is_file() and is_runs_table(p)):
@@ -240,16 +241,17 @@ def report_refused(refused, stream=None):
 
 
 def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
-            all_attempts=False, greenest_time_bound_s=None):
+            all_attempts=False, greenest_time_bound_s=None, images_per_epoch=None,
+            allow_superlinear=False):
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
     (already reported)."""
     out = output_folder(out)
-    runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy", all_attempts)
+    runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy", all_attempts, images_per_epoch)
     report_refused(refused)
     if runs_csv is None:
         raise ValueError("no runs found in " + ", ".join(map(str, paths)))
     print(tables.write_tables(runs_csv, tables.outputs_in(out / "tables"), efficiency_floor,
-                              gpu_hour_budget, epoch_budget, greenest_time_bound_s))
+                              gpu_hour_budget, epoch_budget, greenest_time_bound_s, allow_superlinear))
     print(figures.write_figures(out / "tables" / "scaling.csv", out / "tables" / "fits.csv",
                                 out / "figures"))
     print(findings.write_findings(out / "tables" / "scaling.csv", out / "tables" / "fits.csv",
@@ -272,6 +274,11 @@ def main(argv=None):
                              help="every attempt log of a run (default: only its latest, <run>.attempt-K.log)")
     analyze_cmd.add_argument("--greenest-time-bound-s", type=number(0, low_open=True), default=None,
                              help="seconds (sweet spot 'greenest': least energy within this time)")
+    analyze_cmd.add_argument("--images-per-epoch", type=positive_count, default=None, metavar="N",
+                             help="training images of the logs' dataset, for Keras logs, which count "
+                             "steps (default: CIFAR-10's 50,000 where the steps agree, else an estimate)")
+    analyze_cmd.add_argument("--allow-superlinear", action="store_true",
+                             help="let the sweet spot choose GPU counts flagged superlinear (> 105 %%)")
     register_history(commands)
     register_compare(commands)
     register_check_config(commands)
@@ -281,11 +288,20 @@ def main(argv=None):
         return args.handler(args)
     try:
         refused = analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget,
-                          args.epoch_budget, args.all_attempts, args.greenest_time_bound_s)
+                          args.epoch_budget, args.all_attempts, args.greenest_time_bound_s,
+                          args.images_per_epoch, args.allow_superlinear)
     except (ValueError, FileNotFoundError, parse.LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT
     return REFUSED_EXIT if refused else 0
+
+
+def positive_count(text):
+    """argparse type: a whole number >= 1."""
+    value = tidy.whole_number(text)
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
 
 
 def register_history(commands):
@@ -334,7 +350,8 @@ def compare_command(args):
 
     try:
         sides = [history.load_side(spec, args.history, args.where) for spec in (args.baseline, args.candidate)]
-        table, text = compare.write_comparison(*sides, output_folder(args.out), args.confidence, args.seed)
+        table, text = compare.write_comparison(*sides, output_folder(args.out), args.confidence, args.seed,
+                                               lambda: history.spread_runs(args.history))
     except (ValueError, FileNotFoundError) as error:
         print(f"scalesweep compare: {error}", file=sys.stderr)
         return 2

@@ -16,13 +16,14 @@ throughput:
     percentile bootstrap is too narrow with few repeats: under no change at all, with normal
     noise, a 95 % percentile interval excludes 1.0 in 32 % of comparisons with 2 repeats a side,
     20 % with 3 and 10 % with 10 (Welch's t: 2-4 %; tests/test_compare.py measures it).
-  - `run intervals`: one run a side, each with its own 95 % interval from its step times
-    (runs.csv `throughput_ci_low_img_s` / `_high_img_s`): each run's log throughput is taken as
-    normal with sd = log-width / (2 x 1.96), and the two are combined (normal interval).
-  - `repeats + run interval`: one side has repeats, the other a single run with its interval: the
-    same t interval, the single run's variance from its interval (infinite degrees of freedom).
-  - `none`: a side with one run and no interval (a runs.csv from before those columns) or no
-    variation at all: no interval, verdict `unknown`.
+  - `pooled spread`: where repeats of the same settings on the same hardware exist (in the
+    history, the compared runs left out, or within a side), every run's log throughput varies
+    by their pooled variance (repeat_spread): the mean of n runs by that / n, with the pooled
+    degrees of freedom (t interval). This is what a single run a side needs: its own step-time
+    interval (+-1 %) says nothing of how far the next run lands (several % on a shared node),
+    and taken as the spread it called 8 of 12 unchanged configurations changed.
+  - `none`: one run a side and no repeats to tell the spread: no interval, the verdict is
+    `unknown (no repeats)` and the ratio is still given; `unknown` where a side has no ok run.
 - The verdict is taken at the family-wise level CONFIDENCE over all m configurations with an
   interval (Bonferroni): each configuration's interval at level 1 - (1 - CONFIDENCE) / m
   (`ratio_ci_adj_*`); `faster` when it lies above 1, `slower` when below, else `no detectable
@@ -53,11 +54,11 @@ from scalesweep import atomic, history, provenance, scaling
 CONFIDENCE = 0.95
 MIN_BOOTSTRAP_REPEATS = 20
 BOOTSTRAP_RESAMPLES = 10_000
-RUN_CI_LEVEL = 0.95  # the level of runs.csv's per-run throughput intervals
 CI_LOW, CI_HIGH = "throughput_ci_low_img_s", "throughput_ci_high_img_s"
 FASTER, SLOWER, SAME, UNKNOWN = "faster", "slower", "no detectable difference", "unknown"
-# Provenance compared between the sides; a start time always differs, so it says nothing.
-DIFF_FIELDS = tuple(c for c in provenance.PROVENANCE_COLUMNS if c != "start_time")
+UNKNOWN_NO_REPEATS = "unknown (no repeats)"
+# Provenance compared between the sides; a start time or load average always differs.
+DIFF_FIELDS = tuple(c for c in provenance.PROVENANCE_COLUMNS if c not in provenance.UNCOMPARED)
 METRIC_INPUTS = ("gpus", "nodes", "status", "steady_epoch_time_s", "throughput_img_s",
                  "total_time_s", CI_LOW, CI_HIGH)
 COMPARE_COLUMNS = (
@@ -143,6 +144,7 @@ def prepared(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     frame["_log_thr"] = np.log(throughput.where(usable))
     for column in DIFF_FIELDS:
         frame[column] = texts(runs[column]) if column in runs else ""
+    frame["_hardware"] = hardware(runs)
     return frame
 
 
@@ -156,12 +158,16 @@ def texts(column: pd.Series) -> np.ndarray:
 
 @dataclass
 class Cell:
-    """The ok runs of one configuration on one side: their log throughputs and, for a single
-    run, the variance of its log throughput from its own interval."""
+    """The ok runs of one configuration on one side: their log throughputs and the run-to-run
+    variance of one run's log throughput on its hardware, pooled over repeats (repeat_spread),
+    with its degrees of freedom; NaN where no repeats tell it. The pooled variance, where known,
+    is used for repeats too: 3 repeats alone give a t interval of 2 degrees of freedom, pooled
+    over the sweep's configurations and history dozens."""
 
     logs: np.ndarray
     run_var: float = math.nan
     statuses: dict = field(default_factory=dict)
+    run_df: float = math.inf
 
     @property
     def n(self) -> int:
@@ -169,28 +175,70 @@ class Cell:
 
     def variance(self) -> tuple[float, float]:
         """(variance of the mean log throughput, its degrees of freedom); NaN when unknown."""
+        if self.n >= 1 and self.pooled:
+            return self.run_var / self.n, self.run_df
         if self.n >= 2:
             return float(np.var(self.logs, ddof=1) / self.n), float(self.n - 1)
-        if self.n == 1 and math.isfinite(self.run_var):
-            return self.run_var, math.inf
         return math.nan, math.nan
 
-
-def run_ci_variance(low, high, level: float = RUN_CI_LEVEL) -> float:
-    """Variance of a run's log throughput from its interval [low, high] at `level`."""
-    if not (np.isfinite(low) and np.isfinite(high) and 0 < low < high):
-        return math.nan
-    sd = (math.log(high) - math.log(low)) / (2 * float(ndtri(0.5 + level / 2)))
-    return sd * sd
+    @property
+    def pooled(self) -> bool:
+        return math.isfinite(self.run_var)
 
 
-def cell_of(rows: pd.DataFrame) -> Cell:
+def hardware(runs: pd.DataFrame) -> np.ndarray:
+    """What a run ran on, for pooling its repeats: its GPU model, else its CPU model."""
+    gpu = texts(runs["gpu_model"]) if "gpu_model" in runs else np.full(len(runs), "", object)
+    cpu = texts(runs["cpu_model"]) if "cpu_model" in runs else np.full(len(runs), "", object)
+    return np.where(gpu != "", gpu, cpu)
+
+
+def repeat_spread(sources) -> dict[str, tuple[float, float]]:
+    """{hardware: (variance of one run's log throughput between runs, degrees of freedom)}.
+
+    Repeats are ok runs of one source (a history, one comparison side) with the same
+    settings_hash and hardware; their variances are pooled per hardware, sum (n_g - 1) s_g^2 /
+    sum (n_g - 1). A run's own step-time interval says how well its steps were timed, not how
+    far the next run lands: on a shared machine runs differ by several % where each one's
+    interval is +-1 %. Pass no run as its own repeat: a baseline and a candidate run of the
+    same settings would make their difference the spread.
+    """
+    groups = []
+    for number, runs in enumerate(source for source in sources if source is not None and len(source)):
+        if "settings_hash" not in runs:
+            continue
+        throughput = pd.to_numeric(runs["throughput_img_s"], errors="coerce")
+        usable = (runs["status"] == "ok") & (throughput > 0) & runs["settings_hash"].notna()
+        frame = pd.DataFrame({"hardware": hardware(runs), "hash": runs["settings_hash"].astype(str),
+                              "log": np.log(throughput.where(usable))})[usable.to_numpy()]
+        stats = frame.groupby(["hardware", "hash"])["log"].agg(["count", "var"]).reset_index()
+        groups.append(stats[stats["count"] >= 2].assign(source=number))
+    if not groups:
+        return {}
+    stats = pd.concat(groups)
+    stats = stats.assign(ss=stats["var"] * (stats["count"] - 1), df=stats["count"] - 1)
+    pooled = stats.groupby("hardware")[["ss", "df"]].sum()
+    return {name: (row.ss / row.df, float(row.df)) for name, row in pooled.iterrows() if row.df > 0}
+
+
+def repeats_needed(variance: float, m: int, change: float = 0.05, confidence: float = CONFIDENCE,
+                   power: float = 0.8) -> int:
+    """Repeats a side that detect a `change` (5 %) at the family-wise `confidence` over m
+    configurations with `power`, for runs whose log throughput varies by `variance` (normal
+    approximation: n = 2 sigma^2 (z_(1 - alpha / 2m) + z_power)^2 / log(1 + change)^2)."""
+    z = float(ndtri(1 - (1 - confidence) / (2 * max(m, 1)))) + float(ndtri(power))
+    return max(2, math.ceil(2 * variance * z * z / math.log1p(change) ** 2))
+
+
+def cell_of(rows: pd.DataFrame, spread: dict | None = None) -> Cell:
+    """The cell of one configuration's rows, with the run-to-run spread of its hardware
+    (repeat_spread; a single run without it has no variance)."""
     usable = rows[rows["_log_thr"].notna()]
-    run_var = math.nan
-    if len(usable) == 1:
-        run_var = run_ci_variance(usable[CI_LOW].iloc[0], usable[CI_HIGH].iloc[0])
+    run_var, run_df = math.nan, math.nan
+    if len(usable) and usable["_hardware"].nunique() == 1:
+        run_var, run_df = (spread or {}).get(usable["_hardware"].iloc[0], (math.nan, math.nan))
     return Cell(usable["_log_thr"].to_numpy(float), run_var,
-                rows["status"].fillna("failed").value_counts().to_dict())
+                rows["status"].fillna("failed").value_counts().to_dict(), run_df)
 
 
 # ----------------------------------------------------------------------------- the ratio
@@ -247,8 +295,7 @@ def estimate(base: Cell, cand: Cell, rng: np.random.Generator,
     variance = var_b + var_c
     if not (math.isfinite(variance) and variance > 0):
         return Estimate(log_ratio, "none")
-    repeats = [cell.n >= 2 for cell in (base, cand)]
-    method = "repeats" if all(repeats) else "run intervals" if not any(repeats) else "repeats + run interval"
+    method = "pooled spread" if base.pooled or cand.pooled else "repeats"
     return Estimate(log_ratio, method, variance, welch_df([var_b, var_c], [df_b, df_c]))
 
 
@@ -352,16 +399,25 @@ def provenance_diff(baseline: pd.DataFrame, candidate: pd.DataFrame, fields=DIFF
 # ----------------------------------------------------------------------------- the table
 
 def compare_runs(baseline: pd.DataFrame, candidate: pd.DataFrame, confidence: float = CONFIDENCE,
-                 seed: int = 0) -> tuple[pd.DataFrame, dict]:
+                 seed: int = 0, history_runs=None) -> tuple[pd.DataFrame, dict]:
     """compare.csv's table (keys, then COMPARE_COLUMNS; one row per configuration in both) and
-    facts for the summary: keys, notes, configurations only on one side, m."""
+    facts for the summary: keys, notes, configurations only on one side, m, the run-to-run
+    spread. A run's variance comes from repeats (repeat_spread) in `history_runs` (the compared
+    runs left out; a DataFrame, or a function giving one, called only when some configuration
+    has fewer repeats than the bootstrap takes) and within each side."""
     keys, notes = configuration_keys(baseline, candidate)
     base, cand = prepared(baseline, keys), prepared(candidate, keys)
     columns = config_columns(keys)
     groups = {side: {config: rows for config, rows in frame.groupby(columns, sort=True)}
               for side, frame in (("baseline", base), ("candidate", cand))}
     common = sorted(set(groups["baseline"]) & set(groups["candidate"]), key=_config_order)
-    cells = {side: {config: cell_of(rows) for config, rows in groups[side].items()} for side in groups}
+    if callable(history_runs):
+        few = any(groups[side][config]["_log_thr"].notna().sum() < MIN_BOOTSTRAP_REPEATS
+                  for config in common for side in groups)
+        history_runs = history_runs() if few else None
+    spread = repeat_spread([_without(history_runs, baseline, candidate), baseline, candidate])
+    cells = {side: {config: cell_of(rows, spread) for config, rows in groups[side].items()}
+             for side in groups}
     rng = np.random.default_rng(seed)
     estimates = [estimate(cells["baseline"][c], cells["candidate"][c], rng) for c in common]
     m = sum(1 for e in estimates if e is not None and e.method != "none")
@@ -378,9 +434,25 @@ def compare_runs(baseline: pd.DataFrame, candidate: pd.DataFrame, confidence: fl
         "adjusted_level": adjusted_level,
         "only_baseline": sorted(set(groups["baseline"]) - set(common), key=_config_order),
         "only_candidate": sorted(set(groups["candidate"]) - set(common), key=_config_order),
-        "provenance": provenance_diff(base, cand),
+        # Only configurations on both sides: a configuration added on one side is no change.
+        "provenance": provenance_diff(_rows_of(base, columns, common), _rows_of(cand, columns, common)),
+        "spread": spread,
     }
     return table, facts
+
+
+def _without(history_runs, *sides) -> pd.DataFrame | None:
+    """The history's runs but those of the sides (by run_id; older tables have none)."""
+    if history_runs is None or "run_id" not in history_runs:
+        return history_runs
+    compared = set().union(*(set(side["run_id"].dropna()) for side in sides if "run_id" in side))
+    return history_runs[~history_runs["run_id"].isin(compared)]
+
+
+def _rows_of(frame: pd.DataFrame, columns: list[str], configs: list[tuple]) -> pd.DataFrame:
+    """The rows of `frame` whose configuration (`columns`) is one of `configs`."""
+    chosen = pd.MultiIndex.from_frame(frame[columns]).isin(configs) if configs else np.zeros(len(frame), bool)
+    return frame[chosen]
 
 
 def _config_order(config: tuple):
@@ -396,6 +468,10 @@ def _row(config, est, cells, efficiency, groups, confidence, adjusted_level, m) 
     row["throughput_candidate_img_s"] = math.exp(cand.logs.mean()) if cand.n else math.nan
     if est is None:
         row.update(ratio=math.nan, ci_method="none", verdict=UNKNOWN)
+    elif est.method == "none" and min(base.n, cand.n) == 1:
+        # one run a side says nothing of the run-to-run spread: the ratio, but no verdict
+        row.update(ratio=math.exp(est.log_ratio), change_pct=(math.exp(est.log_ratio) - 1) * 100,
+                   ci_method="none", verdict=UNKNOWN_NO_REPEATS)
     else:
         low, high = est.interval(confidence)
         adj_low, adj_high = est.interval(adjusted_level)
@@ -433,7 +509,8 @@ def _cell_note(base: Cell, cand: Cell) -> str:
             notes.append(f"{side}: no ok run with a throughput"
                          + (f" ({', '.join(f'{s} x{n}' for s, n in not_ok.items())})" if not_ok else ""))
         elif cell.n == 1 and not math.isfinite(cell.run_var):
-            notes.append(f"{side}: one run without an interval of its own")
+            notes.append(f"{side}: one run, and no repeats of its settings on its hardware to "
+                         "tell the run-to-run spread")
     return "; ".join(notes)
 
 
@@ -443,12 +520,12 @@ OUTPUTS = history.COMPARE_OUTPUTS
 
 
 def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE,
-                     seed: int = 0) -> tuple[pd.DataFrame, str]:
+                     seed: int = 0, history_runs=None) -> tuple[pd.DataFrame, str]:
     """Compare two history.Side objects into outdir/compare.csv, compare.png and summary.txt;
-    returns the table and the summary text."""
+    returns the table and the summary text. `history_runs`: where single runs' spread comes from."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    table, facts = compare_runs(baseline.runs, candidate.runs, confidence, seed)
+    table, facts = compare_runs(baseline.runs, candidate.runs, confidence, seed, history_runs)
     text = summary(table, facts, baseline, candidate)
     atomic.write_csv(table, outdir / "compare.csv")
     plot_ratios(table, facts, outdir / "compare.png")
@@ -461,9 +538,10 @@ def write_compare(baseline_spec: str, archived_json, history_dir, outdir) -> str
     `baseline_spec` (config key compare_with); returns the verdict counts for the rule's log."""
     archived = json.loads(Path(archived_json).read_text())
     baseline = history.load_side(str(baseline_spec), history_dir)
-    candidate = history.load_side(archived["file"], history_dir)
+    candidate = history.load_side(archived.get("runs_csv", archived["file"]), history_dir)
     candidate.label = f"this sweep ({archived['sweep_id']})"
-    table, _ = write_comparison(baseline, candidate, outdir)
+    table, _ = write_comparison(baseline, candidate, outdir,
+                                history_runs=lambda: history.spread_runs(history_dir))
     counts = table["verdict"].value_counts()
     return f"{len(table)} configurations compared with {baseline_spec}: " + ", ".join(
         f"{n} {verdict}" for verdict, n in counts.items())
@@ -487,16 +565,31 @@ def summary(table: pd.DataFrame, facts: dict, baseline, candidate) -> str:
         f"configuration; verdicts at the family-wise {_pct(facts['confidence'])} level (Bonferroni "
         f"over {facts['m']} configurations with an interval: each at {_pct(facts['adjusted_level'])})")
     counts = table["verdict"].value_counts()
-    lines.append("verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in (SLOWER, FASTER, SAME, UNKNOWN)))
+    unknown = counts.get(UNKNOWN, 0) + counts.get(UNKNOWN_NO_REPEATS, 0)
+    lines.append("verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in (SLOWER, FASTER, SAME))
+                 + f", {unknown} {UNKNOWN}" + (f" ({counts[UNKNOWN_NO_REPEATS]} for want of repeats)"
+                                               if UNKNOWN_NO_REPEATS in counts else ""))
     methods = table["ci_method"].value_counts()
     lines.append("intervals from: " + ", ".join(f"{m} ({n})" for m, n in methods.items()))
-    for name in (SLOWER, FASTER, UNKNOWN):
+    lines += spread_lines(facts["spread"], len(table))
+    for name in (SLOWER, FASTER, UNKNOWN, UNKNOWN_NO_REPEATS):
         chosen = table[table["verdict"] == name]
         if len(chosen):
             lines.append(f"{name}:")
             lines += [f"  {_row_line(row, keys)}" for _, row in chosen.iterrows()]
     lines += provenance_lines(facts["provenance"])
     return "\n".join(lines) + "\n"
+
+
+def spread_lines(spread: dict, m: int) -> list[str]:
+    """The run-to-run spread behind single runs' intervals, and what it takes to see 5 %."""
+    lines = []
+    for name, (variance, df) in sorted(spread.items()):
+        lines.append(f"run-to-run spread on {name or 'unknown hardware'}: {100 * math.sqrt(variance):.1f} % "
+                     f"(sd of log throughput, pooled repeats, df {df:g}); a 5 % change needs about "
+                     f"{repeats_needed(variance, m)} repeats a side to be found (80 % power, "
+                     f"family-wise over {m})")
+    return lines
 
 
 def _pct(level: float) -> str:

@@ -1,4 +1,4 @@
-"""Amdahl and Gustafson fits of the scaling series (docs/reference.md §3).
+"""Amdahl and Gustafson fits of the scaling series (the laws and their sources: docs/metrics.md).
 
 Three fits per group, kept apart because they answer different questions:
 - Amdahl on the group's speedup series (target `speedup`: the scaling table's `speedup` column,
@@ -84,8 +84,13 @@ FIT_COLUMNS = (
     "p", "p_stderr", "p_ci_low", "p_ci_high", "n_bootstrap", "r2", "objective", "limit_speedup",
     *(f"{name}_{k}" for k in range(1, N_DOUBLINGS + 1)
       for name in ("pred_gpus", "pred_speedup", "pred_efficiency_pct")),
-    "note",
+    "note", "flags",
 )
+# A fit whose R^2 is at most 0 explains none of the speedups' variation (a constant would do as
+# well): its p and predictions are no finding. Usually superlinear or flat, noisy speedups.
+NO_FIT_FLAG = "no_fit"
+NO_FIT_NOTE = ("r2 <= 0: the law explains none of these speedups (superlinear or noise-bound "
+               "points?); p and predictions are not findings")
 
 
 @dataclass(frozen=True)
@@ -274,7 +279,7 @@ def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFram
     points = group[group[spec.speedup_column].map(is_usable)].sort_values("gpus")
     baseline = group["baseline_gpus"].iloc[0]
     row = {column: math.nan for column in FIT_COLUMNS}
-    row.update(law=law, target=target, basis=basis, baseline_gpus=baseline, n_points=len(points),
+    row.update(flags="", law=law, target=target, basis=basis, baseline_gpus=baseline, n_points=len(points),
                gpus_fitted=",".join(str(int(g)) for g in points["gpus"]), n_bootstrap=0,
                objective=OBJECTIVE)
     notes = []
@@ -299,7 +304,10 @@ def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFram
         row[f"pred_efficiency_pct_{k}"] = speedup / (gpus / baseline) * 100.0
 
     interval_note = _add_bootstrap(row, law, spec, points, group_runs, n_bootstrap, seed)
-    row["note"] = "; ".join(notes + ([interval_note] if interval_note else []))
+    explains_nothing = bool(fit.r2 <= 0)  # NaN (speedups that do not vary) is no verdict
+    row["flags"] = NO_FIT_FLAG if explains_nothing else ""
+    row["note"] = "; ".join(notes + ([interval_note] if interval_note else [])
+                            + [NO_FIT_NOTE] * explains_nothing)
     return row
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep import atomic, scaling
-from scalesweep.provenance import PROVENANCE_COLUMNS, scalesweep_version
+from scalesweep.provenance import PROVENANCE_COLUMNS
 
 DEFAULT_HISTORY_DIR = "results/history"
 COMPARE_OUTPUTS = ("compare.csv", "compare.png", "summary.txt")  # scalesweep/compare.py writes them
@@ -61,11 +61,21 @@ class Archived:
 # ----------------------------------------------------------------------------- writing
 
 def archive(runs: pd.DataFrame, history_dir, config: dict | None = None, source=None) -> Archived:
-    """Archive one sweep's runs table into `history_dir`; the same runs archived again are found,
-    not written twice."""
+    """Archive the runs of `runs` that the history does not hold yet (by run_id) as one new
+    sweep; with nothing new, the sweep that archived the last of them is returned and nothing
+    is written. A rerun that completes a sweep (a fixed failure, an added configuration) thus
+    archives only what it ran: every run is in the history once."""
     history_dir = Path(history_dir)
     history_dir.mkdir(parents=True, exist_ok=True)
     runs = runs.reset_index(drop=True)
+    known = archived_run_ids(history_dir)
+    if "run_id" in runs and known:
+        held = runs["run_id"].isin(list(known))
+        if held.all():
+            sweep_id = max(known[run] for run in runs["run_id"])
+            return Archived(sweep_id, history_dir / f"{FILE_PREFIX}{sweep_id}{FILE_SUFFIX}",
+                            _id_date(sweep_id), 0)
+        runs = runs[~held].reset_index(drop=True)
     content = content_hash(runs)
     date = sweep_date(runs)
     existing = sorted(history_dir.glob(f"{FILE_PREFIX}*-{content}{FILE_SUFFIX}"))
@@ -77,6 +87,19 @@ def archive(runs: pd.DataFrame, history_dir, config: dict | None = None, source=
     frame = archive_frame(runs, sweep_id, date, config, source)
     write_parquet_atomic(frame, path)
     return Archived(sweep_id, path, date, len(runs))
+
+
+def archived_run_ids(history_dir) -> dict[str, str]:
+    """{run_id: the sweep id that archived it} over the history (older files lack run ids)."""
+    files = sweep_files(history_dir)
+    if not files:
+        return {}
+    present = _query(files, "SELECT * FROM raw_runs LIMIT 0")[0].columns
+    if "run_id" not in present:
+        return {}
+    held = query(files, "SELECT run_id, min(sweep_id) AS sweep_id FROM raw_runs "
+                 "WHERE run_id IS NOT NULL GROUP BY run_id")
+    return dict(zip(held["run_id"], held["sweep_id"]))
 
 
 def content_hash(runs: pd.DataFrame) -> str:
@@ -106,11 +129,9 @@ def _id_date(sweep_id: str) -> str:
 
 
 def archive_frame(runs: pd.DataFrame, sweep_id: str, date: str, config, source) -> pd.DataFrame:
-    """The archived table: the sweep's columns, then the runs (the version of the code filled in
-    where runs.csv predates the column)."""
+    """The archived table: the sweep's columns, then the runs. The code version stays the runs'
+    own (their headers'): the code archiving them may be a later one."""
     frame = runs.drop(columns=[c for c in SWEEP_COLUMNS if c in runs.columns])
-    if "scalesweep_version" not in frame or frame["scalesweep_version"].isna().all():
-        frame["scalesweep_version"] = scalesweep_version()
     sweep = {
         "sweep_id": sweep_id,
         "sweep_date": date,
@@ -196,6 +217,23 @@ def read_runs(history_dir, where: str | None = None, selectors=(), files=None) -
     return query(files, f"SELECT * FROM runs WHERE {condition}", parameters, where=where)
 
 
+# What compare's run-to-run spread reads of the history (compare.repeat_spread).
+SPREAD_COLUMNS = ("run_id", "settings_hash", "gpu_model", "cpu_model", "status", "throughput_img_s")
+
+
+def spread_runs(history_dir) -> pd.DataFrame:
+    """The archived runs' SPREAD_COLUMNS (a column no file has is left out): a comparison's
+    source of repeats, without reading every column of a long history."""
+    files = sweep_files(history_dir)
+    if not files:
+        return pd.DataFrame(columns=list(SPREAD_COLUMNS))
+    present, files = _query(files, "SELECT * FROM runs LIMIT 0")
+    columns = [c for c in SPREAD_COLUMNS if c in present.columns]
+    if not files or not columns:
+        return pd.DataFrame(columns=list(SPREAD_COLUMNS))
+    return query(files, f"SELECT {', '.join(map(_sql_name, columns))} FROM runs")
+
+
 def query(files, sql: str, parameters=(), where: str | None = None) -> pd.DataFrame:
     """`sql` over the view `runs` (every file's rows, columns united by name). A file DuckDB
     cannot read is left out with a DamagedArchiveWarning, and the query runs on the others."""
@@ -210,8 +248,9 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
     while readable:
         connection = duckdb.connect()
         try:
-            connection.execute(f"CREATE VIEW runs AS SELECT * FROM read_parquet("
+            connection.execute(f"CREATE VIEW raw_runs AS SELECT * FROM read_parquet("
                                f"[{', '.join(map(_sql_text, readable))}], union_by_name = true)")
+            connection.execute(_deduplicated_view(connection))
             return connection.execute(sql, list(parameters)).df(), readable
         except duckdb.Error as error:
             damaged = {} if _is_query_error(error) else _damaged(readable, error)
@@ -224,6 +263,17 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
         finally:
             connection.close()
     return pd.DataFrame(columns=list(SWEEP_COLUMNS)), []
+
+
+def _deduplicated_view(connection) -> str:
+    """The view `runs`: every archived run once, whatever the files. A run read from two files
+    (a copied archive file, a sweep archived before run ids existed and again after) keeps its
+    oldest sweep's row; rows without a run id (older archives) are all kept."""
+    columns = [row[0] for row in connection.execute("DESCRIBE raw_runs").fetchall()]
+    if "run_id" not in columns:
+        return "CREATE VIEW runs AS SELECT * FROM raw_runs"
+    return ("CREATE VIEW runs AS SELECT * FROM raw_runs QUALIFY run_id IS NULL OR "
+            "row_number() OVER (PARTITION BY run_id ORDER BY sweep_id) = 1")
 
 
 def _is_query_error(error: Exception) -> bool:
@@ -396,8 +446,14 @@ def write_history(runs_csv, history_dir, config, archived_json, figure=None) -> 
     (scalesweep/history_figure.py); return the log line."""
     source = Path(runs_csv).resolve().parent.parent
     archived = archive(read_runs_csv(runs_csv), history_dir, config=config, source=source)
-    atomic.write_text(archived.as_json() + "\n", archived_json)
-    line = f"archived {archived.runs} runs as {archived.sweep_id}: {archived.path}"
+    record = json.loads(archived.as_json())
+    # What this sweep holds, for `compare_with`: the archive file holds only its new runs.
+    record["runs_csv"] = str(Path(runs_csv).resolve())
+    atomic.write_text(json.dumps(record, indent=2) + "\n", archived_json)
+    if archived.runs == 0:
+        line = f"nothing new to archive: every run is in the history (last in {archived.sweep_id})"
+    else:
+        line = f"archived {archived.runs} new runs as {archived.sweep_id}: {archived.path}"
     if figure is None:
         return line
     from scalesweep import history_figure  # matplotlib: loaded only when a figure is asked for
@@ -413,7 +469,8 @@ def comparison_outputs(compare_with, outdir) -> list[str]:
 
 
 # Provenance read as text: a driver "550.540" or a CUDA "12.10" read as numbers would lose digits.
-TEXT_COLUMNS = (*PROVENANCE_COLUMNS, *scaling.NAME_COLUMNS, "hostname", "slurm_job_id")
+TEXT_COLUMNS = (*(c for c in PROVENANCE_COLUMNS if c not in ("load_avg_1m", "node_shared")),
+                *scaling.NAME_COLUMNS, "hostname", "slurm_job_id", "run_id")
 
 
 def read_runs_csv(path) -> pd.DataFrame:

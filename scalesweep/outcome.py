@@ -63,7 +63,7 @@ def rebuild_tables_and_figures(runs_csv, table_outputs: dict, analysis: dict, sc
     try:
         tables.write_tables(runs_csv, table_outputs, analysis["efficiency_floor_pct"],
                             analysis["gpu_hour_budget"], analysis["epoch_budget"],
-                            analysis["greenest_time_bound_s"])
+                            analysis["greenest_time_bound_s"], analysis["allow_superlinear"])
         figures.write_figures(scaling_csv, fits_csv, figures_dir)
         findings.write_findings(scaling_csv, fits_csv, table_outputs["sweet_spot"], findings_md)
     except Exception as error:  # noqa: BLE001

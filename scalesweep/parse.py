@@ -3,10 +3,10 @@
 The format is detected from the text, never configured:
 
 - `scalesweep`: our `:::SCALESWEEP {json}` records (docs/records.md), human lines ignored;
-- `tf-reference-keras2` / `tf-keras3`: the course's reference TensorFlow script, a
+- `tf-reference-keras2` / `tf-keras3`: the reference TensorFlow script (docs/metrics.md), a
   ` Model ResNet50 2 GPUs` header block then Keras `verbose=2` epoch lines; one file may hold
   several runs (the reference ran 1/2/4 GPUs one after another in one job);
-- `ddp-reference`: the course's reference PyTorch DDP trainer's INFO lines; its world
+- `ddp-reference`: the reference PyTorch DDP trainer's INFO lines (docs/metrics.md); its world
   size is not in the log and comes from the caller or the file name;
 - `unknown`: no training lines at all, but a failure signature (a job killed at its time limit
   before printing anything) or a Python exception (a trainer that died on import) - a failed
@@ -31,6 +31,12 @@ from scalesweep.records import FIRST_STEADY_EPOCH, RECORD_PREFIX, SCHEMA, STATUS
 
 UNFINISHED_CAUSES = "run killed, timed out or crashed?"
 TRUNCATED_REASON = f"log ends before the summary record ({UNFINISHED_CAUSES})"
+# `counted`: the trainer counted the images (our records, the DDP reference's sampler sizes);
+# `dataset`: the dataset's size, given or known (the TF reference script's CIFAR-10);
+# `estimate`: Keras steps x global batch, an upper bound (the last batch is partial).
+IMAGE_SOURCES = ("counted", "dataset", "estimate")
+# The reference TF script trains on the CIFAR-10 training set, whole (docs/trainers.md).
+CIFAR10_TRAIN_IMAGES = 50_000
 REASON_LIMIT = 300
 # Digits of a count in a human-format log: a longer digit run is no count (records.MAX_COUNT),
 # and Python refuses to convert an integer of more than 4,300 digits at all.
@@ -72,6 +78,8 @@ class ParsedRun:
     epochs: list[dict]
     summary: dict | None = None
     problems: list[str] = field(default_factory=list)
+    # Where the epochs' image counts come from (IMAGE_SOURCES): only an `estimate` is not a count.
+    images_source: str = "counted"
 
 
 @dataclass
@@ -90,15 +98,17 @@ class _Draft:
 # Public entry points
 
 
-def parse_file(path, world_size: int | None = None) -> list[ParsedRun]:
-    """Parse a log file; `world_size` is needed only for ddp-reference logs whose name lacks it."""
+def parse_file(path, world_size: int | None = None, images_per_epoch: int | None = None) -> list[ParsedRun]:
+    """Parse a log file; `world_size` is needed only for ddp-reference logs whose name lacks it,
+    `images_per_epoch` (the dataset's training images) only for Keras logs, which count steps."""
     # Logs of crashed jobs can hold stray bytes (killed mid-write, binary progress output):
     # replacing them keeps every readable line instead of losing the whole run.
     text = Path(path).read_text(encoding="utf-8", errors="replace")
-    return parse_log(text, source=str(path), world_size=world_size)
+    return parse_log(text, source=str(path), world_size=world_size, images_per_epoch=images_per_epoch)
 
 
-def parse_log(text: str, source: str = "<string>", world_size: int | None = None) -> list[ParsedRun]:
+def parse_log(text: str, source: str = "<string>", world_size: int | None = None,
+              images_per_epoch: int | None = None) -> list[ParsedRun]:
     """All runs in one log text, in the order they ran."""
     if not text.strip():
         raise EmptyLogError(source, "empty log")
@@ -109,7 +119,8 @@ def parse_log(text: str, source: str = "<string>", world_size: int | None = None
     if fmt == "ddp-reference":
         return [_checked(_parse_ddp(lines, source, world_size))]
     if fmt in ("tf-reference-keras2", "tf-keras3"):
-        return [_checked(run) for run in _parse_keras(lines, source, fmt, world_size)]
+        runs = _parse_keras(lines, source, fmt, world_size, images_per_epoch)
+        return [_checked(run) for run in runs]
     return [_unknown_format_run(lines, source)]
 
 
@@ -485,7 +496,7 @@ _KERAS_METRICS = {
 }
 
 
-def _parse_keras(lines, source, fmt, world_size) -> list[ParsedRun]:
+def _parse_keras(lines, source, fmt, world_size, images_per_epoch=None) -> list[ParsedRun]:
     drafts: list[_Draft] = []
     prelude: list[tuple[int, str]] = []
     pending_epoch = None  # the number of an `Epoch k/E` line still waiting for its progress line
@@ -515,7 +526,7 @@ def _parse_keras(lines, source, fmt, world_size) -> list[ParsedRun]:
                 draft.header["epochs"] = 1
             draft.epochs.append(_keras_epoch(pending_epoch or 1, _KERAS_PROGRESS_RE.search(line)))
             pending_epoch = None
-    return [_finish_keras(draft, source, fmt, world_size) for draft in drafts]
+    return [_finish_keras(draft, source, fmt, world_size, images_per_epoch) for draft in drafts]
 
 
 def _keras_header(match) -> dict:
@@ -570,23 +581,25 @@ def _duration(match) -> tuple[float, float]:
 
 
 def _keras_epoch_seconds(elapsed, times: dict, steps: int) -> float:
-    """The most precise epoch time a Keras line gives.
+    """The most precise epoch time a Keras line gives, of (seconds, resolution) candidates.
 
     Keras 2 prints `9s/epoch - 712ms/step` where the step time is the epoch time divided by the
-    steps, so steps x 712 ms (+-6.5 ms for 13 steps) beats the whole-second epoch field. Keras 3's
-    step time leaves out the first step, so there only the elapsed seconds count.
+    steps, so steps x 712 ms (+-6.5 ms for 13 steps) beats the whole-second epoch field. Keras 3
+    prints no epoch field and its elapsed time in whole seconds (`0s` for a short epoch); its
+    step time is the mean of steps 2..n, so steps x it counts the first step as an average one,
+    still far closer than +-0.5 s unless the step time itself is in whole seconds.
     """
     candidates = [elapsed]
     if "epoch" in times:
         candidates.insert(0, times["epoch"])
-        if "step" in times:
-            seconds, resolution = times["step"]
-            candidates.insert(1, (seconds * steps, resolution * steps))
+    if "step" in times:
+        seconds, resolution = times["step"]
+        candidates.insert(1, (seconds * steps, resolution * steps))
     best = min(candidates, key=lambda candidate: candidate[1])
     return round(best[0], 6)
 
 
-def _finish_keras(draft: _Draft, source, fmt, world_size) -> ParsedRun:
+def _finish_keras(draft: _Draft, source, fmt, world_size, images_per_epoch=None) -> ParsedRun:
     header = draft.header
     if "world_size" not in header:
         # 0 GPUs is the CPU baseline: its replica count is unknown unless Num_replicas says.
@@ -597,21 +610,45 @@ def _finish_keras(draft: _Draft, source, fmt, world_size) -> ParsedRun:
     if global_batch and replicas and global_batch % replicas == 0:
         # An uneven split (TF allows one) has no per-GPU batch: a fraction is no batch size.
         header["per_gpu_batch"] = global_batch // replicas
+    steps = [epoch.pop("steps") for epoch in draft.epochs]
+    images, images_source = keras_epoch_images(steps, global_batch, images_per_epoch, source)
     for epoch in draft.epochs:
-        steps = epoch.pop("steps")
-        # Keras counts the last, partial batch as a whole step: steps x global batch is an upper
-        # bound on the images seen (53,248 for CIFAR-10's 50,000 at 13 x 4096).
-        epoch["images"] = steps * global_batch if global_batch else None
-        epoch["throughput_img_s"] = _rate(epoch["images"], epoch["seconds"])
-    if draft.epochs and global_batch:
-        header["images_per_epoch"] = draft.epochs[0]["images"]
+        epoch["images"] = images
+        epoch["throughput_img_s"] = _rate(images, epoch["seconds"])
+    if draft.epochs and images:
+        header["images_per_epoch"] = images
     asked = header.get("epochs")
     if asked is not None and len(draft.epochs) >= asked:
         summary = _finished_summary(draft.epochs)
     else:
         why = f"log ends after {len(draft.epochs)} of {asked or '?'} epochs ({UNFINISHED_CAUSES})"
         summary = _unfinished_summary(draft, why)
-    return ParsedRun(fmt, source, header, draft.epochs, summary)
+    return ParsedRun(fmt, source, header, draft.epochs, summary, images_source=images_source)
+
+
+def keras_epoch_images(steps: list[int], global_batch, dataset_images, source) -> tuple[int | None, str]:
+    """(images of one epoch, IMAGE_SOURCES entry) of a Keras run from its epochs' step counts.
+
+    Keras counts the last, partial batch as a whole step, so steps x global batch only bounds the
+    images from above (53,248 for CIFAR-10's 50,000 at 13 x 4096) and differs between GPU counts
+    for the same dataset. The dataset's size is the count: `dataset_images` when given, else
+    CIFAR-10's 50,000, what the reference script trains on, when the steps agree with it. Given
+    images that the steps contradict are an error naming the log.
+    """
+    if not global_batch or not steps:
+        return None, "estimate"
+    if dataset_images is not None:
+        expected = -(-dataset_images // global_batch)  # Keras' steps, the last batch partial
+        if any(count != expected for count in steps):
+            raise LogFormatError(
+                source,
+                f"images per epoch {dataset_images} give {expected} steps of global batch "
+                f"{global_batch}, the log shows {sorted(set(steps))}: wrong --images-per-epoch?",
+            )
+        return dataset_images, "dataset"
+    if all(count == -(-CIFAR10_TRAIN_IMAGES // global_batch) for count in steps):
+        return CIFAR10_TRAIN_IMAGES, "dataset"
+    return max(steps) * global_batch, "estimate"
 
 
 # ---------------------------------------------------------------------------------------------

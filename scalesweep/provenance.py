@@ -30,7 +30,12 @@ PROVENANCE_COLUMNS = (
     "start_time",
     "scalesweep_version",
     "settings_hash",
+    "load_avg_1m",
+    "node_load",
+    "node_shared",
 )
+# Provenance that differs between any two runs, so a diff of it says nothing.
+UNCOMPARED = frozenset({"start_time", "load_avg_1m"})
 
 # Header keys that define what a run computed and how it was measured: two runs with the same
 # values ran the same experiment. Versions, devices and places are provenance columns of their own,
@@ -71,9 +76,24 @@ def run_provenance(header: dict, axes: dict | None = None) -> dict:
         "cluster": _text(header.get("slurm_cluster_name") or header.get("hostname")),
         "slurm_nodelist": _text(header.get("slurm_nodelist")),
         "start_time": _text(header.get("start_time")),
-        "scalesweep_version": scalesweep_version(),
+        # The code that ran the run, as the workflow told the trainer (docs/records.md); never
+        # the version at tidy time, which a later edit would stamp on every earlier run.
+        "scalesweep_version": _text(header.get("scalesweep_version")),
         "settings_hash": settings_hash(header, axes or {}),
+        **node_load(header),
     }
+
+
+def node_load(header: dict) -> dict:
+    """What else ran on the node at the run's start: the header's load average, `busy` when it
+    exceeds the node's CPUs (more runnable processes than CPUs: the run had to share them), and
+    whether SLURM gave the job only part of the node. Null where the header does not say. The
+    1-minute average still holds the sweep's previous job for a while after it ended."""
+    load, cpus, shared = (header.get(key) for key in ("load_avg_1m", "node_cpus", "node_shared"))
+    busy = None
+    if isinstance(load, (int, float)) and isinstance(cpus, int) and cpus > 0:
+        busy = "busy" if load > cpus else "quiet"
+    return {"load_avg_1m": load, "node_load": busy, "node_shared": None if shared is None else bool(shared)}
 
 
 def gpu_model(models) -> str | None:
@@ -130,3 +150,36 @@ def scalesweep_version() -> str:
         return metadata.version("scalesweep")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+# What `-dirty` looks at: the code that launches, trains and tabulates. config/ is an input that
+# settings_hash already records; results, logs and docs change nothing a run computes.
+CODE_PATHS = ("scalesweep", "scripts", "workflow", "Snakefile", "envs", "pyproject.toml")
+VERSION_ENV = "SCALESWEEP_VERSION"  # set by the workflow, read by the trainers (scripts/runlog.py)
+
+
+def code_version(repo: Path = REPO) -> str:
+    """The checkout's commit, `-dirty` when CODE_PATHS hold uncommitted changes; the installed
+    package's version without git (a copy without .git, say)."""
+    try:
+        commit = _git(repo, "rev-parse", "--short=12", "HEAD")
+        changed = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+        return commit + ("-dirty" if changed else "")
+    except (OSError, subprocess.SubprocessError):
+        return scalesweep_version()
+
+
+def _git(repo: Path, *args) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          timeout=10, check=True)
+    return done.stdout.strip()
+
+
+def run_id(header: dict, epochs: list, summary: dict | None, log=None) -> str:
+    """16 hex digits naming one run by what made it: its log's header (host, SLURM job, start
+    time), its epochs and summary. The same run read again, from a copy or in a later sweep's
+    runs.csv, has the same id; another run never does (its start time or its numbers differ).
+    A row without a header (no log, an unreadable one) is named by its log and axes."""
+    made = {"header": header, "epochs": epochs, "summary": summary} if header else {"log": log}
+    canonical = json.dumps(made, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -162,6 +162,10 @@ HEADER = {
     "start_time": text(),
     "omp_num_threads": count(nullable=True),
     "omp_num_threads_env": text(),
+    "scalesweep_version": text(),
+    "load_avg_1m": number(minimum=0),
+    "node_cpus": count(nullable=True),
+    "node_shared": flag(nullable=True),
 }
 # GPU energy (scripts/energy.py): where it comes from, and why it is missing.
 ENERGY = {"energy_source": text(choices=("nvml",)), "energy_note": text()}

@@ -1,6 +1,6 @@
 """Scaling tables from the tidy runs table (runs.csv): speedup, efficiency and the extras.
 
-Metric definitions follow docs/reference.md §3. Every group of runs that share a configuration (the
+Metric definitions: docs/metrics.md. Every group of runs that share a configuration (the
 GROUP KEYS: every column of runs.csv that is not in NON_KEY_COLUMNS) gets one row per GPU count
 (gpus >= 1) with the repeats aggregated by their median. The baseline of a group is its smallest
 GPU count with a usable ok run; when that is not 1 GPU, speedups are relative to it and the note
@@ -34,11 +34,13 @@ NON_KEY_COLUMNS = frozenset(
         "gpus", "nodes", "repeat",
         # follow from gpus
         "world_size", "global_batch", "learning_rate", "images_per_epoch", "device_kind",
+        "images_per_epoch_source",
         # outcome
         "status", "reason", "epochs",
         # metrics
         "steady_epoch_time_s", "throughput_img_s", "throughput_per_gpu_img_s", "total_time_s",
-        "train_time_s", "memory_gb", "peak_host_rss_gb", "timed_steps", "step_time_ci_pct",
+        "train_time_s", "memory_gb", "peak_host_rss_gb", "timed_steps", "timed_stop_reason",
+        "step_time_ci_pct",
         "throughput_ci_low_img_s", "throughput_ci_high_img_s", "wall_time_s", "gpu_hours",
         "train_images", *BREAKDOWN_COLUMNS,
         # energy (scalesweep/tidy.py)
@@ -50,7 +52,8 @@ NON_KEY_COLUMNS = frozenset(
         # provenance (scalesweep/provenance.py) and the sweep history's own columns (history.py)
         "gpu_model", "gpu_driver", "cpu_model", "framework_version", "cuda_version",
         "cudnn_version", "nccl_version", "container_image", "container_digest", "cluster", "scalesweep_version",
-        "settings_hash", "sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host",
+        "settings_hash", "run_id", "load_avg_1m", "node_load", "node_shared",
+        "sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host",
     }
 )
 
@@ -86,7 +89,7 @@ SCALING_COLUMNS = (
     "train_images", "gpu_hours", "global_batch",
     *ENERGY_COLUMNS,
     *SCALED_BREAKDOWN, *LOSS_COLUMNS, "breakdown_note",
-    "note",
+    "note", "flags",
 )
 
 # Which ratio the relative metrics (speedup, efficiency, Karp-Flatt, fits, sweet spot) follow.
@@ -98,6 +101,20 @@ SCALING_COLUMNS = (
 THROUGHPUT_BASIS, TIME_BASIS = "throughput", "time"
 
 SINGLE_COUNT_NOTE = "single GPU count: no scaling"
+# Efficiency above this is flagged, not reported as a result: a few % above 100 is noise, more is
+# almost always a baseline that was slowed (more processes than CPU cores at N_min make one
+# process slow, not many fast; a shared node), rarely a working set that now fits a cache.
+SUPERLINEAR_PCT = 105.0
+SUPERLINEAR_FLAG = "superlinear"
+SUPERLINEAR_NOTE = (f"efficiency above {SUPERLINEAR_PCT:g} %: superlinear, likely a slowed "
+                    "baseline (more processes than cores, a busy or shared node: see node_load); "
+                    "kept out of the sweet spot")
+AT_CAP_NOTE = ("{} run(s) timed to the step cap (timed_stop_reason cap): the precision target "
+               "was not reached, see step_time_ci_pct in runs.csv")
+# runs.csv's images_per_epoch_source of a count that is only Keras' steps x global batch.
+ESTIMATE_SOURCE = "estimate"
+ESTIMATED_IMAGES_NOTE = ("images per epoch estimated as steps x global batch (an upper bound): "
+                         "throughput too; give the dataset's size (--images-per-epoch)")
 MIXED_PROTOCOLS_NOTE = "mixed protocols ({}): the timed units differ, no relative metrics"
 NO_BASELINE_NOTE = "no GPU count with a usable ok run: no baseline"
 
@@ -366,7 +383,11 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         _ok=ok,
         nodes=runs["nodes"] if "nodes" in runs else missing,
         epochs=runs["epochs"].where(ok) if "epochs" in runs else missing,
-        **_ok_values(runs, ok, ("protocol", "images_per_epoch", "train_images", "gpu_hours",
+        _counted_images=counted_images(runs).where(ok),
+        _at_cap=(runs["timed_stop_reason"] == "cap") & ok if "timed_stop_reason" in runs else False,
+        _estimated=(runs["images_per_epoch_source"] == ESTIMATE_SOURCE) & ok
+        if "images_per_epoch_source" in runs else False,
+        **_ok_values(runs, ok, ("protocol", "train_images", "gpu_hours",
                                 "throughput_ci_low_img_s", "throughput_ci_high_img_s",
                                 "global_batch", *ENERGY_MEDIANS, *SCALED_BREAKDOWN)),
         # usable (finite, > 0) values of ok runs; NaN elsewhere, which median/min/max skip
@@ -377,8 +398,10 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     aggregations = {"n_runs": ("_ok", "size"), "n_ok": ("_ok", "sum"), "nodes": ("nodes", "min"),
                     "node_counts": ("nodes", "nunique"), "epochs": ("epochs", "median"),
                     "protocol": ("protocol", "first"), "_protocols": ("protocol", "nunique"),
-                    "_images_min": ("images_per_epoch", "min"),
-                    "_images_max": ("images_per_epoch", "max"),
+                    "_images_min": ("_counted_images", "min"),
+                    "_images_max": ("_counted_images", "max"),
+                    "_estimated": ("_estimated", "any"),
+                    "_at_cap": ("_at_cap", "sum"),
                     "train_images": ("train_images", "median"), "gpu_hours": ("gpu_hours", "median"),
                     "_thr_mean": ("throughput_img_s", "mean"), "_thr_sd": ("throughput_img_s", "std"),
                     "_run_ci_low": ("throughput_ci_low_img_s", "first"),
@@ -405,6 +428,17 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     ]
     return table.drop(columns=["node_counts", "_thr_mean", "_thr_sd", "_run_ci_low", "_run_ci_high",
                                *(f"_{name}_usable" for name, _ in _AGGREGATED)])
+
+
+def counted_images(runs: pd.DataFrame) -> pd.Series:
+    """Images per epoch of every run where they are a count, NaN where only an estimate (Keras
+    steps x global batch, which differs between GPU counts for one dataset: no change of work)."""
+    if "images_per_epoch" not in runs:
+        return pd.Series(np.nan, index=runs.index)
+    images = pd.to_numeric(runs["images_per_epoch"], errors="coerce")
+    if "images_per_epoch_source" not in runs:
+        return images
+    return images.where(runs["images_per_epoch_source"] != ESTIMATE_SOURCE)
 
 
 def _ok_values(runs: pd.DataFrame, ok: pd.Series, columns) -> dict:
@@ -439,7 +473,7 @@ _RELATIVE_COLUMNS = tuple(c for c in SCALING_COLUMNS if c not in (
     "throughput_ci_low_img_s", "throughput_ci_high_img_s", "throughput_ci_source",
     "total_time_s", "total_time_s_min", "total_time_s_max", "throughput_per_gpu_img_s",
     "train_images", "gpu_hours", "global_batch", *ENERGY_MEDIANS, "projected_energy_j",
-    *SCALED_BREAKDOWN, "breakdown_note", "note"))
+    *SCALED_BREAKDOWN, "breakdown_note", "note", "flags"))
 
 
 def group_basis(group: pd.DataFrame) -> str:
@@ -498,11 +532,22 @@ def _group_metrics(cells: pd.DataFrame) -> dict:
         columns["energy_efficiency_pct"] = energy_efficiency_pct(cells["joules_per_image"].to_numpy(float), base)
         columns.update(loss_table(cells, base))
 
-    columns["note"] = ["; ".join(group_notes + notes) for notes in cells["notes"]]
+    superlinear = np.asarray(columns["efficiency_pct"], dtype=float) > SUPERLINEAR_PCT
+    columns["flags"] = np.where(superlinear, SUPERLINEAR_FLAG, "")
+    columns["note"] = ["; ".join(group_notes + notes + _measurement_notes(estimated, capped, flagged))
+                       for notes, estimated, capped, flagged
+                       in zip(cells["notes"], cells["_estimated"], cells["_at_cap"], superlinear)]
     # Older and reference logs have no step breakdown: said beside the note, not in it.
     lacking = (cells["n_ok"] > 0) & cells[list(PARTS)].isna().all(axis=1)
     columns["breakdown_note"] = np.where(lacking, NO_BREAKDOWN_NOTE, "")
     return columns
+
+
+def _measurement_notes(estimated: bool, capped: int, superlinear: bool) -> list[str]:
+    """Why one GPU count's numbers deserve doubt: estimated images, windows at their step cap,
+    an efficiency above ideal."""
+    return ([ESTIMATED_IMAGES_NOTE] * bool(estimated) + [AT_CAP_NOTE.format(int(capped))] * bool(capped)
+            + [SUPERLINEAR_NOTE] * bool(superlinear))
 
 
 def _relative_metrics(gpus, time, thr, total, base: int, group_notes: list[str]) -> dict:
@@ -563,7 +608,7 @@ def scaling_table(runs: pd.DataFrame, epoch_budget: float = 1.0) -> pd.DataFrame
         return pd.DataFrame(columns=[*keys, *SCALING_COLUMNS])
     # One column at a time over all groups; an integer column stays integer unless a group has NaN.
     derived = {column: np.concatenate([group[column] for group in groups]) for column in groups[0]}
-    helpers = ["notes", "_protocols", "_images_min", "_images_max"]
+    helpers = ["notes", "_protocols", "_images_min", "_images_max", "_estimated", "_at_cap"]
     table = pd.concat([counts.drop(columns=helpers), pd.DataFrame(derived, index=counts.index)],
                       axis=1)
     table["projected_energy_j"] = epoch_budget * table["train_images"] * table["joules_per_image"]
@@ -585,7 +630,7 @@ def acceleration_table(runs: pd.DataFrame) -> pd.DataFrame:
 
     `acceleration` = CPU steady epoch time / 1-GPU steady epoch time (x faster);
     `throughput_acceleration` the throughput ratio, `tts_acceleration` the total-time ratio.
-    A CPU baseline usually runs a smaller batch than a GPU (docs/reference.md §1: 256 vs 2048), so CPU
+    A CPU baseline usually runs a smaller batch than a GPU (the reference TF runs: 256 vs 2048), so CPU
     and GPU runs are matched on every key except per_gpu_batch: a 1-GPU run is compared with the
     CPU run of its own batch when there is one, else with the fastest CPU batch (noted).
     """

@@ -1,4 +1,4 @@
-"""Which GPU count to use: the sweet spot depends on the intent (docs/reference.md §3).
+"""Which GPU count to use: the sweet spot depends on the intent (docs/metrics.md).
 
 Per group of the scaling table, one row per intent:
 - `fastest`: the shortest time, however many GPUs it takes;
@@ -33,7 +33,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from scalesweep.scaling import THROUGHPUT_BASIS, group_basis, is_usable, iter_groups, table_group_keys
+from scalesweep.scaling import (
+    SUPERLINEAR_FLAG, THROUGHPUT_BASIS, group_basis, is_usable, iter_groups, table_group_keys,
+)
 
 INTENTS = ("fastest", "efficient", "budget", "greenest")
 SWEET_SPOT_COLUMNS = (
@@ -150,8 +152,12 @@ def with_costs(scaling: pd.DataFrame, epoch_budget: float) -> pd.DataFrame:
 def sweet_spot_table(scaling: pd.DataFrame, efficiency_floor: float = 80.0,
                      gpu_hour_budget: float | None = None,
                      epoch_budget: float = DEFAULT_EPOCH_BUDGET,
-                     greenest_time_bound_s: float | None = None) -> pd.DataFrame:
+                     greenest_time_bound_s: float | None = None,
+                     allow_superlinear: bool = False) -> pd.DataFrame:
     """One row per group x intent with the chosen GPU count and the numbers behind the choice.
+
+    GPU counts the scaling table flags superlinear are no candidates (their efficiency says more
+    about a slowed baseline than about them) unless `allow_superlinear`; the note names them.
 
     Columns: group keys, SWEET_SPOT_COLUMNS. An intent with no answer keeps its row with NaN
     numbers and the reason in `note`; `why` explains every choice made. `epoch_budget`: the
@@ -169,6 +175,7 @@ def sweet_spot_table(scaling: pd.DataFrame, efficiency_floor: float = 80.0,
     rows = []
     for values, group in iter_groups(table, keys):
         metric = chosen_time_metric(group)
+        group, left_out = trusted(group, allow_superlinear)
         choices = {
             "fastest": fastest(group, metric),
             "efficient": most_efficient(group, efficiency_floor),
@@ -177,8 +184,22 @@ def sweet_spot_table(scaling: pd.DataFrame, efficiency_floor: float = 80.0,
         }
         for intent in INTENTS:
             best, why = choices[intent]
-            rows.append({**values, **_choice_row(intent, metric, best, why)})
+            row = _choice_row(intent, metric, best, why)
+            row["note"] = "; ".join(filter(None, [row["note"], left_out]))
+            rows.append({**values, **row})
     return pd.DataFrame(rows, columns=[*keys, *SWEET_SPOT_COLUMNS])
+
+
+def trusted(group: pd.DataFrame, allow_superlinear: bool) -> tuple[pd.DataFrame, str]:
+    """(the group's rows the intents may choose from, a note on those left out or "")."""
+    if allow_superlinear or "flags" not in group:
+        return group, ""
+    flagged = group["flags"].fillna("").astype(str).str.contains(SUPERLINEAR_FLAG)
+    if not flagged.any():
+        return group, ""
+    counts = ", ".join(str(int(gpus)) for gpus in group.loc[flagged, "gpus"])
+    return group[~flagged], (f"left out as superlinear: {counts} GPUs "
+                             "(analysis.allow_superlinear: true lets them be chosen)")
 
 
 def _choice_row(intent: str, metric: str, best: pd.Series | None, why: str) -> dict:

@@ -15,7 +15,7 @@ TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "co
 
 
 def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
-                    greenest_time_bound_s=None) -> dict:
+                    greenest_time_bound_s=None, allow_superlinear=False) -> dict:
     """Every table of the analysis, by name (TABLES), from a runs table."""
     from scalesweep import fits
 
@@ -24,7 +24,7 @@ def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_bud
         "scaling": table,
         "fits": fits.fit_table(runs, scaling=table),
         "sweet_spot": sweetspot.sweet_spot_table(table, efficiency_floor, gpu_hour_budget,
-                                                 epoch_budget, greenest_time_bound_s),
+                                                 epoch_budget, greenest_time_bound_s, allow_superlinear),
         "acceleration": scaling.acceleration_table(runs),
         "compare_models": scaling.comparison_table(table, by="model"),
         "compare_datasets": scaling.comparison_table(table, by="dataset"),
@@ -32,10 +32,10 @@ def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_bud
 
 
 def write_tables(runs_csv, outputs: dict, efficiency_floor=80.0, gpu_hour_budget=None,
-                 epoch_budget=1.0, greenest_time_bound_s=None) -> str:
+                 epoch_budget=1.0, greenest_time_bound_s=None, allow_superlinear=False) -> str:
     """runs.csv -> every table of TABLES at outputs[name]; the log line."""
     tables = analysis_tables(scaling.read_runs(runs_csv), efficiency_floor, gpu_hour_budget,
-                             epoch_budget, greenest_time_bound_s)
+                             epoch_budget, greenest_time_bound_s, allow_superlinear)
     for name, table in tables.items():
         path = Path(outputs[name])
         path.parent.mkdir(parents=True, exist_ok=True)

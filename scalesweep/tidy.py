@@ -18,7 +18,7 @@ import pandas as pd
 
 from scalesweep import atomic, breakdown, hardware, records
 from scalesweep.parse import FIRST_STEADY_EPOCH, EmptyLogError, LogFormatError, parse_file
-from scalesweep.provenance import PROVENANCE_COLUMNS, run_provenance
+from scalesweep.provenance import PROVENANCE_COLUMNS, run_id, run_provenance
 
 AXIS_COLUMNS = ["framework", "model", "dataset", "gpus", "nodes", "repeat"]
 METRIC_COLUMNS = [
@@ -55,6 +55,7 @@ RUN_RESULT_COLUMNS = [
     "log",
     *INTERVAL_COLUMNS,
     "timed_steps",
+    "timed_stop_reason",
     *COST_COLUMNS,
     *ENERGY_COLUMNS,
     *ENERGY_TEXT_COLUMNS,
@@ -63,10 +64,12 @@ RUN_RESULT_COLUMNS = [
     # provenance, after the contract's columns
     "device_kind",
     "images_per_epoch",
+    "images_per_epoch_source",
     "train_images",
     "slurm_job_id",
     "hostname",
     *PROVENANCE_COLUMNS,
+    "run_id",
 ]
 EPOCH_RESULT_COLUMNS = ["epoch", "images", "seconds", "throughput_img_s", "loss", "accuracy", "steady"]
 EPOCH_FLOAT_COLUMNS = ["seconds", "throughput_img_s", "loss", "accuracy"]
@@ -98,24 +101,25 @@ class TidyTables(NamedTuple):
     refused: list[str]
 
 
-def runs_table(items) -> tuple[pd.DataFrame, pd.DataFrame]:
+def runs_table(items, images_per_epoch: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(epochs, runs) tables from `(log path or None, config axes)` pairs.
 
     Columns: AXIS_COLUMNS, then the configs' other axes sorted, then the result columns (a result
     column that is also an axis appears once, as the axis). epochs holds the epochs of finished
     (status ok) runs only: a failed run's partial epochs are not measurements to plot.
     """
-    epochs, runs, _ = tidy_tables(items)
+    epochs, runs, _ = tidy_tables(items, images_per_epoch)
     return epochs, runs
 
 
-def tidy_tables(items) -> TidyTables:
-    """runs_table's tables, and the logs it refused (TidyTables.refused)."""
+def tidy_tables(items, images_per_epoch: int | None = None) -> TidyTables:
+    """runs_table's tables, and the logs it refused (TidyTables.refused). `images_per_epoch`: the
+    dataset's training images, for logs that count steps instead (Keras; parse.keras_epoch_images)."""
     items = [(path, dict(config)) for path, config in items]
     extra_axes = _extra_axes(config for _, config in items)
     run_rows, epoch_rows, refused = [], [], []
     for path, config in items:
-        for run_row, run_epochs, refusal in _rows_for_item(path, config):
+        for run_row, run_epochs, refusal in _rows_for_item(path, config, images_per_epoch):
             run_rows.append(run_row)
             epoch_rows.extend(run_epochs)
             refused.extend([refusal] if refusal else [])
@@ -206,7 +210,7 @@ def _extra_axes(configs) -> list[str]:
     return sorted(keys - set(AXIS_COLUMNS))
 
 
-def _rows_for_item(path, config: dict) -> list[tuple[dict, list[dict], str | None]]:
+def _rows_for_item(path, config: dict, images_per_epoch=None) -> list[tuple[dict, list[dict], str | None]]:
     """[(run row, epoch rows, why refused or None)] for one log: several when it holds several runs.
 
     An empty log is a job that died before printing: a failed run, not a refused log.
@@ -214,7 +218,7 @@ def _rows_for_item(path, config: dict) -> list[tuple[dict, list[dict], str | Non
     if path is None or not Path(path).is_file():
         return [(_failed_row(config, NO_LOG_REASON, path), [], None)]
     try:
-        runs = parse_file(path, world_size=_world_size_hint(config))
+        runs = parse_file(path, world_size=_world_size_hint(config), images_per_epoch=images_per_epoch)
     except EmptyLogError as error:
         return [(_failed_row(config, str(error), path), [], None)]
     except (LogFormatError, OSError) as error:  # OSError: unreadable (permissions, vanished)
@@ -292,11 +296,13 @@ def _axes(log_values: dict, config: dict) -> dict:
 
 
 def _failed_row(config: dict, reason: str, path) -> dict:
+    log = None if path is None else str(path)
     return {
         **_axes({}, config),
         "status": "failed",
         "reason": reason,
-        "log": None if path is None else str(path),
+        "log": log,
+        "run_id": run_id({}, [], None, log={"path": log, "axes": config, "reason": reason}),
     }
 
 
@@ -312,7 +318,9 @@ def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
     row["log_format"] = run.format
     row["log"] = str(path)
     row["train_images"] = _train_images(header)
+    row["images_per_epoch_source"] = run.images_source if _is_number(row.get("images_per_epoch")) else None
     row.update(run_provenance(header, config))
+    row["run_id"] = run_id(header, run.epochs, run.summary, log=str(path))
     # A failed run cost GPU time too: its wall time is kept, its metrics are not.
     row["wall_time_s"] = summary.get("wall_time_s")
     if row["status"] != "ok":
@@ -396,8 +404,11 @@ def _step_interval(epochs: list[dict], summary: dict, throughput) -> dict:
     if not _is_number(pct) and len(steady) == 1:
         pct = steady[0].get("step_time_ci_pct")
     low, high = throughput_interval(throughput, pct)
+    # why the steps protocol's timed window ended: `cap` = short of its precision target
+    stop = steady[0].get("stop_reason") if len(steady) == 1 else None
     return {"timed_steps": steps, "step_time_ci_pct": pct if _is_number(pct) else None,
-            "throughput_ci_low_img_s": low, "throughput_ci_high_img_s": high}
+            "throughput_ci_low_img_s": low, "throughput_ci_high_img_s": high,
+            "timed_stop_reason": stop}
 
 
 # Breakdown keys the summary record carries as they are (docs/records.md).

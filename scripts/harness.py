@@ -167,11 +167,13 @@ class StepClock:
         return [end - begin for begin, end in zip(self.begins, self.ends)]
 
 
-def step_windows(args: argparse.Namespace) -> list[tuple]:
+def step_windows(args: argparse.Namespace, max_steps=None) -> list[tuple]:
     """The steps protocol's windows, (epoch record number, phase, runlog.TimedWindow): the run's
-    --warmup-steps steps, then the timed window (a fixed count, or the adaptive rule)."""
+    --warmup-steps steps, then the timed window (a fixed count, or the adaptive rule capped at
+    `max_steps`, the header's bounded cap; default --max-timed-steps)."""
+    max_steps = max_steps or args.max_timed_steps
     return [(1, "warmup", runlog.TimedWindow(args.warmup_steps)),
-            (2, "timed", runlog.TimedWindow(args.timed_steps, args.target_ci_pct, args.max_timed_steps))]
+            (2, "timed", runlog.TimedWindow(args.timed_steps, args.target_ci_pct, max_steps))]
 
 
 class WindowMeter:
@@ -374,7 +376,7 @@ def train_attempt(backend: Backend, args, log: runlog.RunLog, per_gpu_batch: int
     meter = WindowMeter(log, attempt.clock, attempt.global_batch, args.warmup_steps, backend.info,
                         backend.energy_counters)
     if args.protocol == "steps":
-        attempt.fit_steps(meter, step_windows(args))
+        attempt.fit_steps(meter, step_windows(args, log.header.get("max_timed_steps")))
     else:
         attempt.fit_epochs(meter, args.epochs)
     return attempt
@@ -466,7 +468,8 @@ def _protocol_keys(args, global_batch, steps_per_epoch):
                 "images_per_epoch": None if auto else args.timed_steps * global_batch,
                 "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps,
                 "target_ci_pct": args.target_ci_pct if auto else None,
-                "max_timed_steps": args.max_timed_steps if auto else None}
+                "max_timed_steps": runlog.timed_steps_cap(args.max_timed_steps, args.epochs,
+                                                          steps_per_epoch) if auto else None}
     return {"protocol": "epochs", "epochs": args.epochs,
             "images_per_epoch": steps_per_epoch * global_batch,
             "warmup_steps": args.warmup_steps, "timed_steps": None}

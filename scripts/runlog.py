@@ -130,7 +130,27 @@ def provenance(start_timestamp: float | None = None, environ=None) -> dict:
         "slurm_cluster_name": env.get("SLURM_CLUSTER_NAME") or None,
         "container_image": container_image(env),
         "start_time": utc_now_iso(start_timestamp),
+        # the code that runs, as the workflow computed it (git may be absent in a container)
+        "scalesweep_version": env.get("SCALESWEEP_VERSION") or None,
+        **node_load(env),
     }
+
+
+def node_load(environ=None, loadavg=os.getloadavg, cpu_count=os.cpu_count) -> dict:
+    """What else ran on the node as the run started: the 1-minute load average and the CPUs it
+    is spread over; under SLURM whether the job holds only part of the node's CPUs, i.e. others
+    may share it (SLURM_CPUS_ON_NODE below the node's CPUs; null outside SLURM)."""
+    env = os.environ if environ is None else environ
+    try:
+        load = round(loadavg()[0], 2)
+    except OSError:  # not every system has a load average
+        load = None
+    cpus = cpu_count()
+    held = env.get("SLURM_CPUS_ON_NODE")
+    shared = None
+    if held and held.isdigit() and cpus:
+        shared = int(held) < cpus
+    return {"load_avg_1m": load, "node_cpus": cpus, "node_shared": shared}
 
 
 def container_image(environ=None) -> str | None:
@@ -380,6 +400,16 @@ def timed_steps_setting(text: str):
     if value < 1:
         raise ValueError(f"--timed-steps must be >= 1 or 'auto', got {value}")
     return value
+
+
+def timed_steps_cap(max_timed_steps: int, epochs: int, steps_per_epoch) -> int:
+    """The adaptive window's step cap: --max-timed-steps, but never more steps than the
+    configured epochs would have run (epochs x steps per epoch): the steps protocol exists to
+    cost less than those epochs, and a drifting machine ran 500-step windows on 3-epoch sweeps
+    of a few steps each. Never below the steps the interval needs (10 batches of 3)."""
+    if not steps_per_epoch or not epochs:
+        return max_timed_steps
+    return min(max_timed_steps, max(CI_BATCHES * MIN_BATCH_STEPS, epochs * steps_per_epoch))
 
 
 class TimedWindow:

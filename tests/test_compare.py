@@ -1,4 +1,4 @@
-"""Comparison of two sweeps: intervals (repeats, run intervals, bootstrap), family-wise verdicts,
+"""Comparison of two sweeps: intervals (repeats, pooled spread, bootstrap), family-wise verdicts,
 efficiency differences, the provenance diff, the outputs and the CLI."""
 
 import json
@@ -10,16 +10,22 @@ import pytest
 
 from scalesweep import compare, history
 from scalesweep.cli import main
-from scalesweep.compare import FASTER, SAME, SLOWER, UNKNOWN, Cell, compare_runs, estimate
+from scalesweep.compare import (FASTER, SAME, SLOWER, UNKNOWN, UNKNOWN_NO_REPEATS, Cell, compare_runs,
+                                estimate)
 from scalesweep.tidy import runs_table
 
 RNG = np.random.default_rng(0)
 
 
-def cell(throughputs, ci=None):
+def cell(throughputs, spread=None):
+    """A cell; `spread` = (run-to-run variance of one run's log throughput, its df)."""
     logs = np.log(np.asarray(throughputs, float))
-    run_var = compare.run_ci_variance(*ci) if ci else math.nan
-    return Cell(logs, run_var)
+    run_var, run_df = spread or (math.nan, math.nan)
+    return Cell(logs, run_var, run_df=run_df)
+
+
+# sd 0.0511924 of one run's log throughput, as from many repeats (df infinite)
+SPREAD = (0.0511924**2, math.inf)
 
 
 # ----------------------------------------------------------------------------- one configuration
@@ -35,11 +41,11 @@ def test_repeats_give_welch_t_interval_hand_checked():
     assert est.p_value() == pytest.approx(0.070484, rel=1e-4)
 
 
-def test_single_runs_use_their_own_intervals_hand_checked():
-    # 100 img/s in [90, 110] against 80 in [72, 88]: log widths ln(110/90) = ln(88/72) = 0.200671,
-    # sd = 0.200671 / (2 x 1.959964) = 0.0511924 each, se = sqrt(2) x sd = 0.0723970 (normal).
-    est = estimate(cell([100.0], (90.0, 110.0)), cell([80.0], (72.0, 88.0)), RNG)
-    assert est.method == "run intervals" and math.isinf(est.df)
+def test_single_runs_use_the_run_to_run_spread_hand_checked():
+    # 100 img/s against 80, one run a side, runs spread by sd 0.0511924 (log):
+    # se = sqrt(2) x sd = 0.0723970 (normal: df infinite).
+    est = estimate(cell([100.0], SPREAD), cell([80.0], SPREAD), RNG)
+    assert est.method == "pooled spread" and math.isinf(est.df)
     assert est.interval(0.95) == pytest.approx((0.694169, 0.921965), rel=1e-5)  # 0.8 exp(-+1.96 se)
     assert est.p_value() == pytest.approx(0.0020546, rel=1e-3)
     assert compare.verdict(est.interval(0.95)) == SLOWER
@@ -47,17 +53,17 @@ def test_single_runs_use_their_own_intervals_hand_checked():
 
 def test_without_repeats_or_run_intervals_there_is_no_verdict():
     assert estimate(cell([100.0]), cell([80.0]), RNG).method == "none"
-    assert estimate(cell([100.0], (90.0, 110.0)), cell([80.0]), RNG).method == "none"
+    assert estimate(cell([100.0], SPREAD), cell([80.0]), RNG).method == "none"
     assert estimate(cell([]), cell([80.0, 81.0]), RNG) is None
     assert compare.verdict((math.nan, math.nan)) == UNKNOWN
 
 
-def test_repeats_against_a_single_run_with_its_interval():
-    est = estimate(cell([100.0, 104.0, 96.0]), cell([80.0], (72.0, 88.0)), RNG)
-    assert est.method == "repeats + run interval"
+def test_repeats_against_a_single_run_with_the_spread():
+    est = estimate(cell([100.0, 104.0, 96.0]), cell([80.0], SPREAD), RNG)
+    assert est.method == "pooled spread"
     # Only the repeats' variance has finite degrees of freedom: df = v^2 / (v_b^2 / 2).
     var_b = np.var(np.log([100.0, 104.0, 96.0]), ddof=1) / 3
-    var_c = compare.run_ci_variance(72.0, 88.0)
+    var_c = SPREAD[0]
     assert est.df == pytest.approx((var_b + var_c) ** 2 / (var_b**2 / 2))
 
 
@@ -196,14 +202,15 @@ def test_failed_configurations_are_unknown_with_a_note():
     assert row["note"] == "candidate: no ok run with a throughput (oom x3)"
 
 
-def test_single_runs_without_intervals_say_so():
+def test_single_runs_without_repeats_say_so():
     table, facts = compare_runs(side().query("repeat == 1"), side(factor_at_4=0.5).query("repeat == 1"))
-    assert table["verdict"].unique().tolist() == [UNKNOWN] and facts["m"] == 0
+    assert table["verdict"].unique().tolist() == [UNKNOWN_NO_REPEATS] and facts["m"] == 0
     assert table["ratio"].iloc[2] == pytest.approx(0.5)  # the ratio is still given
-    assert "one run without an interval of its own" in table["note"].iloc[0]
+    assert "no repeats of its settings on its hardware" in table["note"].iloc[0]
 
 
-def test_single_runs_with_step_time_intervals_get_verdicts():
+def test_single_runs_with_step_time_intervals_alone_get_no_verdict():
+    # +-2 % from a run's own steps says nothing of how far the next run lands
     def one(factor):
         runs = side(factor_at_4=factor).query("repeat == 1").copy()
         runs["throughput_ci_low_img_s"] = runs["throughput_img_s"] * 0.98
@@ -211,8 +218,7 @@ def test_single_runs_with_step_time_intervals_get_verdicts():
         return runs
 
     table, _ = compare_runs(one(1.0), one(0.5))
-    assert table["ci_method"].unique().tolist() == ["run intervals"]
-    assert table["verdict"].tolist() == [SAME, SAME, SLOWER]
+    assert table["verdict"].unique().tolist() == [UNKNOWN_NO_REPEATS]
 
 
 # ----------------------------------------------------------------------------- provenance diff

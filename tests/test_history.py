@@ -43,7 +43,8 @@ def test_archive_writes_one_named_file_with_the_sweep_columns(tmp_path):
     assert runs.loc[0, "sweep_date"] == "2026-11-01T08:00:00+00:00"
     assert json.loads(runs.loc[0, "sweep_config"]) == {"matrix": {"gpus": [1, 2, 4]}}
     assert runs.loc[0, "sweep_source"] == str(tmp_path.resolve())
-    assert runs["scalesweep_version"].notna().all()  # filled at archiving for old runs.csv
+    # The code version is the runs' own, never the archiving code's: an old runs.csv has none.
+    assert "scalesweep_version" not in runs
     assert runs["throughput_img_s"].tolist()[:3] == [100.0, 102.0, 190.0]
 
 
@@ -204,6 +205,6 @@ def test_history_stage_writes_the_json_that_names_the_file(tmp_path):
     named = tmp_path / "archived.json"
     line = history.write_history(results / "tidy" / "runs.csv", tmp_path / "history", {"a": 1}, named)
     archived = json.loads(named.read_text())
-    assert line == f"archived 4 runs as {archived['sweep_id']}: {archived['file']}"
+    assert line == f"archived 4 new runs as {archived['sweep_id']}: {archived['file']}"
     assert archived["runs"] == 4 and Path(archived["file"]).is_file()
     assert history.read_runs(tmp_path / "history").loc[0, "sweep_source"] == str(results.resolve())

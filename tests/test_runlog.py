@@ -320,3 +320,17 @@ def test_sigterm_becomes_an_exception():
             os.kill(os.getpid(), signal.SIGTERM)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_node_load_says_what_else_ran_and_whether_slurm_shared_the_node():
+    load = runlog.node_load({"SLURM_CPUS_ON_NODE": "20"}, loadavg=lambda: (3.456, 0, 0), cpu_count=lambda: 80)
+    assert load == {"load_avg_1m": 3.46, "node_cpus": 80, "node_shared": True}  # 20 of 80 CPUs
+    whole = runlog.node_load({"SLURM_CPUS_ON_NODE": "80"}, loadavg=lambda: (0.1, 0, 0), cpu_count=lambda: 80)
+    assert whole["node_shared"] is False
+    assert runlog.node_load({}, loadavg=lambda: (0.1, 0, 0), cpu_count=lambda: 2)["node_shared"] is None
+
+
+def test_the_header_carries_the_code_version_the_workflow_passed():
+    assert runlog.provenance(environ={"SCALESWEEP_VERSION": "3ec7d5d1a2b3-dirty"})["scalesweep_version"] == \
+        "3ec7d5d1a2b3-dirty"
+    assert runlog.provenance(environ={})["scalesweep_version"] is None

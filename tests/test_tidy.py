@@ -129,11 +129,13 @@ def test_file_with_three_keras_runs_gives_three_rows_from_the_log_alone():
     assert set(runs["framework"]) == {"tensorflow"} and set(runs["model"]) == {"resnet50v2"}
     one = runs.iloc[0]
     assert one["steady_epoch_time_s"] == 20.5  # median of 20, 21, 20, 22
-    assert one["throughput_img_s"] == pytest.approx((51200 / 20 + 51200 / 21) / 2)
+    # CIFAR-10's 50,000 images, not 25 steps x 2048 = 51,200 (the last batch is partial)
+    assert one["throughput_img_s"] == pytest.approx((50000 / 20 + 50000 / 21) / 2)
+    assert one["images_per_epoch_source"] == "dataset"
     four = runs.iloc[2]
     steady_seconds = [7 * 0.871, 7 * 0.857, 7 * 0.866, 7 * 0.880]
     assert four["steady_epoch_time_s"] == pytest.approx(statistics.median(steady_seconds))
-    expected = statistics.median(57344 / s for s in steady_seconds)
+    expected = statistics.median(50000 / s for s in steady_seconds)
     assert four["throughput_img_s"] == pytest.approx(expected)
     assert four["throughput_per_gpu_img_s"] == pytest.approx(expected / 4)
     assert math.isnan(four["total_time_s"])  # the reference prints no time to solution

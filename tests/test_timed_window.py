@@ -123,3 +123,12 @@ def test_one_subset_rule_for_both_trainers():
     assert runlog.subset_indices(10, 0, seed=0) == list(range(10)) == runlog.subset_indices(10, 50, seed=0)
     with pytest.raises(ValueError, match="--max-train-images"):
         runlog.subset_indices(10, -1, seed=0)
+
+
+def test_the_adaptive_cap_is_bounded_by_the_configured_epochs():
+    # 3 epochs of 16 steps: 48 steps, not 500; never below the 30 steps the interval needs;
+    # without a known epoch (unknown steps) the cap stays.
+    assert runlog.timed_steps_cap(500, 3, 16) == 48
+    assert runlog.timed_steps_cap(500, 3, 2) == 30
+    assert runlog.timed_steps_cap(40, 5, 16) == 40
+    assert runlog.timed_steps_cap(500, 3, None) == 500

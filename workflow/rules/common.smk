@@ -14,7 +14,11 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep import configcheck, feasibility, images, launch, matrix, preview  # noqa: E402
+from scalesweep import configcheck, feasibility, images, launch, matrix, preview, provenance  # noqa: E402
+
+# The code every trainer of this invocation runs, computed once where git is (the trainers may
+# run in a container without it); a SLURM job's own Snakemake inherits the submitter's value.
+os.environ.setdefault(provenance.VERSION_ENV, provenance.code_version())
 
 # The default config is read here, not by a `configfile:` line in the Snakefile: each file used is
 # read strictly first (a syntax error or a duplicate key named with file, line and column), and a

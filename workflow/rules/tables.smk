@@ -25,6 +25,7 @@ rule tables:
         gpu_hour_budget=config["analysis"]["gpu_hour_budget"],
         epoch_budget=config["analysis"]["epoch_budget"],
         greenest_time_bound_s=config["analysis"]["greenest_time_bound_s"],
+        allow_superlinear=config["analysis"]["allow_superlinear"],
     run:
         rulelog.run_logged(
             log[0], tables.write_tables, input[0], dict(output.items()), **params
