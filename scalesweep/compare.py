@@ -640,6 +640,11 @@ def regressions(table: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:
 VERDICT_COLOURS = {SLOWER: "#c0392b", FASTER: "#1e8449", SAME: "#555555", UNKNOWN: "#aaaaaa"}
 
 
+def verdict_colour(verdict: str) -> str:
+    """The colour of a verdict; every `unknown (...)` verdict is unknown's."""
+    return VERDICT_COLOURS.get(verdict, VERDICT_COLOURS[UNKNOWN])
+
+
 MAX_PLOTTED = 40  # rows a figure can label legibly; the table keeps every configuration
 
 
@@ -657,7 +662,7 @@ def plot_ratios(table: pd.DataFrame, facts: dict, path) -> None:
     figure = Figure(figsize=(8.0, height))
     axis = figure.subplots()
     for position, row in rows.iterrows():
-        colour = VERDICT_COLOURS[row["verdict"]]
+        colour = verdict_colour(row["verdict"])
         y = len(rows) - 1 - position
         axis.plot([row["ratio_ci_adj_low"], row["ratio_ci_adj_high"]], [y, y], color=colour, lw=1)
         axis.plot([row["ratio_ci_low"], row["ratio_ci_high"]], [y, y], color=colour, lw=4, alpha=0.6)
@@ -671,8 +676,9 @@ def plot_ratios(table: pd.DataFrame, facts: dict, path) -> None:
              f"the {len(rows)} most changed of {len(finite)} configurations (all in compare.csv)")
     axis.set_title(f"{shown}\ndot = ratio, thick = {_pct(facts['confidence'])} interval, "
                    "thin = family-wise", fontsize=9)
+    verdicts = rows["verdict"].astype(str)
     handles = [Line2D([], [], color=c, marker="o", lw=2, label=v) for v, c in VERDICT_COLOURS.items()
-               if (rows["verdict"] == v).any()]
+               if verdicts.str.startswith(v).any()]
     if handles:  # beside the panel: inside, it would sit on some configuration's interval
         axis.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
                     title="verdict", frameon=False)

@@ -61,12 +61,12 @@ import runlog  # noqa: E402
 import torch_probes  # noqa: E402
 from torch_data import (RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
                         make_loader, make_train_sampler, steps_per_epoch)
-from scalesweep import catalog  # noqa: E402  (standard library only, as records.py)
+from scalesweep.catalog import MODELS as CATALOG  # noqa: E402  (standard library only, as records.py)
 from torch_distributed import (OUT_OF_MEMORY, Console, World, agree_on_oom, all_reduce_sum,  # noqa: E402
                                energy_slots, gather_device_names, is_primary, rank_hint, start_process,
                                synchronize, teardown)
 
-MODELS = catalog.MODELS["pytorch"]
+MODELS = CATALOG["pytorch"]
 # Small enough to train an epoch of a few hundred 32 px images in under a second on a laptop CPU.
 VIT_TINY = {"patch_size": 8, "num_layers": 2, "num_heads": 2, "hidden_dim": 64, "mlp_dim": 128}
 PATCH_SIZES = {"vit_h_14": 14, "vit_tiny": VIT_TINY["patch_size"]}
@@ -287,9 +287,9 @@ class Trainer:
         own, _ = meter.energy_used()  # this rank's GPU energy, read before any collective
         # Loss, accuracy and every rank's energy (its own slot) in the one reduction after the clock.
         reduced = all_reduce_sum(torch.cat([totals, energy_slots(own, self.world, self.device)])).tolist()
-        loss_sum, correct, count = reduced[:3]
+        (loss_sum, correct, count), energy_by_rank = reduced[:3], reduced[3:]
         meter.finish(number, loss_sum / count, correct / count, phase=phase, window=window, ended=ended,
-                     energy_by_rank=reduced[3:])
+                     energy_by_rank=energy_by_rank)
         # The run is now committed to this batch: no retry, so no agreement is needed any more.
         self.guarding_oom = False
 
@@ -363,22 +363,18 @@ class Trainer:
 
 
 def framework_versions(device: torch.device) -> dict:
-    versions = {
+    # CUDA, cuDNN and NCCL are reported only when the run used them; a CUDA build of torch on a
+    # CPU run says nothing about the run.
+    cuda = device.type == "cuda"
+    return {
         "python": runlog.python_version(),
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "numpy": np.__version__,
-        "cuda": None,
-        "cudnn": None,
-        "nccl": None,
+        "cuda": torch.version.cuda if cuda else None,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "nccl": nccl_version() if cuda else None,
     }
-    # CUDA, cuDNN and NCCL are reported only when the run used them; a CUDA build of torch on a
-    # CPU run says nothing about the run.
-    if device.type == "cuda":
-        versions["cuda"] = torch.version.cuda
-        versions["cudnn"] = torch.backends.cudnn.version()
-        versions["nccl"] = nccl_version()
-    return versions
 
 
 def nccl_version() -> str | None:

@@ -542,10 +542,11 @@ ADAPTIVE_DEVICES = {"tensorflow": 1, "pytorch": 2}
 @pytest.mark.slow
 def test_adaptive_window_stops_on_its_target_or_at_its_cap(framework, data):
     """--timed-steps auto, 16 images per step: a loose target (50 %) is met at the first
-    checkpoint (10 batches of 3 steps = 30); an impossible one (0.0001 %) runs to the cap (40)."""
+    checkpoint (10 batches of 3 steps = 30); an impossible one (0.0001 %) runs to the cap (40).
+    10 epochs of at least 6 steps (104 images / 16) keep the epochs' bound on the cap above 40."""
     devices = ADAPTIVE_DEVICES[framework]
     common = ("--per-gpu-batch", 16 // devices, "--protocol", "steps", "--warmup-steps", 2, "--timed-steps", "auto",
-              "--max-timed-steps", 40)
+              "--max-timed-steps", 40, "--epochs", 10)
     for target, steps, reason in (("50", 30, "target"), ("0.0001", 40, "cap")):
         done = launch(framework, data, devices, *common, "--target-ci-pct", target)
         assert done.returncode == 0, done.stderr[-3000:]

@@ -17,8 +17,9 @@ from stacks import STACKS, stack_python
 
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 MODELS = {"tensorflow": "cnn_small", "pytorch": "vit_tiny"}
-# What each stack's framework reports as its version (the header's `versions`).
-FRAMEWORK_VERSIONS = {"tensorflow": "2.11.0", "pytorch": "2.4.0"}
+# What each stack's framework reports as its version (the header's `versions`; PyPI's torch adds
+# its CUDA build, +cu121).
+FRAMEWORK_VERSIONS = {"tensorflow": "2.11.0", "pytorch": "2.4.0+cu121"}
 BREAKDOWN = ["data_wait_s", "compute_s", "sync_exposed_s", "other_s"]
 
 

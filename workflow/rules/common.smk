@@ -14,7 +14,15 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep import configcheck, feasibility, images, launch, matrix, preview, provenance  # noqa: E402
+from scalesweep import (
+    configcheck,
+    feasibility,
+    images,
+    launch,
+    matrix,
+    preview,
+    provenance,
+)  # noqa: E402
 
 # The code every trainer of this invocation runs, computed once where git is (the trainers may
 # run in a container without it); a SLURM job's own Snakemake inherits the submitter's value.
