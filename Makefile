@@ -35,6 +35,7 @@ bench: $(VENV)/.installed
 	$(PYTHON) benchmarks/bench_protocols.py
 	$(PYTHON) benchmarks/bench_breakdown.py
 	$(PYTHON) benchmarks/bench_history.py
+	$(PYTHON) benchmarks/bench_energy.py
 
 $(VENV)/.installed: envs/requirements.txt envs/workflow.txt envs/constraints.txt pyproject.toml
 	python3 -m venv $(VENV)
