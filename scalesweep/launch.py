@@ -154,17 +154,23 @@ def processes_per_node(settings):
     return 1
 
 
-def omp_threads(settings, threads):
-    """Each trainer process's share of the job's CPUs. Snakemake exports OMP_NUM_THREADS = the
-    job's threads and torchrun leaves a set value to every rank: 4 ranks x 80 threads on 80 cores
-    would oversubscribe the node 4 times."""
-    return max(1, threads // processes_per_node(settings))
+def omp_threads_word(processes):
+    """`OMP_NUM_THREADS=<the job's threads // processes, at least 1>`, computed by the shell
+    that starts the launcher from the OMP_NUM_THREADS Snakemake exports (the job's threads).
+    Worked out at run time, not written into the command: the job's threads depend on where it
+    runs (--cores here, cpus_per_task on SLURM, 1 in a dry run), and a command that differed
+    with them would make Snakemake rerun every measured run after a preview."""
+    share = "${OMP_NUM_THREADS:-1}/%d" % processes
+    return InnerShellWord(f"OMP_NUM_THREADS=$(({share}>0?{share}:1))")
 
 
-def with_omp_threads(argv, settings, threads):
-    """The trainer's launcher under `env OMP_NUM_THREADS=N` (inside the container, where `env`
-    exists in every image; the host's value would reach it otherwise)."""
-    return ["env", f"OMP_NUM_THREADS={omp_threads(settings, threads)}", *argv]
+def with_omp_threads(argv, settings):
+    """The trainer's launcher under `env OMP_NUM_THREADS=<share>` where several processes share
+    the node (torchrun leaves a set value to every rank: 4 ranks x 80 threads on 80 cores would
+    oversubscribe it 4 times); one process keeps the job's value. `env` runs inside the
+    container, where every image has it."""
+    processes = processes_per_node(settings)
+    return argv if processes == 1 else ["env", omp_threads_word(processes), *argv]
 
 
 def single_node_argv(settings, python, repo):
@@ -214,18 +220,15 @@ def max_batch_settings(settings):
     return {**settings, "find_max_batch": True}
 
 
-def job_command(settings, container, repo, workdir, host_python, threads=None):
+def job_command(settings, container, repo, workdir, host_python):
     """The shell command of one training job, locally or inside a SLURM allocation: its steps
-    joined by &&, so a step that fails (a module that does not load) stops the job. `threads`:
-    the CPUs of the job (of each node); default the job's cpus_per_task."""
+    joined by &&, so a step that fails (a module that does not load) stops the job."""
     python = python_for(container, settings["framework"], host_python)
     prefix = container_prefix(settings, container, repo, workdir)
-    threads = settings["cpus_per_task"] if threads is None else threads
     if is_multinode(settings):
-        steps = multinode_steps(settings, prefix, python, repo, threads)
+        steps = multinode_steps(settings, prefix, python, repo)
     else:
-        argv = with_omp_threads(single_node_argv(settings, python, repo), settings, threads)
-        steps = [shlex.join(prefix + argv)]
+        steps = [shell_words(prefix + with_omp_threads(single_node_argv(settings, python, repo), settings))]
     return " && ".join(module_load(container) + steps)
 
 
@@ -235,7 +238,7 @@ def pull_command(container, image, sif):
     return " && ".join(module_load(container) + [shlex.join([container["runtime"], "pull", str(sif), image])])
 
 
-def multinode_steps(settings, prefix, python, repo, threads):
+def multinode_steps(settings, prefix, python, repo):
     """srun outside the container starts one torchrun per node inside it; torchrun's c10d
     rendezvous sits on the allocation's first node.
 
@@ -244,7 +247,7 @@ def multinode_steps(settings, prefix, python, repo, threads):
     every option itself: the job's SLURM_* variables are cleared (see MASTER_ADDR).
     """
     nodes, gpus_per_node = settings["nodes"], settings["gpus_per_node"]
-    torchrun = with_omp_threads(multinode_torchrun_argv(settings, python, repo), settings, threads)
+    torchrun = with_omp_threads(multinode_torchrun_argv(settings, python, repo), settings)
     per_node = shell_words(prefix + torchrun)
     srun = [
         "srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",

@@ -2,6 +2,7 @@
 a cluster: container commands for a 1-node TF job, a 1-node PyTorch job and a 2-node PyTorch job,
 the SLURM resources of each, and the preview's GPU-hours."""
 
+import os
 import re
 import subprocess
 import sys
@@ -82,8 +83,7 @@ def test_tensorflow_one_node_runs_python_inside_the_tf_image(mn5_dryrun):
     assert shell_of(block).startswith(
         "module load singularity && singularity exec --nv "
         f"--bind {REPO},{data}/workdir,{data}/cifar128 --pwd {data}/workdir "
-        f"{TF_IMAGE} env OMP_NUM_THREADS=80 "
-        f"python {REPO}/scripts/train_tf.py --model resnet50v2 --data {data}/cifar128 "
+        f"{TF_IMAGE} python {REPO}/scripts/train_tf.py --model resnet50v2 --data {data}/cifar128 "
         "--dataset-name cifar128 --resolution 128 --gpus 4 --per-gpu-batch 2048 --base-lr 0.01 "
         "--epochs 5"
     )
@@ -101,7 +101,7 @@ def test_pytorch_one_node_runs_torchrun_standalone_inside_the_pytorch_image(mn5_
     assert shell.startswith(
         "module load singularity && singularity exec --nv "
         f"--bind {REPO},{data}/workdir,{data}/micro-224 --pwd {data}/workdir "
-        f"{TORCH_IMAGE} env OMP_NUM_THREADS=20 "
+        f"{TORCH_IMAGE} " + OMP_SHARE_4 +
         "python -m torch.distributed.run --standalone --nproc-per-node=4 "
         f"{REPO}/scripts/train_torch.py --model vit_h_14"
     )
@@ -132,7 +132,7 @@ def test_pytorch_two_nodes_srun_starts_one_containerized_torchrun_per_node(mn5_d
     # srun is outside the container; each node's shell enters it and runs torchrun there.
     assert inner.startswith(
         f"'singularity exec --nv --bind {REPO},{data}/workdir,{data}/tiny-224 --pwd {data}/workdir "
-        f"{TORCH_IMAGE} env OMP_NUM_THREADS=20 python -m torch.distributed.run "
+        f"{TORCH_IMAGE} " + OMP_SHARE_4 + "python -m torch.distributed.run "
         "--nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID --rdzv-id=$SLURM_JOB_ID "
         "--rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT "
         f"{REPO}/scripts/train_torch.py --model vit_h_14"
@@ -203,7 +203,7 @@ def test_a_remote_image_is_pulled_once_for_every_job_and_node(tmp_path):
     for block in trains:
         command = shell_of(block)
         # Every training and every node runs the one pulled file, never the URI.
-        assert f" {workdir}/{sif} env OMP_NUM_THREADS=" in command and "docker://" not in command
+        assert f" {workdir}/{sif} " in command and "docker://" not in command
         assert sif in re.search(r"^\s+input: (.*)$", block, re.MULTILINE).group(1)
     # The pull itself: module load, then the runtime's pull into that file (scalesweep/launch.py).
     assert launch.pull_command(config["container"], uri, sif) == (
@@ -226,8 +226,12 @@ def test_bound_paths_are_absolute_for_a_generated_dataset(tmp_path):
                      f"{workdir}/scratch:/scratch:ro", "/abs/path"]
     # The trainer itself reads the dataset relative to --pwd, the working directory.
     assert f"--pwd {workdir} " in command and " --data resources/datasets/cifar10/synth " in command
-    # One process on 2 GPUs (MirroredStrategy) takes all 40 CPUs of the job.
-    assert " env OMP_NUM_THREADS=40 python " in command
+    # One process on 2 GPUs (MirroredStrategy) keeps all the job's CPUs: no share is set.
+    assert "OMP_NUM_THREADS" not in command and f"{TF_IMAGE} python " in command
+
+
+# Each of 4 ranks' share of the job's OMP_NUM_THREADS, worked out by the job's shell.
+OMP_SHARE_4 = "env OMP_NUM_THREADS=$((${OMP_NUM_THREADS:-1}/4>0?${OMP_NUM_THREADS:-1}/4:1)) "
 
 
 @pytest.mark.parametrize("framework, gpus, gpus_per_node, threads, share", [
@@ -238,5 +242,10 @@ def test_bound_paths_are_absolute_for_a_generated_dataset(tmp_path):
     ("pytorch", 4, 4, 2, 1),     # a 2-core laptop with 4 stand-in GPUs: at least 1 each
 ])
 def test_each_trainer_process_gets_its_share_of_the_jobs_cpus(framework, gpus, gpus_per_node, threads, share):
+    """The share is worked out by the job's shell from the job's threads (Snakemake exports them as
+    OMP_NUM_THREADS), so the command itself is the same wherever and however the job runs."""
     settings = {"framework": framework, "gpus": gpus, "gpus_per_node": gpus_per_node}
-    assert launch.omp_threads(settings, threads) == share
+    command = launch.shell_words(launch.with_omp_threads(["printenv", "OMP_NUM_THREADS"], settings))
+    seen = subprocess.run(["bash", "-c", command], env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+                          capture_output=True, text=True, check=True).stdout
+    assert int(seen) == share

@@ -164,7 +164,7 @@ def test_hostile_config_values_reach_every_program_as_written(sandbox, name, lay
     # As Snakemake runs a rule's shell: bash, strict mode.
     result = subprocess.run(["bash", "-c", "set -euo pipefail; " + command], cwd=workdir,
                             env=stub_env(bin_dir, record, SLURM_JOB_ID=str(JOB_ID),
-                                         HOME=str(tmp / "home")),
+                                         HOME=str(tmp / "home"), OMP_NUM_THREADS="80"),
                             capture_output=True, text=True, timeout=60)
 
     assert result.returncode == 0, result.stderr
@@ -175,21 +175,25 @@ def test_hostile_config_values_reach_every_program_as_written(sandbox, name, lay
     expected = launcher_argv(layout, settings, script)
     assert calls[-1] == ("python", expected)
     assert expected[expected.index("--data") + 1] == str(data)
-    # Each trainer process gets its share of the job's 80 CPUs: torchrun starts 4 per node.
-    threads = "OMP_NUM_THREADS=80" if framework == "tensorflow" else "OMP_NUM_THREADS=20"
+    # Each trainer process gets its share of the job's 80 CPUs (OMP_NUM_THREADS, as Snakemake
+    # exports it): torchrun starts 4 per node; TensorFlow's one process keeps them all.
+    shared = ["env", "OMP_NUM_THREADS=20"] if framework == "pytorch" else []
     if runtime == "none":
         assert "module" not in programs and runtime not in programs
-        assert calls[-2] == ("env", [threads, str(bin_dir / "python"), *expected])
+        if shared:
+            assert calls[-2] == ("env", [shared[1], str(bin_dir / "python"), *expected])
+        else:
+            assert "env" not in programs
     else:
         names = [module] if isinstance(module, str) else module
         assert calls[0] == ("module", ["load", *names])
         image = config["container"]["images"][framework]
         # A pulled image runs from the SIF rule `images` wrote (file-safe name), a local one as is.
         run = f"{workdir}/{images.pulled_sif(image)}" if framework == "pytorch" else image
-        assert calls[-3] == (runtime, [
+        assert calls[-2 - len(shared) // 2] == (runtime, [
             "exec", "--nv", f"--env=NOTE={value}",
             "--bind", f"{repo},{workdir},{data},/scratch/{value}",
-            "--pwd", str(workdir), run, "env", threads, "python", *expected,
+            "--pwd", str(workdir), run, *shared, "python", *expected,
         ])
     if layout == "pytorch-2-nodes":
         srun = dict(calls)["srun"]

@@ -203,13 +203,13 @@ def trainer_threads(framework):
 
 
 def trainer_command(framework, job_settings=lambda settings: settings):
-    """The job's command; its trainer processes share the job's threads (launch.omp_threads)."""
+    """The job's command; its trainer processes share the job's threads at run time
+    (launch.omp_threads_word)."""
 
     def command_of(wildcards):
         settings = job_settings(settings_of(framework, wildcards))
-        threads = job_threads(framework, wildcards)
         return launch.job_command(
-            settings, config["container"], workflow.basedir, WORKDIR, PYTHON, threads
+            settings, config["container"], workflow.basedir, WORKDIR, PYTHON
         )
 
     return command_of
