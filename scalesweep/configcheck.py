@@ -161,14 +161,6 @@ def files_used(default, cli_files, replaced):
     return [str(default), *cli_files]
 
 
-def key_of(path):
-    """'matrix.gpus[1]' from the path ['matrix', 'gpus', 1] of a schema error."""
-    key = ""
-    for part in path:
-        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
-    return key
-
-
 def unknown_keys(error, key):
     allowed = list(error.schema.get("properties", {}))
     unknown = [name for name in error.instance if name not in allowed]
@@ -180,7 +172,7 @@ def unknown_keys(error, key):
 
 def schema_problem(error):
     """A jsonschema ValidationError as a ConfigError naming the key, without the schema dump."""
-    key = key_of(error.absolute_path)
+    key = feasibility.key_path(error.absolute_path)
     if error.validator == "additionalProperties" and error.validator_value is False:
         return unknown_keys(error, key)
     if error.validator == "required":

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from scalesweep.tidy import status_counts
+
 RUN_AXES = ("framework", "model", "dataset", "gpus")
 
 
@@ -43,9 +45,7 @@ def sweep_outcome(results="results") -> str:
     if not runs_csv.exists():
         return "scalesweep: no runs table was written (see the errors above)"
     runs = pd.read_csv(runs_csv, dtype=str, keep_default_na=False)
-    counts = runs["status"].value_counts()
-    head = f"scalesweep: {len(runs)} runs: " + ", ".join(f"{n} {status}" for status, n in counts.items())
-    lines = [f"{head} ({runs_csv})", *failed_lines(runs), *where_lines(results)]
+    lines = [f"scalesweep: {status_counts(runs)} ({runs_csv})", *failed_lines(runs), *where_lines(results)]
     # An out-of-memory run finished with its answer ("this batch does not fit"): it has a result.
     unfinished = int((~runs["status"].isin(["ok", "oom"])).sum())
     if unfinished:

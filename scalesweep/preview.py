@@ -48,7 +48,11 @@ def cost_lines(pending, every_job) -> list:
     ]
 
 
-def summary(runs, excluded, jobs: dict, done: set, warnings=(), max_batch=False):
+def warning_lines(warnings) -> str:
+    return "\n".join(f"scalesweep: warning: {warning}" for warning in warnings)
+
+
+def summary(runs, excluded, jobs: dict, done: set, max_batch=False):
     """The preview: `jobs` maps each job's result path to its settings, `done` holds the result
     paths that exist; `max_batch`: the jobs are maximum-batch searches, not the sweep's runs."""
     pending = [settings for path, settings in jobs.items() if path not in done]
@@ -59,6 +63,4 @@ def summary(runs, excluded, jobs: dict, done: set, warnings=(), max_batch=False)
     else:
         head = (f"scalesweep: {plural(len(pending), 'configuration')} to run ({measured} already measured) "
                 f"of {len(runs)}; {left_out(excluded)}")
-    lines = [head, *cost_lines(pending, list(jobs.values()))]
-    lines += [f"scalesweep: warning: {warning}" for warning in warnings]
-    return "\n".join(lines)
+    return "\n".join([head, *cost_lines(pending, list(jobs.values()))])

@@ -308,5 +308,6 @@ def preview_of(max_batch):
 
 PREVIEWED = []
 if workflow.is_main_process:
-    for warning in matrix.config_warnings(config, EXCLUDED, SETTINGS.values()):
-        print(f"scalesweep: warning: {warning}", file=sys.stderr)
+    WARNINGS = matrix.config_warnings(config, EXCLUDED, SETTINGS.values())
+    if WARNINGS:
+        print(preview.warning_lines(WARNINGS), file=sys.stderr)
