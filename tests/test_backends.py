@@ -23,7 +23,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
-sys.path.insert(0, str(SCRIPTS))
 import harness  # noqa: E402
 import make_cifar  # noqa: E402
 import make_imagefolder  # noqa: E402

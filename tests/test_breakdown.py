@@ -11,7 +11,6 @@ import pytest
 from scalesweep import breakdown, hardware, scaling, tidy
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 import runlog  # noqa: E402
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import cifar  # noqa: E402
 import make_cifar  # noqa: E402
 from stacks import container_python  # noqa: E402

@@ -25,7 +25,6 @@ from scalesweep import history
 from scalesweep.cli import main
 from scalesweep.compare import SAME, SLOWER
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import runlog  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,6 @@ import yaml
 from conftest import REPO, SNAKEMAKE, TINY, snakemake
 from scalesweep import configcheck, matrix, preview
 
-sys.path.insert(0, str(REPO / "scripts"))
 import make_cifar  # noqa: E402
 import make_imagefolder  # noqa: E402
 

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stacks import PY38_HOW_TO_GET, python38  # noqa: E402
+from stacks import PY38_HOW_TO_GET, python38
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTAINER_FILES = sorted((ROOT / "scripts").glob("*.py")) + [ROOT / "scalesweep" / "records.py"]

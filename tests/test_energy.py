@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 import energy  # noqa: E402
 import runlog  # noqa: E402
 
@@ -298,7 +297,6 @@ def test_counter_reads_stay_outside_the_windows_seconds():
 
 
 def gpu_check():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_energy_check
 
     return gpu_energy_check

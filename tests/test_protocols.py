@@ -27,7 +27,6 @@ from scalesweep import figures as plots
 from scalesweep import fits, scaling, sweetspot, tidy
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 import runlog  # noqa: E402
 
 STEP_TIMES = {1: 0.100, 2: 0.120, 4: 0.160}

@@ -11,7 +11,6 @@ from scalesweep import provenance, scaling
 from scalesweep.provenance import PROVENANCE_COLUMNS, run_provenance, settings_hash
 from scalesweep.tidy import runs_table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import runlog  # noqa: E402
 
 GPU_HEADER = {

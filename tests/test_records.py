@@ -19,7 +19,6 @@ from scalesweep import records, scaling, tidy
 from scalesweep.parse import LogFormatError, parse_log
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 import harness  # noqa: E402
 import runlog  # noqa: E402
 

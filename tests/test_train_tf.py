@@ -20,7 +20,6 @@ SCRIPTS = ROOT / "scripts"
 TRAINER = SCRIPTS / "train_tf.py"
 PREFIX = ":::SCALESWEEP "
 
-sys.path.insert(0, str(SCRIPTS))
 import make_cifar  # noqa: E402
 import runlog  # noqa: E402
 import stepparts  # noqa: E402

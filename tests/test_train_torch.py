@@ -15,7 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINER = ROOT / "scripts" / "train_torch.py"
-sys.path.insert(0, str(ROOT / "scripts"))
 
 # torchvision segfaults when it loads after tensorflow in one process (docs/reference.md §5): fail
 # with a readable message instead of killing the whole pytest run.
