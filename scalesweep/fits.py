@@ -75,7 +75,6 @@ BASIS_TARGETS = {
     "time": Target("speedup", "steady_epoch_time_s", False),
     "time_to_solution": Target("tts_speedup", "total_time_s", False),
 }
-TARGETS = ("speedup", "time_to_solution")
 FITS = (("amdahl", "speedup"), ("amdahl", "time_to_solution"), ("gustafson", "speedup"))
 OBJECTIVE = "relative least squares (weights 1/S^2); r2 of the same objective"
 
@@ -98,15 +97,6 @@ class LawFit:
     p: float
     p_stderr: float
     r2: float
-
-
-def r_squared(observed, predicted) -> float:
-    """Coefficient of determination; NaN when the observations do not vary."""
-    observed, predicted = np.asarray(observed, float), np.asarray(predicted, float)
-    total = float(np.sum((observed - observed.mean()) ** 2))
-    if total == 0.0:
-        return math.nan
-    return 1.0 - float(np.sum((observed - predicted) ** 2)) / total
 
 
 def weighted_r_squared(observed, predicted, weights) -> float:

@@ -102,34 +102,6 @@ def read_batch(file) -> tuple[np.ndarray, np.ndarray]:
     return rows_to_images(data), labels.astype(np.int64)
 
 
-def _read_batches(folder: Path, names) -> tuple[np.ndarray, np.ndarray]:
-    parts = [read_batch(folder / name) for name in names]
-    return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
-
-
-def load_cifar10(path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(x_train, y_train, x_test, y_test) from `cifar-10-batches-py/` or its parent.
-
-    Images stay uint8 N x 32 x 32 x 3: the trainer resizes and scales them on the device.
-    """
-    folder = batches_dir(path)
-    x_train, y_train = _read_batches(folder, TRAIN_BATCHES)
-    x_test, y_test = _read_batches(folder, (TEST_BATCH,))
-    return x_train, y_train, x_test, y_test
-
-
-def load_train(path) -> tuple[np.ndarray, np.ndarray]:
-    """Only the five training batches: the trainer does not evaluate, so it skips test_batch."""
-    return _read_batches(batches_dir(path), TRAIN_BATCHES)
-
-
-def load_label_names(path) -> list[str]:
-    """Class names from `batches.meta`, index = label."""
-    file = batches_dir(path) / META
-    names = _require_key(_unpickle(file), b"label_names", file)
-    return [name.decode() if isinstance(name, bytes) else str(name) for name in names]
-
-
 def write_batch(file, images: np.ndarray, labels: np.ndarray, batch_label: str) -> None:
     """Write one batch with the original archive's dict layout (bytes keys, same value types).
 

@@ -17,6 +17,24 @@ import make_cifar  # noqa: E402
 from stacks import container_python  # noqa: E402
 
 
+
+def read_split(path, names=cifar.TRAIN_BATCHES):
+    """The images and labels of the batches `names` under `path` (the dataset folder or its parent),
+    read the way the trainers read them, one batch at a time."""
+    folder = cifar.batches_dir(path)
+    parts = [cifar.read_batch(folder / name) for name in names]
+    return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
+
+
+def read_label_names(path):
+    file = cifar.batches_dir(path) / cifar.META
+    with open(file, "rb") as handle:
+        return [name.decode() for name in pickle.load(handle, encoding="bytes")[b"label_names"]]
+
+
+def read_train_and_test(path):
+    return (*read_split(path), *read_split(path, (cifar.TEST_BATCH,)))
+
 @pytest.fixture(scope="module")
 def small_set(tmp_path_factory):
     out = tmp_path_factory.mktemp("cifar")
@@ -43,7 +61,7 @@ def test_generated_set_has_the_original_layout(small_set):
 
 def test_round_trip_shapes_counts_and_labels(small_set):
     out, folder = small_set
-    x_train, y_train, x_test, y_test = cifar.load_cifar10(out)
+    x_train, y_train, x_test, y_test = read_train_and_test(out)
     assert x_train.shape == (23, 32, 32, 3) and x_train.dtype == np.uint8
     assert x_test.shape == (7, 32, 32, 3) and x_test.dtype == np.uint8
     assert y_train.shape == (23,) and y_test.shape == (7,)
@@ -52,13 +70,13 @@ def test_round_trip_shapes_counts_and_labels(small_set):
     # 23 split over five batches as 5, 5, 5, 4, 4, in order.
     sizes = [cifar.read_batch(folder / name)[0].shape[0] for name in cifar.TRAIN_BATCHES]
     assert sizes == [5, 5, 5, 4, 4]
-    assert cifar.load_label_names(folder) == list(cifar.LABEL_NAMES)
+    assert read_label_names(folder) == list(cifar.LABEL_NAMES)
 
 
 def test_parent_and_batches_folder_load_the_same(small_set):
     out, folder = small_set
-    from_parent = cifar.load_train(out)
-    from_folder = cifar.load_train(folder)
+    from_parent = read_split(out)
+    from_folder = read_split(folder)
     np.testing.assert_array_equal(from_parent[0], from_folder[0])
     np.testing.assert_array_equal(from_parent[1], from_folder[1])
 
@@ -147,12 +165,12 @@ def test_missing_batch_is_named(small_set, tmp_path):
         if source.name != "data_batch_3":
             (copy / source.name).write_bytes(source.read_bytes())
     with pytest.raises(FileNotFoundError, match=r"data_batch_3"):
-        cifar.load_cifar10(tmp_path)
+        read_train_and_test(tmp_path)
 
 
 def test_missing_folder_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nowhere"):
-        cifar.load_train(tmp_path / "nowhere")
+        read_split(tmp_path / "nowhere")
 
 
 def _pickle(path, content):
@@ -188,16 +206,16 @@ def test_file_that_is_not_a_pickle_is_named(tmp_path):
 
 
 def test_same_seed_same_images_other_seed_other_images(tmp_path):
-    first = cifar.load_train(make_cifar.generate(tmp_path / "a", 10, 1, seed=7))
-    again = cifar.load_train(make_cifar.generate(tmp_path / "b", 10, 1, seed=7))
-    other = cifar.load_train(make_cifar.generate(tmp_path / "c", 10, 1, seed=8))
+    first = read_split(make_cifar.generate(tmp_path / "a", 10, 1, seed=7))
+    again = read_split(make_cifar.generate(tmp_path / "b", 10, 1, seed=7))
+    other = read_split(make_cifar.generate(tmp_path / "c", 10, 1, seed=8))
     np.testing.assert_array_equal(first[0], again[0])
     assert not np.array_equal(first[0], other[0])
 
 
 def test_images_are_learnable_not_noise(tmp_path):
     """A nearest-class-mean classifier fit on train must beat chance by far on test."""
-    x_train, y_train, x_test, y_test = cifar.load_cifar10(make_cifar.generate(tmp_path, 500, 200, seed=0))
+    x_train, y_train, x_test, y_test = read_train_and_test(make_cifar.generate(tmp_path, 500, 200, seed=0))
     features = lambda x: x.reshape(len(x), -1, 3).mean(axis=1)  # noqa: E731 - mean colour
     means = np.stack([features(x_train[y_train == c]).mean(axis=0) for c in range(10)])
     distances = ((features(x_test)[:, None, :] - means[None]) ** 2).sum(axis=2)
@@ -213,7 +231,7 @@ def test_existing_folder_is_kept_unless_forced(tmp_path):
         make_cifar.generate(tmp_path, 5, 1, seed=1)
     assert (folder / "data_batch_1").read_bytes() == before
     make_cifar.generate(tmp_path, 10, 1, seed=1, force=True)
-    assert cifar.load_train(folder)[0].shape[0] == 10
+    assert read_split(folder)[0].shape[0] == 10
     assert [p.name for p in tmp_path.iterdir()] == ["cifar-10-batches-py"]
 
 
@@ -241,5 +259,5 @@ def test_cli_rejects_impossible_sizes(tmp_path, argv, capsys):
 
 def test_cli_writes_the_set(tmp_path, capsys):
     assert make_cifar.main(["--out", str(tmp_path), "--train-images", "12", "--test-images", "3"]) == 0
-    x_train, _, x_test, _ = cifar.load_cifar10(tmp_path)
+    x_train, _, x_test, _ = read_train_and_test(tmp_path)
     assert (len(x_train), len(x_test)) == (12, 3)

@@ -13,7 +13,7 @@ from scalesweep.fits import (
     fit_table,
     gustafson,
     limit_speedup,
-    r_squared,
+    weighted_r_squared,
 )
 from scalesweep.scaling import scaling_table
 
@@ -51,8 +51,8 @@ def test_laws_by_hand():
     assert limit_speedup("amdahl", 1.0) == math.inf
     assert limit_speedup("gustafson", 0.5) == math.inf
     # R^2 = 1 - SS_res/SS_tot: obs 1,2,3 (mean 2, SS_tot 2), pred 1,2,4 (SS_res 1) -> 0.5
-    assert r_squared([1, 2, 3], [1, 2, 4]) == 0.5
-    assert math.isnan(r_squared([2, 2], [2, 2]))
+    assert weighted_r_squared([1, 2, 3], [1, 2, 4], [1, 1, 1]) == 0.5
+    assert math.isnan(weighted_r_squared([2, 2], [2, 2], [1, 1]))
 
 
 def test_exact_amdahl_data_gives_p_and_predictions_by_hand():

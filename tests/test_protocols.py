@@ -198,4 +198,4 @@ def test_fit_r2_is_that_of_the_relative_objective():
     centre = np.sum(w * y) / np.sum(w)
     expected = 1 - np.sum(w * (y - predicted) ** 2) / np.sum(w * (y - centre) ** 2)
     assert fit.r2 == pytest.approx(expected)
-    assert fit.r2 != pytest.approx(fits.r_squared(y, predicted))  # not the unweighted one
+    assert fit.r2 != pytest.approx(fits.weighted_r_squared(y, predicted, np.ones_like(y)))  # not the unweighted one

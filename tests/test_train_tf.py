@@ -355,7 +355,8 @@ def test_max_train_images_picks_the_shared_seeded_subset(cifar_256):
     picked = tf_probe(f"""
         import json, numpy as np, cifar, runlog, tf_data
         images, labels = tf_data.load_training_data({str(cifar_256)!r}, 40, seed=7)
-        all_images, all_labels = cifar.load_train({str(cifar_256)!r})
+        parts = [cifar.read_batch(cifar.batches_dir({str(cifar_256)!r}) / name) for name in cifar.TRAIN_BATCHES]
+        all_images, all_labels = np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
         keep = runlog.subset_indices(len(all_labels), 40, 7)
         print(json.dumps({{"images": bool(np.array_equal(images.numpy(), all_images[keep])),
                            "labels": bool(np.array_equal(labels.numpy(), all_labels[keep])),
