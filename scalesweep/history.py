@@ -31,12 +31,11 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep import atomic, scaling
-from scalesweep.provenance import PROVENANCE_COLUMNS
+from scalesweep.provenance import PROVENANCE_COLUMNS, SWEEP_COLUMNS
 
 DEFAULT_HISTORY_DIR = "results/history"
 COMPARE_OUTPUTS = ("compare.csv", "compare.png", "summary.txt")  # scalesweep/compare.py writes them
 FILE_PREFIX, FILE_SUFFIX = "sweep-", ".parquet"
-SWEEP_COLUMNS = ("sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host")
 SELECTOR_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 
 

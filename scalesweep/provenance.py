@@ -14,6 +14,9 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+# A sweep's own columns in the history archive (scalesweep/history.py): its id, date, config,
+# where it was archived from and on which host.
+SWEEP_COLUMNS = ("sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host")
 PROVENANCE_COLUMNS = (
     "gpu_model",
     "gpu_driver",

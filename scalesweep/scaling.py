@@ -19,43 +19,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scalesweep.provenance import SWEEP_COLUMNS
 from scalesweep.records import STATUSES
+from scalesweep.tidy import RUN_RESULT_COLUMNS
 from scalesweep.breakdown import BREAKDOWN_COLUMNS, LOSS_COLUMNS, NO_BREAKDOWN_NOTE, PARTS, loss_table
 
 
-# Per-run measurements, bookkeeping and provenance: everything in runs.csv that is NOT a
-# configuration axis. world_size/global_batch/learning_rate/images_per_epoch follow from gpus (and
-# images per epoch shrinks with a larger global batch when the last partial batch is dropped), so
-# as keys they would split one scaling series into one group per GPU count. device_kind is "cpu"
-# for the gpus == 0 baseline on a GPU cluster and would separate it from its GPU runs.
+# Every runs.csv column but the configuration is a measurement, bookkeeping or provenance, never
+# a group key: derived from tidy's column lists, so a new runs.csv column is not a key by mistake.
+# gpus/nodes/repeat are the sweep's position within a group; per_gpu_batch is what was asked (a
+# batch axis fills it), so it stays a key, while global_batch, world_size, epochs and
+# images_per_epoch follow from gpus (a partial last batch dropped makes images per epoch shrink
+# with the global batch) and would split one scaling series into one group per GPU count.
 NON_KEY_COLUMNS = frozenset(
-    {
-        # sweep position
-        "gpus", "nodes", "repeat",
-        # follow from gpus
-        "world_size", "global_batch", "learning_rate", "images_per_epoch", "device_kind",
-        "images_per_epoch_source",
-        # outcome
-        "status", "reason", "epochs",
-        # metrics
-        "steady_epoch_time_s", "throughput_img_s", "throughput_per_gpu_img_s", "total_time_s",
-        "train_time_s", "memory_gb", "peak_host_rss_gb", "timed_steps", "timed_stop_reason",
-        "step_time_ci_pct",
-        "throughput_ci_low_img_s", "throughput_ci_high_img_s", "wall_time_s", "gpu_hours",
-        "train_images", *BREAKDOWN_COLUMNS,
-        # energy (scalesweep/tidy.py)
-        "energy_j", "joules_per_image", "avg_power_w_per_gpu", "run_energy_j", "energy_source",
-        "energy_note", "slurm_energy_j", "slurm_energy_source",
-        # provenance
-        "protocol", "log_format", "log", "hostname", "slurm_job_id", "slurm_nodelist",
-        "start_time", "versions", "devices",
-        # provenance (scalesweep/provenance.py) and the sweep history's own columns (history.py)
-        "gpu_model", "gpu_driver", "cpu_model", "framework_version", "cuda_version",
-        "cudnn_version", "nccl_version", "container_image", "container_digest", "cluster", "scalesweep_version",
-        "settings_hash", "run_id", "load_avg_1m", "node_load", "node_shared",
-        "sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host",
-    }
-)
+    {"gpus", "nodes", "repeat", *RUN_RESULT_COLUMNS, *SWEEP_COLUMNS}
+) - {"per_gpu_batch"}
 
 REQUIRED_RUN_COLUMNS = ("gpus", "status", "steady_epoch_time_s", "throughput_img_s")
 # Names stay text from config to table: read as numbers, datasets '2024.1' and '2024.10' would

@@ -73,8 +73,6 @@ RUN_RESULT_COLUMNS = [
 ]
 EPOCH_RESULT_COLUMNS = ["epoch", "images", "seconds", "throughput_img_s", "loss", "accuracy", "steady"]
 EPOCH_FLOAT_COLUMNS = ["seconds", "throughput_img_s", "loss", "accuracy"]
-RUN_COLUMNS = AXIS_COLUMNS + RUN_RESULT_COLUMNS
-EPOCH_COLUMNS = AXIS_COLUMNS + EPOCH_RESULT_COLUMNS
 
 # Config keys that would overwrite a measurement or the verdict on it. Other result columns
 # (per_gpu_batch, epochs, ...) may be sweep axes: the axis value then fills that column.

@@ -184,6 +184,16 @@ def test_non_key_columns_are_listed_once_and_never_become_keys():
     assert len(scaling_table(runs)["baseline_gpus"].unique()) == 1
 
 
+def test_every_result_column_of_runs_csv_but_the_asked_batch_is_no_key():
+    """The keys of a full runs.csv row set are its configuration: the axes and the asked batch,
+    plus any axis a sweep adds; every other column tidy writes (a new one too) is no key."""
+    from scalesweep.tidy import AXIS_COLUMNS, RUN_RESULT_COLUMNS
+
+    row = dict.fromkeys(AXIS_COLUMNS + RUN_RESULT_COLUMNS, 1)
+    runs = pd.DataFrame([row, row]).assign(precision="bf16")
+    assert group_keys(runs) == ["framework", "model", "dataset", "per_gpu_batch", "precision"]
+
+
 def test_scaling_csv_round_trip_keeps_the_group_keys(tmp_path, reference_runs):
     path = tmp_path / "scaling.csv"
     scaling_table(reference_runs.assign(precision="bf16")).to_csv(path, index=False)

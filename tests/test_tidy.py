@@ -10,7 +10,10 @@ import pandas as pd
 import pytest
 
 from scalesweep import tidy
-from scalesweep.tidy import EPOCH_COLUMNS, METRIC_COLUMNS, RUN_COLUMNS, runs_table, write_tidy
+from scalesweep.tidy import AXIS_COLUMNS, EPOCH_RESULT_COLUMNS, METRIC_COLUMNS, RUN_RESULT_COLUMNS, runs_table, write_tidy
+
+RUN_COLUMNS = AXIS_COLUMNS + RUN_RESULT_COLUMNS
+EPOCH_COLUMNS = AXIS_COLUMNS + EPOCH_RESULT_COLUMNS
 
 LOGS = Path(__file__).parent / "data" / "logs"
 
