@@ -39,6 +39,13 @@ SUMMARY_STATUSES = ("ok", "oom", "failed")
 STATUSES = ("ok", "failed", "oom", "timeout")
 # Epoch 1 carries start-up (graph build, compilation, cache fill): steady state starts at epoch 2.
 FIRST_STEADY_EPOCH = 2
+# The trainers' option vocabularies (scripts/harness.py builds the trainers' options from these;
+# the config schema's enums are checked against them by tests/test_harness.py).
+FRAMEWORKS = ("tensorflow", "pytorch")
+PROTOCOLS = ("epochs", "steps")
+OOM_POLICIES = ("fail", "halve")
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEVICE_KINDS = ("gpu", "cpu")
 
 
 @dataclass(frozen=True)
@@ -122,18 +129,18 @@ def flag(nullable: bool = False) -> Rule:
 
 # The tables of docs/records.md (tests/test_records.py keeps both in step).
 HEADER = {
-    "framework": text(nullable=False, choices=("tensorflow", "pytorch")),
+    "framework": text(nullable=False, choices=FRAMEWORKS),
     "model": text(nullable=False),
     "dataset": text(),
     "resolution": count(nullable=True),
     "gpus": count(0),  # 0 = CPU-only baseline
-    "device_kind": text(choices=("gpu", "cpu")),
+    "device_kind": text(choices=DEVICE_KINDS),
     "world_size": count(),
     "nodes": count(),
     "per_gpu_batch": count(),
     "global_batch": count(),
     "requested_per_gpu_batch": count(),
-    "oom_policy": text(choices=("fail", "halve")),
+    "oom_policy": text(choices=OOM_POLICIES),
     "learning_rate": number(0),
     "precision": text(),
     "compile": flag(),
@@ -141,7 +148,7 @@ HEADER = {
     "num_workers": count(0),
     "epochs": count(0),  # 0 for max_batch
     "images_per_epoch": count(nullable=True),
-    "protocol": text(choices=("epochs", "steps", "max_batch")),
+    "protocol": text(choices=(*PROTOCOLS, "max_batch")),
     "warmup_steps": count(0),
     "timed_steps": count(nullable=True, choices=("auto",)),  # auto: the window ends when precise
     "max_batch_limit": count(),

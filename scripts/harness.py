@@ -30,12 +30,10 @@ from runlog import (
     DEFAULT_TARGET_CI_PCT,
     DEFAULT_TIMED_STEPS,
     DEFAULT_WARMUP_STEPS,
-    OOM_POLICIES,
     PROBE_STEPS,
-    PROTOCOLS,
 )
+from scalesweep.records import OOM_POLICIES, PRECISIONS, PROTOCOLS  # runlog put the repository on the path
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 # Any failure but out of memory: Snakemake marks the job failed and a rerun repeats it.
 EXIT_FAILED = 1
 

@@ -40,9 +40,6 @@ _OOM_ABOVE_RE = re.compile(r"^oom-above:(\d+)$")
 _GIB = 1024**3
 
 
-# Measurement options of both trainers: one command builder (scalesweep/launch.py) drives both.
-PROTOCOLS = ("epochs", "steps")
-OOM_POLICIES = ("fail", "halve")
 # The first steps hold tracing/compilation (XLA, torch.compile), cuDNN/oneDNN autotuning, the
 # allocator's growth and the input pipeline's first fill on the setups measured; later steps are
 # steady.

@@ -525,7 +525,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--nodes", type=int, help="nodes of the run (default: WORLD_SIZE / LOCAL_WORLD_SIZE)")
     add("--eval-batch-size", type=int, default=128, help="images per process per eval step")
     add("--channels-last", action="store_true", help="channels-last memory format")
-    add("--num-workers", type=int, default=2, help="loader workers per process (default 2)")
+    add("--num-workers", type=int, default=0,
+        help="loader worker processes per rank; 0 loads in the training process (default %(default)s)")
     add("--optimizer", choices=OPTIMIZERS, default="sgd", help="sgd (momentum 0.9) or adamw")
     add("--eval", action="store_true", help="run validation after the last epoch")
     return harness.parse_args(parser, argv, _check_own_args)
