@@ -85,7 +85,7 @@ def measure_input_path(side: str, data: Path, batch: int, resolution: int) -> di
         sys.path.insert(0, str(BENCHMARKS))
         import reference_tf as module
     else:
-        import train_tf as module
+        import tf_data as module  # what train_tf.py loads and iterates
     baseline = peak_rss_mib()
     started = time.perf_counter()
     if side == "reference":

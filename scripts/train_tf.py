@@ -48,7 +48,7 @@ import harness  # noqa: E402
 import runlog  # noqa: E402
 import tf_compat  # noqa: E402
 import tf_probes  # noqa: E402
-from tf_data import (  # noqa: E402, F401  (make_dataset, load_training_data: benchmarks/bench_trainer.py)
+from tf_data import (  # noqa: E402
     PASSES,
     STREAM,
     load_training_data,
@@ -57,14 +57,16 @@ from tf_data import (  # noqa: E402, F401  (make_dataset, load_training_data: be
     with_injected_delay,
 )
 
-# keras.applications constructors by catalog name (scalesweep/catalog.py MODELS["tensorflow"]).
+from scalesweep.catalog import MODELS as CATALOG  # noqa: E402  (standard library only, as records.py)
+
+MODEL_NAMES = CATALOG["tensorflow"]
+# keras.applications constructors by catalog name; the catalog's other model, cnn_small, is built here.
 APPLICATIONS = {
     "resnet50v2": "ResNet50V2",
     "resnet101v2": "ResNet101V2",
     "resnet152v2": "ResNet152V2",
     "mobilenetv3small": "MobileNetV3Small",
 }
-MODEL_NAMES = (*APPLICATIONS, "cnn_small")
 DISPLAY_NAMES = {**APPLICATIONS, "cnn_small": "CNNSmall"}
 
 PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
