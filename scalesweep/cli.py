@@ -14,6 +14,8 @@ import math
 import os
 import re
 import sys
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -313,11 +315,25 @@ def register_history(commands):
     cmd.set_defaults(handler=history_command)
 
 
+@contextmanager
+def warnings_on_one_line(command):
+    """Warnings (a damaged or foreign history file left out) as one line each on stderr, named
+    by the command: Python's format adds the source line of the warning's call."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"{command}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def history_command(args):
     from scalesweep import history
 
     try:
-        table = history.sweeps_table(args.history, args.where, args.selectors)
+        with warnings_on_one_line("scalesweep history"):
+            table = history.sweeps_table(args.history, args.where, args.selectors)
     except ValueError as error:
         print(f"scalesweep history: {error}", file=sys.stderr)
         return 2
@@ -349,9 +365,10 @@ def compare_command(args):
     from scalesweep import compare, history
 
     try:
-        sides = [history.load_side(spec, args.history, args.where) for spec in (args.baseline, args.candidate)]
-        table, text = compare.write_comparison(*sides, output_folder(args.out), args.confidence, args.seed,
-                                               lambda: history.spread_runs(args.history))
+        with warnings_on_one_line("scalesweep compare"):
+            sides = [history.load_side(spec, args.history, args.where) for spec in (args.baseline, args.candidate)]
+            table, text = compare.write_comparison(*sides, output_folder(args.out), args.confidence, args.seed,
+                                                   lambda: history.spread_runs(args.history))
     except (ValueError, FileNotFoundError) as error:
         print(f"scalesweep compare: {error}", file=sys.stderr)
         return 2

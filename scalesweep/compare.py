@@ -526,6 +526,8 @@ def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     table, facts = compare_runs(baseline.runs, candidate.runs, confidence, seed, history_runs)
+    if table.empty:
+        raise ValueError(nothing_in_common(facts, baseline.label, candidate.label))
     text = summary(table, facts, baseline, candidate)
     atomic.write_csv(table, outdir / "compare.csv")
     plot_ratios(table, facts, outdir / "compare.png")
@@ -545,6 +547,21 @@ def write_compare(baseline_spec: str, archived_json, history_dir, outdir) -> str
     counts = table["verdict"].value_counts()
     return f"{len(table)} configurations compared with {baseline_spec}: " + ", ".join(
         f"{n} {verdict}" for verdict, n in counts.items())
+
+
+def nothing_in_common(facts: dict, baseline: str, candidate: str) -> str:
+    """Why two sides with no configuration in both cannot be compared, with one configuration
+    of each (a table of nothing would read as 'no change')."""
+    keys = facts["keys"]
+
+    def side(name, configs):
+        example = f", e.g. {config_label(dict(zip(keys, configs[0])), keys)}" if configs else ""
+        return f"{name} {len(configs)}{example}"
+
+    notes = "".join(f"; {note}" for note in facts["notes"])
+    return (f"{baseline} and {candidate} have no configuration in common ("
+            f"{side('baseline', facts['only_baseline'])}; {side('candidate', facts['only_candidate'])}"
+            f"{notes}): a configuration is its axes ({', '.join(keys)}), compared only where both ran it")
 
 
 def config_label(row, keys: list[str]) -> str:

@@ -5,10 +5,11 @@ its start, after its GPU hours were booked: a number that YAML reads as a float 
 the trainer as `--per-gpu-batch 32.0`), a name that is not text, a NUL byte (no command line can
 carry one), a dataset path the trainers would read as an option, a matrix too large to expand, a
 synthetic dataset smaller than one step, a bind list longer than one argument may be, a history
-folder that is a file.
+folder that is a file or cannot be written, a sweep to compare with that the history lacks.
 """
 
 import math
+import os
 from pathlib import Path
 
 from scalesweep.matrix import ConfigError, value_kind
@@ -120,9 +121,26 @@ def check_planned(config, all_settings, workdir=".", check_paths=True) -> None:
     check_steps_fit(config, all_settings)
     if check_paths:
         check_history_dir(config, workdir)
+        check_compare_with(config, workdir)
 
 
 def check_history_dir(config, workdir=".") -> None:
     folder = Path(workdir) / config["history_dir"]
     if folder.exists() and not folder.is_dir():
         raise ConfigError("history_dir", f"'{config['history_dir']}' is a file, not a folder")
+    existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError("history_dir", f"'{config['history_dir']}': {existing} cannot be written "
+                                         "(permission denied): the sweep archives its runs there")
+
+
+def check_compare_with(config, workdir=".") -> None:
+    """The sweep to compare with is in the history (or a folder) before any run starts."""
+    from scalesweep import history  # DuckDB: imported only when a comparison is asked for
+
+    if config["compare_with"] is None:
+        return
+    try:
+        history.check_side(str(config["compare_with"]), config["history_dir"], workdir)
+    except ValueError as error:
+        raise ConfigError("compare_with", str(error)) from None

@@ -10,8 +10,12 @@ folder, fsyncs it and renames it into place (atomic on one file system), so no w
 a lock, no reader sees half a file, and two writers never touch the same file (the id holds a
 hash of the content: the same sweep archived twice is the same file). DuckDB reads the files in
 place (`read_parquet`), in memory: no server and no lock held on the folder. A damaged file (a
-disk full, a copy cut short) is skipped with a warning naming it; the rest of the history still
-answers.
+disk full, a copy cut short) or a foreign one (a Parquet file named like an archive, without the
+sweep's columns) is skipped with a warning naming it; the rest of the history still answers, and
+archiving the same sweep again rewrites a damaged file. A copied archive file adds no run: each
+run is read once (by run id, `_deduplicated_view`). DuckDB reads each path as a glob pattern, so
+the paths it is given have their pattern characters escaped (`duckdb_path`): a folder named
+`hist[1]` or `h*` reads its own files, never those of `hist1` or `h2`.
 
 The sweep id is `<UTC start of the sweep's first run>-<12 hex digits of the runs' content>`, e.g.
 `20261122T101502Z-3fa4c1d2e5b6`: ids sort by date and name the content (48 bits: two different
@@ -43,6 +47,15 @@ class DamagedArchiveWarning(UserWarning):
     """A history file that DuckDB cannot read: left out of every answer, named in the message."""
 
 
+class ForeignFileWarning(UserWarning):
+    """A Parquet file named like an archive that is none (no sweep_id column): left out of every
+    answer, named in the message."""
+
+
+# The column that marks a Parquet file as one of our archives (archive_frame writes it first).
+MARKER_COLUMN = "sweep_id"
+
+
 @dataclass(frozen=True)
 class Archived:
     sweep_id: str
@@ -63,8 +76,17 @@ def archive(runs: pd.DataFrame, history_dir, config: dict | None = None, source=
     """Archive the runs of `runs` that the history does not hold yet (by run_id) as one new
     sweep; with nothing new, the sweep that archived the last of them is returned and nothing
     is written. A rerun that completes a sweep (a fixed failure, an added configuration) thus
-    archives only what it ran: every run is in the history once."""
+    archives only what it ran: every run is in the history once. A folder that cannot be
+    written is a ValueError naming it."""
     history_dir = Path(history_dir)
+    try:
+        return _archive(runs, history_dir, config, source)
+    except PermissionError as error:
+        raise ValueError(f"history folder {history_dir}: cannot be written "
+                         f"({error.strerror or error}): history_dir must name a folder you can write") from None
+
+
+def _archive(runs: pd.DataFrame, history_dir: Path, config, source) -> Archived:
     history_dir.mkdir(parents=True, exist_ok=True)
     runs = runs.reset_index(drop=True)
     known = archived_run_ids(history_dir)
@@ -77,10 +99,13 @@ def archive(runs: pd.DataFrame, history_dir, config: dict | None = None, source=
         runs = runs[~held].reset_index(drop=True)
     content = content_hash(runs)
     date = sweep_date(runs)
-    existing = sorted(history_dir.glob(f"{FILE_PREFIX}*-{content}{FILE_SUFFIX}"))
+    existing = [path for path in sorted(history_dir.glob(f"{FILE_PREFIX}*-{content}{FILE_SUFFIX}"))
+                if unreadable(path) is None]
     if existing:
         sweep_id = sweep_id_of(existing[0])
         return Archived(sweep_id, existing[0], _id_date(sweep_id), len(runs))
+    # A damaged file of this content (a write cut short on a file system that renamed it into
+    # place anyway, a copy cut short) is written again below, under its own name.
     sweep_id = f"{_id_time(date)}-{content}"
     path = history_dir / f"{FILE_PREFIX}{sweep_id}{FILE_SUFFIX}"
     frame = archive_frame(runs, sweep_id, date, config, source)
@@ -172,6 +197,31 @@ def sweep_files(history_dir) -> list[Path]:
     return sorted(history_dir.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"))
 
 
+def unreadable(path) -> str | None:
+    """Why DuckDB cannot read `path` whole as an archive (damaged, or foreign: no sweep_id
+    column), or None."""
+    import duckdb
+
+    connection = duckdb.connect()
+    try:
+        rows = connection.execute("SELECT * FROM read_parquet(?)", [duckdb_path(path)])
+        if MARKER_COLUMN not in [column[0] for column in rows.description]:
+            return f"not a sweep archive (no {MARKER_COLUMN} column)"
+        rows.fetchall()
+    except duckdb.Error as reason:
+        return str(reason).splitlines()[0]
+    finally:
+        connection.close()
+    return None
+
+
+def duckdb_path(path) -> str:
+    """`path` as DuckDB's read_parquet reads it literally: DuckDB expands every path as a glob
+    and has no escape character, but a one-character class ([[], [*], [?]) matches the
+    character itself."""
+    return re.sub(r"([\[*?])", r"[\1]", str(path))
+
+
 def sweep_id_of(path: Path) -> str:
     return Path(path).name[len(FILE_PREFIX):-len(FILE_SUFFIX)]
 
@@ -183,13 +233,41 @@ def files_of_sweeps(history_dir, ids) -> list[Path]:
     for wanted in ids:
         matching = [path for path in files if sweep_id_of(path).startswith(wanted)]
         if not matching:
-            raise ValueError(f"no archived sweep {wanted!r} in {history_dir} "
-                             f"({len(files)} sweeps; `scalesweep history` lists them)")
+            raise ValueError(f"no archived sweep {wanted!r} in {history_dir}: {known_sweeps(files)}")
         if len(matching) > 1:
             names = ", ".join(sweep_id_of(path) for path in matching[:5])
             raise ValueError(f"sweep id {wanted!r} is ambiguous in {history_dir}: {names}")
         chosen.append(matching[0])
     return chosen
+
+
+# Sweep ids a message lists, the newest: the one a user meant is most often a recent one.
+LISTED_SWEEPS = 5
+
+
+def known_sweeps(files) -> str:
+    """'archived: <the newest ids> (N sweeps; `scalesweep history` lists them)', or that
+    there is none."""
+    if not files:
+        return "the history holds no sweep"
+    newest = [sweep_id_of(path) for path in files[-LISTED_SWEEPS:]][::-1]
+    more = f" and {len(files) - len(newest)} older" if len(files) > len(newest) else ""
+    return f"archived: {', '.join(newest)}{more} (`scalesweep history` lists them)"
+
+
+def check_side(spec: str, history_dir, workdir=".") -> None:
+    """ValueError unless `spec` names runs that load_side would find: a path, selectors that
+    match an archived run, or an archived sweep id. For `compare_with`, which is read only
+    after every run of the sweep (the compare rule)."""
+    if (Path(workdir) / spec).exists():
+        return
+    history_dir = Path(workdir) / history_dir
+    if "=" in spec:
+        if read_runs(history_dir, selectors=[spec]).empty:
+            raise ValueError(f"no archived run in {history_dir} matches {spec!r}: "
+                             f"{known_sweeps(sweep_files(history_dir))}")
+        return
+    files_of_sweeps(history_dir, [spec])
 
 
 def parse_selectors(selectors) -> list[tuple[str, str]]:
@@ -247,8 +325,15 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
     while readable:
         connection = duckdb.connect()
         try:
-            connection.execute(f"CREATE VIEW raw_runs AS SELECT * FROM read_parquet("
-                               f"[{', '.join(map(_sql_text, readable))}], union_by_name = true)")
+            paths = f"[{', '.join(_sql_text(duckdb_path(path)) for path in readable)}]"
+            foreign = _foreign(connection, readable, paths)
+            for path in foreign:
+                warnings.warn(f"sweep history: skipping {path}: a Parquet file named like an archive "
+                              f"but none (no {MARKER_COLUMN} column)", ForeignFileWarning, stacklevel=2)
+            if foreign:
+                readable = [path for path in readable if path not in foreign]
+                continue
+            connection.execute(f"CREATE VIEW raw_runs AS SELECT * FROM read_parquet({paths}, union_by_name = true)")
             connection.execute(_deduplicated_view(connection))
             return connection.execute(sql, list(parameters)).df(), readable
         except duckdb.Error as error:
@@ -262,6 +347,13 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
         finally:
             connection.close()
     return pd.DataFrame(columns=list(SWEEP_COLUMNS)), []
+
+
+def _foreign(connection, files: list[str], paths: str) -> list[str]:
+    """The files without the archive's marker column (only their footers are read)."""
+    marked = {row[0] for row in connection.execute(
+        f"SELECT DISTINCT file_name FROM parquet_schema({paths}) WHERE name = ?", [MARKER_COLUMN]).fetchall()}
+    return [path for path in files if path not in marked]
 
 
 def _deduplicated_view(connection) -> str:
@@ -293,7 +385,7 @@ def _damaged(files: list[str], error: Exception) -> dict[str, str]:
     connection = duckdb.connect()
     for path in suspects:
         try:
-            connection.execute("SELECT * FROM read_parquet(?)", [path]).fetchall()
+            connection.execute("SELECT * FROM read_parquet(?)", [duckdb_path(path)]).fetchall()
         except duckdb.Error as reason:
             damaged[path] = str(reason).splitlines()[0]
     connection.close()
@@ -301,16 +393,23 @@ def _damaged(files: list[str], error: Exception) -> dict[str, str]:
 
 
 def _query_error(error: Exception, where: str | None, connection) -> ValueError:
-    """A user's query error, with the columns to choose from; double quotes are names in SQL."""
+    """A user's query error, with the columns to choose from; double quotes are names in SQL.
+    An unknown column is named in our words, not DuckDB's ('Binder Error: Referenced column')."""
     message = str(error).splitlines()[0]
     try:
         columns = [row[0] for row in connection.execute("DESCRIBE runs").fetchall()]
     except Exception:  # noqa: BLE001 - the columns are a hint only
         columns = []
     hint = f" (columns: {', '.join(columns)})" if columns else ""
-    if where and '"' in where and "not found" in message:
+    unknown = UNKNOWN_COLUMN_RE.search(message)
+    if where and '"' in where and unknown:
         hint += "; SQL strings take single quotes: --where \"gpu_model LIKE '%H100%'\""
+    if unknown:
+        return ValueError(f"no column {unknown.group(1)!r} in the runs{hint}")
     return ValueError(f"sweep history query failed: {message}{hint}")
+
+
+UNKNOWN_COLUMN_RE = re.compile(r'Referenced column "([^"]*)" not found')
 
 
 def _condition(where: str | None, pairs) -> tuple[str, list]:
@@ -408,9 +507,12 @@ def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = No
             raise ValueError(f"no archived run in {history_dir} matches {spec!r}")
     else:
         runs = read_runs(history_dir, files=files_of_sweeps(history_dir, [spec]))
-    runs = filter_frame(runs, where) if where else runs
     if runs.empty:
-        raise ValueError(f"{spec}: no runs left after --where {where!r}")
+        raise ValueError(f"{spec}: holds no runs")
+    if where:
+        held, runs = len(runs), filter_frame(runs, where)
+        if runs.empty:
+            raise ValueError(f"{spec}: none of its {held} runs meets --where {where!r}")
     return Side(spec, runs.reset_index(drop=True))
 
 

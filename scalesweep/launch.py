@@ -262,11 +262,14 @@ def multinode_steps(settings, prefix, python, repo):
     ]
 
 
-def slurm_resources(settings, cluster):
+def slurm_resources(settings, cluster, user_extra=""):
     """The job's SLURM shape for snakemake-executor-plugin-slurm.
 
     One node up to gpus_per_node GPUs, else whole nodes with one task per node. tasks_per_gpu=0
-    because the plugin otherwise turns `tasks` into --ntasks-per-gpu on GPU jobs.
+    because the plugin otherwise turns `tasks` into --ntasks-per-gpu on GPU jobs. slurm_extra
+    holds the workflow's options, then the config's (cluster.slurm_extra), then `user_extra`
+    (the profile's default-resources slurm_extra, which a rule's own slurm_extra would
+    otherwise replace, dropping it).
     """
     gpus_per_node = settings["gpus_per_node"]
     resources = {
@@ -279,8 +282,11 @@ def slurm_resources(settings, cluster):
         resources["gres"] = f"gpu:{gpus_per_node}"
     if is_multinode(settings):
         resources["tasks"] = settings["nodes"]
-    if cluster["exclusive"] == "always" or (cluster["exclusive"] == "multinode" and is_multinode(settings)):
-        resources["slurm_extra"] = "--exclusive"
+    exclusive = cluster["exclusive"] == "always" or (cluster["exclusive"] == "multinode" and is_multinode(settings))
+    extra = " ".join(part.strip() for part in ("--exclusive" if exclusive else "", cluster.get("slurm_extra", ""),
+                                                user_extra or "") if part and part.strip())
+    if extra:
+        resources["slurm_extra"] = extra
     return resources
 
 

@@ -6,6 +6,7 @@ job would refuse."""
 import copy
 import resource
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -194,3 +195,30 @@ def configcheck_filled(tmp_path):
     config = configcheck.load_strict(tmp_path / "c.yaml")
     configcheck.validate_config(config)
     return config
+
+
+def test_a_compare_with_naming_no_archived_sweep_is_refused_when_the_workflow_is_parsed(tmp_path):
+    from test_history import sweep_runs
+
+    from scalesweep import history
+
+    archived = history.archive(sweep_runs(), tmp_path / "history")
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(edited(lambda c: c.update(history_dir="history", compare_with="2025"))))
+    result = snakemake(tmp_path, "-n", configfile=config)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert (f"config key 'compare_with': no archived sweep '2025' in {tmp_path / 'history'}: archived: "
+            f"{archived.sweep_id} (`scalesweep history` lists them)") in result.stdout + result.stderr
+
+
+def test_a_history_dir_that_cannot_be_written_is_refused_naming_the_folder(tmp_path, monkeypatch):
+    import os
+
+    config = edited(lambda c: c.update(history_dir="shared/history"))
+    (tmp_path / "shared").mkdir()
+    writable = os.access  # root may write anywhere: the folder's permission bits, as a user sees them
+    monkeypatch.setattr(os, "access", lambda path, mode: writable(path, mode) and Path(path).name != "shared")
+    with pytest.raises(matrix.ConfigError) as caught:
+        feasibility.check_history_dir(config, tmp_path)
+    assert str(caught.value) == (f"config key 'history_dir': 'shared/history': {tmp_path / 'shared'} cannot be "
+                                 "written (permission denied): the sweep archives its runs there")

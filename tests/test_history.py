@@ -208,3 +208,138 @@ def test_history_stage_writes_the_json_that_names_the_file(tmp_path):
     assert line == f"archived 4 new runs as {archived['sweep_id']}: {archived['file']}"
     assert archived["runs"] == 4 and Path(archived["file"]).is_file()
     assert history.read_runs(tmp_path / "history").loc[0, "sweep_source"] == str(results.resolve())
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 19)
+
+def runs_with_ids(**kwargs):
+    return sweep_runs(**kwargs).assign(run_id=["r1", "r2", "r3", "r4"])
+
+
+def test_a_copied_archive_file_adds_no_run_and_no_sweep(tmp_path):
+    archived = history.archive(runs_with_ids(), tmp_path)
+    (tmp_path / "sweep-copy.parquet").write_bytes(archived.path.read_bytes())  # a user's backup copy
+    assert len(history.read_runs(tmp_path)) == 4
+    table = history.sweeps_table(tmp_path)
+    assert table[["sweep_id", "runs"]].values.tolist() == [[archived.sweep_id, 4]]
+    again = history.archive(runs_with_ids(), tmp_path)
+    assert (again.sweep_id, again.runs) == (archived.sweep_id, 0)  # nothing new: nothing written
+    assert len(history.sweep_files(tmp_path)) == 2
+
+
+@pytest.mark.parametrize("name, neighbour", [("hist[1]", "hist1"), ("h*", "h2"), ("h?", "hx")])
+def test_a_history_folder_named_with_glob_characters_reads_only_its_own_files(tmp_path, name, neighbour):
+    own = history.archive(sweep_runs(driver="own"), tmp_path / name)
+    # DuckDB reads a path as a glob: hist[1]/sweep-X.parquet would be hist1/sweep-X.parquet.
+    other = history.archive(sweep_runs(driver="neighbour"), tmp_path / neighbour).path
+    other.rename(other.with_name(own.path.name))
+    runs = history.read_runs(tmp_path / name)
+    assert len(runs) == 4 and set(runs["gpu_driver"]) == {"own"}
+    assert history.sweeps_table(tmp_path / name)["sweep_id"].tolist() == [own.sweep_id]
+    assert history.load_side(str(own.path), tmp_path / name).sweeps == [own.sweep_id]
+
+
+def test_archiving_again_rewrites_a_damaged_file_of_the_same_sweep(tmp_path):
+    archived = history.archive(sweep_runs(), tmp_path)
+    whole = archived.path.read_bytes()
+    archived.path.write_bytes(whole[: len(whole) // 2])  # a write cut short
+    with pytest.warns(DamagedArchiveWarning, match=re.escape(str(archived.path))):
+        again = history.archive(sweep_runs(), tmp_path)
+    assert again == archived and history.unreadable(archived.path) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no file skipped any more
+        assert len(history.read_runs(tmp_path)) == 4
+
+
+def write_foreign(folder: Path) -> Path:
+    import duckdb
+
+    foreign = folder / "sweep-20200101T000000Z-abcdefabcdef.parquet"
+    duckdb.sql(f"COPY (SELECT 1 AS x, 'a' AS y) TO '{foreign}' (FORMAT parquet)")
+    return foreign
+
+
+def test_a_foreign_parquet_file_named_like_an_archive_is_skipped_with_a_warning(tmp_path):
+    archived = history.archive(sweep_runs(), tmp_path)
+    foreign = write_foreign(tmp_path)
+    with pytest.warns(history.ForeignFileWarning) as caught:
+        table = history.sweeps_table(tmp_path)
+    assert table["sweep_id"].tolist() == [archived.sweep_id]
+    assert [str(w.message) for w in caught] == [
+        f"sweep history: skipping {foreign}: a Parquet file named like an archive but none (no sweep_id column)"]
+    assert history.unreadable(foreign) == "not a sweep archive (no sweep_id column)"
+    result = scalesweep_cli("history", "--history", tmp_path)
+    assert result.returncode == 0 and archived.sweep_id in result.stdout
+    assert result.stderr.splitlines() == [f"scalesweep history: warning: {caught[0].message}"]
+
+
+def test_a_history_folder_that_cannot_be_written_is_one_line_naming_it(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+
+    def refused(*args, **kwargs):  # what a folder without write permission gives (root writes anyway)
+        raise PermissionError(errno.EACCES, "Permission denied", str(folder))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    with pytest.raises(ValueError) as caught:
+        history.archive(sweep_runs(), folder)
+    assert str(caught.value) == (f"history folder {folder}: cannot be written (Permission denied): "
+                                 "history_dir must name a folder you can write")
+    assert list(folder.iterdir()) == []
+
+
+def scalesweep_cli(*args):
+    return subprocess.run([sys.executable, "-m", "scalesweep", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("filters", [("--where", "gpu_moddel = 'x'"), ("gpu_moddel=x",)])
+def test_a_filter_naming_an_unknown_column_is_one_line_listing_the_columns(tmp_path, filters):
+    history.archive(sweep_runs(), tmp_path)
+    result = scalesweep_cli("history", "--history", tmp_path, *filters)
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("scalesweep history: no column 'gpu_moddel' in the runs (columns: sweep_id, ")
+    assert "gpu_model" in line and "Binder Error" not in line
+
+
+def test_compare_of_sweeps_with_no_configuration_in_common_is_one_line(tmp_path):
+    a = history.archive(sweep_runs(), tmp_path / "h")
+    b = history.archive(sweep_runs(model="vit_h_14", driver="550.54.15"), tmp_path / "h")
+    result = scalesweep_cli("compare", a.sweep_id, b.sweep_id, "--history", tmp_path / "h", "--out", tmp_path / "cmp")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"scalesweep compare: {a.sweep_id} and {b.sweep_id} have no configuration in common (baseline 3, "
+        "e.g. pytorch resnet50 tiny-224 gpus=1; candidate 3, e.g. pytorch vit_h_14 tiny-224 gpus=1): a "
+        "configuration is its axes (framework, model, dataset, gpus), compared only where both ran it"]
+    assert not (tmp_path / "cmp" / "compare.csv").exists()
+
+
+def test_a_side_without_runs_says_so_and_where_says_how_many_it_left_out(tmp_path):
+    empty = tmp_path / "runs.csv"
+    sweep_runs().head(0).to_csv(empty, index=False)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(empty))}: holds no runs$"):
+        history.load_side(str(empty), tmp_path / "h")
+    archived = history.archive(sweep_runs(), tmp_path / "h")
+    with pytest.raises(ValueError, match=r": none of its 4 runs meets --where 'gpus > 8'$"):
+        history.load_side(archived.sweep_id, tmp_path / "h", where="gpus > 8")
+
+
+def test_a_side_naming_no_sweep_lists_the_newest_archived_ids(tmp_path):
+    ids = [history.archive(sweep_runs(start=f"2026-10-0{day}T08:00:00+00:00"), tmp_path).sweep_id
+           for day in range(1, 8)]
+    with pytest.raises(ValueError) as caught:
+        history.check_side("20991231", tmp_path)
+    newest = ", ".join(reversed(ids[-5:]))
+    assert str(caught.value) == (f"no archived sweep '20991231' in {tmp_path}: archived: {newest} and 2 older "
+                                 "(`scalesweep history` lists them)")
+    with pytest.raises(ValueError, match="no archived run in .* matches 'cluster=jureca': archived: "):
+        history.check_side("cluster=jureca", tmp_path)
+    history.check_side(ids[0][:12], tmp_path)  # a unique prefix, selectors that match, a path: fine
+    history.check_side("cluster=mn5", tmp_path)
+    history.check_side(str(tmp_path), tmp_path)
+    with pytest.raises(ValueError, match="the history holds no sweep$"):
+        history.check_side("2026", tmp_path / "empty")

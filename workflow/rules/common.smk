@@ -232,12 +232,45 @@ def max_batch_configs():
     return [runs[path] for path in max_batch_paths()]
 
 
+def profile_slurm_extra(resource_settings):
+    """The slurm_extra of the profile's (or --default-resources') defaults, or None: the train
+    rules set slurm_extra themselves, which replaces a default (launch.slurm_resources merges it)."""
+    from snakemake.resources import Resources
+
+    defaults = resource_settings.default_resources
+    return Resources.from_mapping(defaults).get("slurm_extra") if defaults else None
+
+
+PROFILE_SLURM_EXTRA = profile_slurm_extra(workflow.resource_settings)
+
+
+def user_slurm_extra(wildcards, input, attempt, threads, rulename):
+    """The profile's slurm_extra for one job (a profile's value is an expression Snakemake
+    evaluates per job)."""
+    if PROFILE_SLURM_EXTRA is None:
+        return ""
+    value = PROFILE_SLURM_EXTRA.evaluate(
+        wildcards,
+        input=input,
+        attempt=attempt,
+        threads=threads,
+        rulename=rulename,
+        async_run=workflow.async_run,
+    ).value
+    return str(value or "")
+
+
 def slurm_resource(framework, name, default=None):
     """One SLURM resource of a training job (the plugin reads them; local runs ignore them)."""
 
-    def resource_of(wildcards):
+    def resource_of(wildcards, input, attempt, threads, rulename):
         settings = settings_of(framework, wildcards)
-        return launch.slurm_resources(settings, config["cluster"]).get(name, default)
+        extra = (
+            user_slurm_extra(wildcards, input, attempt, threads, rulename)
+            if name == "slurm_extra"
+            else ""
+        )
+        return launch.slurm_resources(settings, config["cluster"], extra).get(name, default)
 
     return resource_of
 
