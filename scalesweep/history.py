@@ -35,7 +35,8 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep import atomic, scaling
-from scalesweep.provenance import PROVENANCE_COLUMNS, SWEEP_COLUMNS
+from scalesweep.provenance import SWEEP_COLUMNS
+from scalesweep.tidy import read_runs_csv
 
 DEFAULT_HISTORY_DIR = "results/history"
 COMPARE_OUTPUTS = ("compare.csv", "compare.png", "summary.txt")  # scalesweep/compare.py writes them
@@ -263,7 +264,7 @@ def check_side(spec: str, history_dir, workdir=".") -> None:
         return
     history_dir = Path(workdir) / history_dir
     if "=" in spec:
-        if read_runs(history_dir, selectors=[spec]).empty:
+        if archived_runs(history_dir, selectors=[spec]).empty:
             raise ValueError(f"no archived run in {history_dir} matches {spec!r}: "
                              f"{known_sweeps(sweep_files(history_dir))}")
         return
@@ -284,7 +285,7 @@ def parse_selectors(selectors) -> list[tuple[str, str]]:
     return pairs
 
 
-def read_runs(history_dir, where: str | None = None, selectors=(), files=None) -> pd.DataFrame:
+def archived_runs(history_dir, where: str | None = None, selectors=(), files=None) -> pd.DataFrame:
     """The archived runs (of `files`, default every sweep) that match `where` (a DuckDB SQL
     condition) and every `column=value` selector; an empty frame when the history is empty."""
     files = sweep_files(history_dir) if files is None else list(files)
@@ -502,11 +503,11 @@ def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = No
     if path.exists():
         runs = _runs_at(path)
     elif "=" in spec:
-        runs = read_runs(history_dir, selectors=[spec])
+        runs = archived_runs(history_dir, selectors=[spec])
         if runs.empty:
             raise ValueError(f"no archived run in {history_dir} matches {spec!r}")
     else:
-        runs = read_runs(history_dir, files=files_of_sweeps(history_dir, [spec]))
+        runs = archived_runs(history_dir, files=files_of_sweeps(history_dir, [spec]))
     if runs.empty:
         raise ValueError(f"{spec}: holds no runs")
     if where:
@@ -569,13 +570,3 @@ def comparison_outputs(compare_with, outdir) -> list[str]:
     return [f"{outdir}/{name}" for name in COMPARE_OUTPUTS]
 
 
-# Provenance read as text: a driver "550.540" or a CUDA "12.10" read as numbers would lose digits.
-TEXT_COLUMNS = (*(c for c in PROVENANCE_COLUMNS if c not in ("load_avg_1m", "node_shared")),
-                *scaling.NAME_COLUMNS, "hostname", "slurm_job_id", "run_id")
-
-
-def read_runs_csv(path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path, dtype={column: str for column in TEXT_COLUMNS})
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot read the runs table: {error}") from error

@@ -112,7 +112,7 @@ def _date_axis(ax, dates) -> None:
 
 def write_history_figure(history_dir, output) -> str:
     """Every archived sweep's runs -> `output` (PNG); the log line."""
-    table = history_table(history.read_runs(history_dir))
+    table = history_table(history.archived_runs(history_dir))
     figure = history_figure(table)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     figure.figure.savefig(output, dpi=120, bbox_inches="tight")

@@ -21,7 +21,7 @@ import pandas as pd
 
 from scalesweep.provenance import SWEEP_COLUMNS
 from scalesweep.records import STATUSES
-from scalesweep.tidy import RUN_RESULT_COLUMNS
+from scalesweep.tidy import RUN_RESULT_COLUMNS, read_runs_csv
 from scalesweep.breakdown import BREAKDOWN_COLUMNS, LOSS_COLUMNS, NO_BREAKDOWN_NOTE, PARTS, loss_table
 
 
@@ -36,9 +36,6 @@ NON_KEY_COLUMNS = frozenset(
 ) - {"per_gpu_batch"}
 
 REQUIRED_RUN_COLUMNS = ("gpus", "status", "steady_epoch_time_s", "throughput_img_s")
-# Names stay text from config to table: read as numbers, datasets '2024.1' and '2024.10' would
-# become one float and one group.
-NAME_COLUMNS = ("framework", "model", "dataset", "precision", "protocol")
 NUMERIC_RUN_COLUMNS = (
     "gpus", "nodes", "epochs", "steady_epoch_time_s", "throughput_img_s", "total_time_s",
 )
@@ -186,13 +183,8 @@ def table_group_keys(table: pd.DataFrame, value_columns=SCALING_COLUMNS) -> list
 
 def read_runs(path) -> pd.DataFrame:
     """Read and check runs.csv; errors name the file, the column and the CSV line."""
-    path = Path(path)
-    try:
-        runs = pd.read_csv(path, dtype={column: str for column in NAME_COLUMNS})
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise ValueError(f"{path}: cannot read the runs table: {error}") from error
     # CSV line = row position + 2 (the header is line 1).
-    return check_runs(runs, source=str(path), line_offset=2)
+    return check_runs(read_runs_csv(path), source=str(path), line_offset=2)
 
 
 def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int | None = None

@@ -74,6 +74,12 @@ RUN_RESULT_COLUMNS = [
 EPOCH_RESULT_COLUMNS = ["epoch", "images", "seconds", "throughput_img_s", "loss", "accuracy", "steady"]
 EPOCH_FLOAT_COLUMNS = ["seconds", "throughput_img_s", "loss", "accuracy"]
 
+# Read back as text: names ('2024.1' and '2024.10' as numbers would become one float and one group)
+# and provenance (a driver "550.540" or a CUDA "12.10" read as numbers would lose digits).
+NAME_COLUMNS = ("framework", "model", "dataset", "precision", "protocol")
+TEXT_COLUMNS = (*NAME_COLUMNS, *(c for c in PROVENANCE_COLUMNS if c not in ("load_avg_1m", "node_shared")),
+                "hostname", "slurm_job_id", "run_id")
+
 # Config keys that would overwrite a measurement or the verdict on it. Other result columns
 # (per_gpu_batch, epochs, ...) may be sweep axes: the axis value then fills that column.
 RESERVED_KEYS = frozenset(
@@ -475,3 +481,12 @@ def _epoch_rate(epoch: dict):
 
 def _is_number(value) -> bool:
     return records.is_number(value)
+
+
+def read_runs_csv(path) -> pd.DataFrame:
+    """runs.csv (this module writes it) read back with its text columns as text: the one reader
+    of the tables, the history and the comparison. ValueError naming the file when unreadable."""
+    try:
+        return pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the runs table: {error}") from error

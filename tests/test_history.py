@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalesweep import history
+from scalesweep import history, tidy
 from scalesweep.history import DamagedArchiveWarning
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_archive_writes_one_named_file_with_the_sweep_columns(tmp_path):
     assert re.fullmatch(r"20261101T080000Z-[0-9a-f]{12}", archived.sweep_id)  # the first run's start
     assert archived.path == tmp_path / f"sweep-{archived.sweep_id}.parquet"
     assert [p.name for p in tmp_path.iterdir()] == [archived.path.name]  # no temporary file left
-    runs = history.read_runs(tmp_path)
+    runs = history.archived_runs(tmp_path)
     assert len(runs) == 4 and set(runs["sweep_id"]) == {archived.sweep_id}
     assert runs.loc[0, "sweep_date"] == "2026-11-01T08:00:00+00:00"
     assert json.loads(runs.loc[0, "sweep_config"]) == {"matrix": {"gpus": [1, 2, 4]}}
@@ -65,20 +65,20 @@ def test_a_sweep_without_start_times_is_dated_now(tmp_path):
 def test_selectors_and_where_filter_the_runs(tmp_path):
     history.archive(sweep_runs(), tmp_path)
     history.archive(sweep_runs(driver="550.54.15", start="2026-11-02T08:00:00+00:00"), tmp_path)
-    assert len(history.read_runs(tmp_path)) == 8
-    assert len(history.read_runs(tmp_path, selectors=["gpu_driver=550.54.15"])) == 4
-    assert len(history.read_runs(tmp_path, selectors=["gpus=1", "gpu_driver=550.54.15"])) == 2
-    assert len(history.read_runs(tmp_path, selectors=["gpus=1.0,status=ok"])) == 4  # 1.0 matches 1
-    assert len(history.read_runs(tmp_path, where="gpu_model LIKE '%H100%' AND gpus >= 2")) == 4
-    assert history.read_runs(tmp_path, selectors=["gpu_model=A100"]).empty
+    assert len(history.archived_runs(tmp_path)) == 8
+    assert len(history.archived_runs(tmp_path, selectors=["gpu_driver=550.54.15"])) == 4
+    assert len(history.archived_runs(tmp_path, selectors=["gpus=1", "gpu_driver=550.54.15"])) == 2
+    assert len(history.archived_runs(tmp_path, selectors=["gpus=1.0,status=ok"])) == 4  # 1.0 matches 1
+    assert len(history.archived_runs(tmp_path, where="gpu_model LIKE '%H100%' AND gpus >= 2")) == 4
+    assert history.archived_runs(tmp_path, selectors=["gpu_model=A100"]).empty
 
 
 def test_query_errors_name_the_columns_and_the_quoting_rule(tmp_path):
     history.archive(sweep_runs(), tmp_path)
     with pytest.raises(ValueError, match="columns: sweep_id, .*gpu_driver"):
-        history.read_runs(tmp_path, selectors=["gpu_moddel=x"])
+        history.archived_runs(tmp_path, selectors=["gpu_moddel=x"])
     with pytest.raises(ValueError, match="single quotes"):
-        history.read_runs(tmp_path, where='gpu_model LIKE "%H100%"')
+        history.archived_runs(tmp_path, where='gpu_model LIKE "%H100%"')
     with pytest.raises(ValueError, match="expected column=value"):
         history.parse_selectors(["=3"])
 
@@ -102,7 +102,7 @@ def test_files_with_different_columns_and_types_are_read_together(tmp_path):
     # An older sweep: provenance read as numbers, no precision axis, an empty column.
     old = sweep_runs(start="2026-10-01T08:00:00+00:00").assign(gpu_driver=535.0, container_image=None)
     history.archive(old, tmp_path)
-    runs = history.read_runs(tmp_path)
+    runs = history.archived_runs(tmp_path)
     assert len(runs) == 8
     assert sorted(runs["precision"].dropna().unique()) == ["bf16"]
     assert set(runs["gpu_driver"]) == {"535.104.05", "535.0"}
@@ -121,7 +121,7 @@ def test_damaged_files_are_skipped_with_a_warning_naming_each(tmp_path):
     history.archive(sweep_runs(), tmp_path)
     garbage, cut = write_damaged(tmp_path)
     with pytest.warns(DamagedArchiveWarning) as caught:
-        runs = history.read_runs(tmp_path)
+        runs = history.archived_runs(tmp_path)
     messages = " ".join(str(w.message) for w in caught)
     assert str(garbage) in messages and str(cut) in messages
     assert len(runs) == 8 and runs["sweep_id"].nunique() == 2
@@ -134,7 +134,7 @@ ARCHIVER = """
 import sys, time
 import pandas as pd
 sys.path.insert(0, {repo!r})
-from scalesweep import history
+from scalesweep import history, tidy
 writer, count, folder, go = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 while time.time() < go:  # both writers start at the same moment
     time.sleep(0.001)
@@ -161,7 +161,7 @@ def test_two_archiving_processes_at_once_lose_nothing(tmp_path):
     assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        runs = history.read_runs(folder, where="writer IS NOT NULL")
+        runs = history.archived_runs(folder, where="writer IS NOT NULL")
     assert any(str(garbage) in str(w.message) for w in caught)
     written = runs.groupby("writer")["number"].apply(lambda n: sorted(set(n))).to_dict()
     assert written == {"a": list(range(20)), "b": list(range(20)), "both": [-1]}
@@ -194,7 +194,7 @@ def test_load_side_from_folder_csv_parquet_id_and_selectors(tmp_path):
 def test_provenance_is_read_as_text_from_runs_csv(tmp_path):
     path = tmp_path / "runs.csv"
     sweep_runs().assign(cuda_version="12.10", gpu_driver="550.540").to_csv(path, index=False)
-    runs = history.read_runs_csv(path)
+    runs = tidy.read_runs_csv(path)
     assert runs["cuda_version"].tolist() == ["12.10"] * 4 and runs["gpu_driver"].iloc[0] == "550.540"
 
 
@@ -207,7 +207,7 @@ def test_history_stage_writes_the_json_that_names_the_file(tmp_path):
     archived = json.loads(named.read_text())
     assert line == f"archived 4 new runs as {archived['sweep_id']}: {archived['file']}"
     assert archived["runs"] == 4 and Path(archived["file"]).is_file()
-    assert history.read_runs(tmp_path / "history").loc[0, "sweep_source"] == str(results.resolve())
+    assert history.archived_runs(tmp_path / "history").loc[0, "sweep_source"] == str(results.resolve())
 
 
 # ----------------------------------------------------------------------------- hostile input (issue 19)
@@ -219,7 +219,7 @@ def runs_with_ids(**kwargs):
 def test_a_copied_archive_file_adds_no_run_and_no_sweep(tmp_path):
     archived = history.archive(runs_with_ids(), tmp_path)
     (tmp_path / "sweep-copy.parquet").write_bytes(archived.path.read_bytes())  # a user's backup copy
-    assert len(history.read_runs(tmp_path)) == 4
+    assert len(history.archived_runs(tmp_path)) == 4
     table = history.sweeps_table(tmp_path)
     assert table[["sweep_id", "runs"]].values.tolist() == [[archived.sweep_id, 4]]
     again = history.archive(runs_with_ids(), tmp_path)
@@ -233,7 +233,7 @@ def test_a_history_folder_named_with_glob_characters_reads_only_its_own_files(tm
     # DuckDB reads a path as a glob: hist[1]/sweep-X.parquet would be hist1/sweep-X.parquet.
     other = history.archive(sweep_runs(driver="neighbour"), tmp_path / neighbour).path
     other.rename(other.with_name(own.path.name))
-    runs = history.read_runs(tmp_path / name)
+    runs = history.archived_runs(tmp_path / name)
     assert len(runs) == 4 and set(runs["gpu_driver"]) == {"own"}
     assert history.sweeps_table(tmp_path / name)["sweep_id"].tolist() == [own.sweep_id]
     assert history.load_side(str(own.path), tmp_path / name).sweeps == [own.sweep_id]
@@ -248,7 +248,7 @@ def test_archiving_again_rewrites_a_damaged_file_of_the_same_sweep(tmp_path):
     assert again == archived and history.unreadable(archived.path) is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no file skipped any more
-        assert len(history.read_runs(tmp_path)) == 4
+        assert len(history.archived_runs(tmp_path)) == 4
 
 
 def write_foreign(folder: Path) -> Path:

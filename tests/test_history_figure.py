@@ -33,7 +33,7 @@ def test_three_sweeps_give_one_dated_point_per_sweep_and_count(tmp_path, monkeyp
     assert line.startswith("throughput_history: 3 sweeps")
     assert problems == {"throughput_history.png": []}
 
-    figure = history_figure.history_figure(history_figure.history_table(history.read_runs(folder)))
+    figure = history_figure.history_figure(history_figure.history_table(history.archived_runs(folder)))
     data = figure.data
     assert sorted(data["sweep_date"].dt.strftime("%Y-%m-%d").unique()) == [
         "2026-11-01", "2026-11-08", "2026-11-22"]
@@ -54,7 +54,7 @@ def test_three_sweeps_give_one_dated_point_per_sweep_and_count(tmp_path, monkeyp
 def test_one_sweep_says_there_is_nothing_over_time(tmp_path):
     folder = tmp_path / "history"
     history.archive(laptop_runs().assign(start_time=DATES[0]), folder)
-    figure = history_figure.history_figure(history_figure.history_table(history.read_runs(folder)))
+    figure = history_figure.history_figure(history_figure.history_table(history.archived_runs(folder)))
     assert "1 sweep(s) in the history" in figure.note
     empty = history_figure.history_figure(pd.DataFrame(columns=["sweep_id"]))
     assert empty.note.startswith("0 ")
