@@ -528,7 +528,7 @@ def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE
     table, facts = compare_runs(baseline.runs, candidate.runs, confidence, seed, history_runs)
     if table.empty:
         raise ValueError(nothing_in_common(facts, baseline.label, candidate.label))
-    text = summary(table, facts, baseline, candidate)
+    text = comparison_summary(table, facts, baseline, candidate)
     atomic.write_csv(table, outdir / "compare.csv")
     plot_ratios(table, facts, outdir / "compare.png")
     atomic.write_text(text, outdir / "summary.txt")
@@ -570,7 +570,7 @@ def config_label(row, keys: list[str]) -> str:
     return " ".join([*parts, f"gpus={row[keys[-1]]}"])
 
 
-def summary(table: pd.DataFrame, facts: dict, baseline, candidate) -> str:
+def comparison_summary(table: pd.DataFrame, facts: dict, baseline, candidate) -> str:
     """The short text report: sides, verdict counts, the changed configurations, provenance."""
     keys = facts["keys"]
     lines = [_side_line("baseline", baseline), _side_line("candidate", candidate),

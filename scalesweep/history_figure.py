@@ -3,7 +3,7 @@
 
 One panel per group (labelled as in the scaling figures), the sweep dates on the x axis, one
 colour per GPU count, the median throughput of each sweep with its 95 % interval as error bars
-(scaling.throughput_interval: repeats, else the run's own timed steps). With one sweep in the
+(scaling.cell_throughput_interval: repeats, else the run's own timed steps). With one sweep in the
 history there is nothing to follow over time: the figure says so instead.
 """
 

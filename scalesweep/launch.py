@@ -290,6 +290,6 @@ def slurm_resources(settings, cluster, user_extra=""):
     return resources
 
 
-def gpu_hours(settings):
+def booked_gpu_hours(settings):
     """GPU-hours a job books: its GPUs times its time limit (what the allocation is charged)."""
     return settings["gpus"] * settings["time_limit_min"] / 60

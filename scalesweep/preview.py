@@ -9,7 +9,7 @@ list below says so.
 
 from collections import Counter
 
-from scalesweep.launch import gpu_hours
+from scalesweep.launch import booked_gpu_hours
 from scalesweep.matrix import exclusion_counts
 
 def plural(count: int, noun: str) -> str:
@@ -43,8 +43,8 @@ def cost_lines(pending, every_job) -> list:
     return [
         "  jobs to run per shape: " + ", ".join(f"{shape}: {n}" for shape, n in sorted(shapes.items())),
         f"  GPUs of the jobs to run: {sum(s['gpus'] for s in pending)}; GPU-hours they book at their "
-        f"time limits ({time_limits(pending)}): {sum(gpu_hours(s) for s in pending):.1f} "
-        f"(all {plural(len(every_job), 'job')}: {sum(gpu_hours(s) for s in every_job):.1f})",
+        f"time limits ({time_limits(pending)}): {sum(booked_gpu_hours(s) for s in pending):.1f} "
+        f"(all {plural(len(every_job), 'job')}: {sum(booked_gpu_hours(s) for s in every_job):.1f})",
     ]
 
 
@@ -52,7 +52,7 @@ def warning_lines(warnings) -> str:
     return "\n".join(f"scalesweep: warning: {warning}" for warning in warnings)
 
 
-def summary(runs, excluded, jobs: dict, done: set, max_batch=False):
+def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False):
     """The preview: `jobs` maps each job's result path to its settings, `done` holds the result
     paths that exist; `max_batch`: the jobs are maximum-batch searches, not the sweep's runs."""
     pending = [settings for path, settings in jobs.items() if path not in done]

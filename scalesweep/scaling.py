@@ -383,7 +383,7 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                              f"{name}_max": (name, "max"), f"_{name}_usable": (name, "count")})
     table = grouped.agg(**aggregations).reset_index()
     table["time_s_range"] = (table["time_s_max"] - table["time_s_min"]).where(table["n_ok"] > 1)
-    table = table.assign(**throughput_interval(table))
+    table = table.assign(**cell_throughput_interval(table))
     needs_notes = (
         (table["n_runs"] > table["n_ok"]) | (table["node_counts"] > 1)
         | (table["_time_s_usable"] < table["n_ok"])
@@ -418,7 +418,7 @@ def _ok_values(runs: pd.DataFrame, ok: pd.Series, columns) -> dict:
             for column in columns}
 
 
-def throughput_interval(cells: pd.DataFrame) -> dict:
+def cell_throughput_interval(cells: pd.DataFrame) -> dict:
     """95 % interval of each cell's throughput, and where it comes from: with 2+ usable ok
     repeats, Student's t interval of their mean ("repeats"); with one, that run's own interval
     from its timed steps ("steps"); else NaN and ""."""

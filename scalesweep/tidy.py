@@ -337,7 +337,7 @@ def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
         row[key] = summary.get(key)
     row.update(_step_interval(run.epochs, summary, metrics["throughput_img_s"]))
     row["gpu_hours"] = run_gpu_hours(row)
-    row.update(step_breakdown(header, summary, row))
+    row.update(breakdown_fields(header, summary, row))
     row.update(steady_energy(run.epochs, row["world_size"]), run_energy_j=summary.get("run_energy_j"))
     axes = {key: row[key] for key in row if key in AXIS_COLUMNS or key in config}
     return row, [_epoch_row(axes, epoch) for epoch in run.epochs]
@@ -388,7 +388,7 @@ def steady_energy(epochs: list[dict], world_size) -> dict:
     }
 
 
-def throughput_interval(throughput, step_time_ci_pct) -> tuple[float, float]:
+def run_throughput_bounds(throughput, step_time_ci_pct) -> tuple[float, float]:
     """95 % interval of a throughput whose mean step time is known to +/- `step_time_ci_pct` %:
     throughput / (1 +/- pct / 100). NaN where the step interval is unknown or reaches 100 %."""
     if not (_is_number(throughput) and _is_number(step_time_ci_pct)) or not 0 <= step_time_ci_pct < 100:
@@ -407,7 +407,7 @@ def _step_interval(epochs: list[dict], summary: dict, throughput) -> dict:
         steps = sum(counted) if counted and all(_is_number(c) for c in counted) else None
     if not _is_number(pct) and len(steady) == 1:
         pct = steady[0].get("step_time_ci_pct")
-    low, high = throughput_interval(throughput, pct)
+    low, high = run_throughput_bounds(throughput, pct)
     # why the steps protocol's timed window ended: `cap` = short of its precision target
     stop = steady[0].get("stop_reason") if len(steady) == 1 else None
     return {"timed_steps": steps, "step_time_ci_pct": pct if _is_number(pct) else None,
@@ -419,7 +419,7 @@ def _step_interval(epochs: list[dict], summary: dict, throughput) -> dict:
 _SUMMARY_BREAKDOWN = tuple(c for c in BREAKDOWN_COLUMNS if c not in ("flops_per_image", "tflops_per_gpu", "mfu_pct"))
 
 
-def step_breakdown(header: dict, summary: dict, row: dict) -> dict:
+def breakdown_fields(header: dict, summary: dict, row: dict) -> dict:
     """The breakdown columns of an ok run: the summary's parts and probes, the header's FLOPs per
     image, and from them the achieved TFLOP/s per GPU and the MFU (scalesweep/hardware.py)."""
     values = {key: summary.get(key) if _is_number(summary.get(key)) else None for key in _SUMMARY_BREAKDOWN}

@@ -198,7 +198,7 @@ def compile_model(model: keras.Model, learning_rate: float, jit_compile: bool = 
 # ---------------------------------------------------------------------------------------------
 
 
-def injected_failure(per_gpu_batch: int, attempt: int) -> Exception | None:
+def injected_error(per_gpu_batch: int, attempt: int) -> Exception | None:
     """The error SCALESWEEP_FAIL_INJECT asks the attempt to raise at its first training step."""
     setting = runlog.fail_inject_mode()
     failure = runlog.injected_failure(setting, per_gpu_batch, attempt)
@@ -486,7 +486,7 @@ class KerasBackend(harness.Backend):
         model, jit = build_compiled_model(args, setup)
         steps = steps_per_epoch(setup.image_count, global_batch) if repeat == PASSES else None
         return KerasAttempt(model, setup.strategy, dataset, global_batch, steps, jit,
-                            injected_failure(per_gpu_batch, attempt))
+                            injected_error(per_gpu_batch, attempt))
 
     def build(self, per_gpu_batch: int, attempt: int) -> KerasAttempt:
         setup = self.prepared

@@ -102,7 +102,7 @@ def test_the_summary_says_how_many_repeats_a_five_percent_change_needs(tmp_path)
 
     needed = math.ceil(2 * variance * (norm.ppf(1 - 0.05 / 24) + norm.ppf(0.8)) ** 2 / math.log(1.05) ** 2)
     assert compare.repeats_needed(variance, 12) == needed
-    text = compare.summary(table, facts, history.Side("a", a), history.Side("b", b))
+    text = compare.comparison_summary(table, facts, history.Side("a", a), history.Side("b", b))
     assert f"a 5 % change needs about {needed} repeats a side" in text
 
 

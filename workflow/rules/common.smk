@@ -331,7 +331,7 @@ def preview_of(max_batch):
             jobs = preview_jobs(max_batch)
             forced = workflow.dag_settings.forceall
             done = set() if forced else {path for path in jobs if Path(path).exists()}
-            summary = preview.summary(RUNS, EXCLUDED, jobs, done, max_batch=max_batch)
+            summary = preview.plan_summary(RUNS, EXCLUDED, jobs, done, max_batch=max_batch)
             print(summary, file=sys.stderr)
             PREVIEWED.append(max_batch)
         return []
