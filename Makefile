@@ -24,9 +24,9 @@ stacks: $(STACKS:%=.stacks/%/.installed)
 .stacks/%/.installed: envs/stack-%.txt envs/make_stack.sh
 	bash envs/make_stack.sh $*
 
-# Everything but the tests that train models or drive whole sweeps.
+# Everything but the tests that train models, drive sweeps or start Snakemake at all.
 test-fast: $(VENV)/.installed
-	$(PYTHON) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m "not slow and not slurm and not workflow" $(PYTEST_ARGS)
 
 # Benchmarks print `name value unit` lines (benchmarks/README.md); they measure, they do not judge.
 bench: $(VENV)/.installed

@@ -27,3 +27,43 @@ def tiny_sweep(tmp_path_factory):
     result = snakemake(workdir, "--cores", "2")
     assert result.returncode == 0, result.stderr[-4000:]
     return workdir
+
+
+# ------------------------------------------------------------------ the `workflow` mark
+# A test that starts Snakemake in a subprocess takes seconds (the workflow parses, checks the
+# config, builds the DAG), so `make test-fast` leaves them out. The mark is found, not typed: a
+# test is one when it, a fixture it uses or a function of tests/ it calls names SNAKEMAKE or the
+# program "snakemake" (a path to it, or `python -m snakemake`).
+TESTS = Path(__file__).resolve().parent
+
+
+def _code_names(code) -> set:
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if hasattr(constant, "co_names"):
+            names |= _code_names(constant)
+        elif constant == "snakemake":
+            names.add("SNAKEMAKE")
+    return names
+
+
+def _starts_snakemake(function, seen: set) -> bool:
+    code = getattr(function, "__code__", None)
+    if code is None or code in seen or not code.co_filename.startswith(str(TESTS)):
+        return False
+    seen.add(code)
+    names = _code_names(code)
+    if "SNAKEMAKE" in names:
+        return True
+    module_globals = getattr(function, "__globals__", {})
+    return any(_starts_snakemake(module_globals.get(name), seen) for name in names)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        functions = [getattr(item, "function", None)]
+        for definitions in getattr(item, "_fixtureinfo").name2fixturedefs.values():
+            functions += [definition.func for definition in definitions]
+        seen = set()
+        if any(_starts_snakemake(function, seen) for function in functions):
+            item.add_marker(pytest.mark.workflow)

@@ -82,7 +82,9 @@ def test_a_panel_without_tick_labels_or_with_one_log_tick_is_found():
 
 # ----------------------------------------------------------------------------- the figures
 
-@pytest.fixture(scope="module", params=list(DATA_SETS))
+# The 10,000-run set takes most of this file's time: slow, the others are the fast check.
+@pytest.fixture(scope="module", params=[pytest.param(name, marks=pytest.mark.slow) if name == "many" else name
+                                        for name in DATA_SETS])
 def data_set(request):
     runs = DATA_SETS[request.param]()
     scaling = scaling_table(runs)

@@ -323,6 +323,7 @@ FUZZ = settings(max_examples=10_000, deadline=None, derandomize=True, database=N
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
+@pytest.mark.slow  # a fuzz: 10,000 examples
 def test_fuzzed_record_logs_become_rows_never_exceptions(tmp_path):
     """10,000 mutated record logs: parse_log raises nothing but LogFormatError (shrunk by
     hypothesis when it does), and tidy_tables + check_runs over all of them raise nothing."""
@@ -364,6 +365,7 @@ def mutated_reference_logs(draw):
     return "\n".join(lines)
 
 
+@pytest.mark.slow  # a fuzz
 def test_fuzzed_reference_logs_become_rows_never_exceptions(tmp_path):
     """The Keras and DDP reference formats, with numbers replaced and lines moved: the same."""
     texts = []
