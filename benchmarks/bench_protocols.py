@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 import make_cifar  # noqa: E402
-import runlog  # noqa: E402
+import measure  # noqa: E402
 
 from scalesweep import tidy  # noqa: E402
 
@@ -115,7 +115,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--train-images", type=int, default=50_000, help="CIFAR-10's own size")
     parser.add_argument("--target-ci-pct", type=float, default=1.0)
-    parser.add_argument("--max-timed-steps", type=int, default=runlog.DEFAULT_MAX_TIMED_STEPS)
+    parser.add_argument("--max-timed-steps", type=int, default=measure.DEFAULT_MAX_TIMED_STEPS)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--keep", action="store_true", help="keep the data and logs")
     return parser.parse_args(argv)

@@ -21,9 +21,11 @@ import time
 import traceback
 
 import energy
+import faults
+import measure
 import runlog
 import stepparts
-from runlog import (
+from measure import (
     AUTO_TIMED_STEPS,
     DEFAULT_MAX_BATCH_LIMIT,
     DEFAULT_MAX_TIMED_STEPS,
@@ -32,7 +34,7 @@ from runlog import (
     DEFAULT_WARMUP_STEPS,
     PROBE_STEPS,
 )
-from scalesweep.records import OOM_POLICIES, PRECISIONS, PROTOCOLS  # runlog put the repository on the path
+from scalesweep.records import OOM_POLICIES, PRECISIONS, PROTOCOLS  # noqa: E402  (runlog put the repository on the path)
 
 # Any failure but out of memory: Snakemake marks the job failed and a rerun repeats it.
 EXIT_FAILED = 1
@@ -152,7 +154,7 @@ class StepClock:
         return [ready - begin for begin, ready in zip(self.begins, self.readies)]
 
     def end(self) -> None:
-        runlog.inject_step_delay()  # a known slowdown inside the step, for tests; none unless set
+        faults.inject_step_delay()  # a known slowdown inside the step, for tests; none unless set
         self.synchronize()
         self.ends.append(time.perf_counter())
 
@@ -166,12 +168,12 @@ class StepClock:
 
 
 def step_windows(args: argparse.Namespace, max_steps=None) -> list[tuple]:
-    """The steps protocol's windows, (epoch record number, phase, runlog.TimedWindow): the run's
+    """The steps protocol's windows, (epoch record number, phase, measure.TimedWindow): the run's
     --warmup-steps steps, then the timed window (a fixed count, or the adaptive rule capped at
     `max_steps`, the header's bounded cap; default --max-timed-steps)."""
     max_steps = max_steps or args.max_timed_steps
-    return [(1, "warmup", runlog.TimedWindow(args.warmup_steps)),
-            (2, "timed", runlog.TimedWindow(args.timed_steps, args.target_ci_pct, max_steps))]
+    return [(1, "warmup", measure.TimedWindow(args.warmup_steps)),
+            (2, "timed", measure.TimedWindow(args.timed_steps, args.target_ci_pct, max_steps))]
 
 
 class WindowMeter:
@@ -217,7 +219,7 @@ class WindowMeter:
         backend gathers them with its own reduction); None: this process's devices'."""
         own, reason = self.energy_used()
         steps = self.clock.finished - self.first_step
-        timing = runlog.window_timing(self.clock.begins, self.clock.ends, self.first_step, steps,
+        timing = measure.window_timing(self.clock.begins, self.clock.ends, self.first_step, steps,
                                       self.warmup_steps, self.started, ended)
         record = runlog.epoch_record(
             number, steps * self.global_batch, timing["seconds"], loss, accuracy,
@@ -228,8 +230,8 @@ class WindowMeter:
                                          self.counters.source))
         record["energy_read_s"] = self.energy_start.cost_s + self.energy_end.cost_s
         waits = self.clock.data_waits[self.first_step:]
-        self.log.epoch(record, runlog.timed_durations(self.durations(), self.first_step, self.warmup_steps),
-                       runlog.timed_durations(waits, self.first_step, self.warmup_steps))
+        self.log.epoch(record, measure.timed_durations(self.durations(), self.first_step, self.warmup_steps),
+                       measure.timed_durations(waits, self.first_step, self.warmup_steps))
         self.info(window_line(record) if phase else epoch_line(record))
         return record
 
@@ -426,7 +428,7 @@ def find_max_batch(backend: Backend, args, log: runlog.RunLog) -> dict:
     log.expect(backend.header(args.per_gpu_batch))
     log.open()
     attempts = itertools.count(1)
-    result = runlog.search_max_batch(
+    result = measure.search_max_batch(
         lambda batch: probe_fits(backend, args, batch, next(attempts)), args.per_gpu_batch, args.max_batch_limit)
     log.emit({"record": "max_batch", **result, "max_batch_limit": args.max_batch_limit,
               "probe_steps": PROBE_STEPS, "resolution": args.resolution, "precision": args.precision,
@@ -466,7 +468,7 @@ def _protocol_keys(args, global_batch, steps_per_epoch):
                 "images_per_epoch": None if auto else args.timed_steps * global_batch,
                 "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps,
                 "target_ci_pct": args.target_ci_pct if auto else None,
-                "max_timed_steps": runlog.timed_steps_cap(args.max_timed_steps, args.epochs,
+                "max_timed_steps": measure.timed_steps_cap(args.max_timed_steps, args.epochs,
                                                           steps_per_epoch) if auto else None}
     return {"protocol": "epochs", "epochs": args.epochs,
             "images_per_epoch": steps_per_epoch * global_batch,
@@ -554,7 +556,7 @@ def add_timed_window_options(parser: argparse.ArgumentParser) -> None:
 
     def timed_steps(text):
         try:
-            return runlog.timed_steps_setting(text)
+            return measure.timed_steps_setting(text)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
 

@@ -8,7 +8,8 @@ import numpy as np
 import tensorflow as tf
 
 import cifar
-import runlog
+import faults
+import measure
 
 
 def steps_per_epoch(num_images: int, global_batch: int) -> int:
@@ -25,7 +26,7 @@ TENSOR_ALIGNMENT = 64
 
 def load_training_data(path, max_images: int = 0, seed: int = 0):
     """The run's training images and labels as host tensors, uint8 32 x 32 as the pickles hold
-    them: all, or the seeded subset of `max_images` that runlog.subset_indices picks (the same
+    them: all, or the seeded subset of `max_images` that measure.subset_indices picks (the same
     images the PyTorch trainer would pick); nothing else of the data set stays in memory.
 
     The batch files are copied one by one into one aligned array, each file's rows freed once
@@ -34,7 +35,7 @@ def load_training_data(path, max_images: int = 0, seed: int = 0):
     """
     folder = cifar.batches_dir(path)
     parts = [cifar.read_batch(folder / name) for name in cifar.TRAIN_BATCHES]
-    keep = np.asarray(runlog.subset_indices(sum(len(labels) for _, labels in parts), max_images, seed))
+    keep = np.asarray(measure.subset_indices(sum(len(labels) for _, labels in parts), max_images, seed))
     images = aligned_empty((len(keep), cifar.SIDE, cifar.SIDE, cifar.CHANNELS), np.uint8)
     labels = np.empty(len(keep), np.int32)
     offset = filled = 0
@@ -115,10 +116,10 @@ def make_dataset(images, labels, global_batch: int, seed: int, repeat: str = ONE
 
 
 def with_injected_delay(batches):
-    """The batches of the iterator `batches`, each handed over runlog.DATA_DELAY_ENV seconds late
+    """The batches of the iterator `batches`, each handed over faults.DATA_DELAY_ENV seconds late
     (a busy wait in the fetching thread: a slowed loader the training loop waits for, as the
     PyTorch loader's collate with --num-workers 0); `batches` itself when no delay is asked."""
-    delay = runlog.injected_delay_s(runlog.DATA_DELAY_ENV)
+    delay = faults.injected_delay_s(faults.DATA_DELAY_ENV)
     if not delay:
         return batches
     return _delayed(batches, delay)
@@ -126,7 +127,7 @@ def with_injected_delay(batches):
 
 def _delayed(batches, delay: float):
     for batch in batches:
-        runlog.busy_wait(delay)
+        faults.busy_wait(delay)
         yield batch
 
 

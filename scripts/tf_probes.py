@@ -20,7 +20,7 @@ own step function does.
 - allreduce_probe: one DDP-bucket-sized buffer (stepparts.bucket_elements) in the gradients'
   dtype, all-reduced across the replicas with ReplicaContext.all_reduce inside strategy.run, the
   devices synchronized before (every replica starts together) and after, after warm-up.
-- Delay injection: with runlog.SYNC_DELAY_ENV set, the strategy's cross-device ops start every
+- Delay injection: with faults.SYNC_DELAY_ENV set, the strategy's cross-device ops start every
   batch reduction (the gradients' all-reduce of a step is one) that many seconds after all its
   inputs are ready (cross_device_ops); the compute probe's `gradients` step reduces
   nothing and its other two steps both carry the delay, so compute does not. The data delay is
@@ -38,7 +38,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-import runlog
+import faults
 import stepparts
 import tf_compat
 
@@ -162,13 +162,13 @@ def allreduce_probe(model, strategy, synchronize) -> dict:
 
 
 def _spend_sync_delay():
-    runlog.inject_delay(runlog.SYNC_DELAY_ENV)
+    faults.inject_delay(faults.SYNC_DELAY_ENV)
     return np.float32(0)
 
 
 class _DelayedBatchReduction:
     """Mixed into a tf.distribute.CrossDeviceOps: every batch reduction (MirroredStrategy
-    all-reduces a step's gradients in one) starts runlog.SYNC_DELAY_ENV seconds after all its
+    all-reduces a step's gradients in one) starts faults.SYNC_DELAY_ENV seconds after all its
     inputs are ready. The busy wait is a host op; the reduction's ops depend on it."""
 
     def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
@@ -190,8 +190,8 @@ class DelayedNcclAllReduce(_DelayedBatchReduction, tf.distribute.NcclAllReduce):
 def cross_device_ops(cpu_replicas: bool):
     """The cross-device ops of the run's MirroredStrategy: ReductionToOneDevice over CPU replicas
     (NCCL is GPU-only), TensorFlow's own choice (None) on GPUs; their delayed variants when
-    runlog.SYNC_DELAY_ENV asks for a delay."""
-    delayed = runlog.injected_delay_s(runlog.SYNC_DELAY_ENV) > 0
+    faults.SYNC_DELAY_ENV asks for a delay."""
+    delayed = faults.injected_delay_s(faults.SYNC_DELAY_ENV) > 0
     if cpu_replicas:
         return DelayedReductionToOneDevice() if delayed else tf.distribute.ReductionToOneDevice()
     return DelayedNcclAllReduce() if delayed else None
@@ -200,8 +200,8 @@ def cross_device_ops(cpu_replicas: bool):
 def check_sync_delay(jit_compile: bool) -> None:
     """Under XLA, MirroredStrategy all-reduces with its collective ops instead of the cross-device
     ops the injected delay lives in (and XLA cannot compile the host op): refused, not ignored."""
-    if jit_compile and runlog.injected_delay_s(runlog.SYNC_DELAY_ENV):
-        raise ValueError(f"{runlog.SYNC_DELAY_ENV} delays MirroredStrategy's cross-device ops, which XLA "
+    if jit_compile and faults.injected_delay_s(faults.SYNC_DELAY_ENV):
+        raise ValueError(f"{faults.SYNC_DELAY_ENV} delays MirroredStrategy's cross-device ops, which XLA "
                          "(--compile) bypasses: inject the delay without --compile")
 
 

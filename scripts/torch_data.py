@@ -13,7 +13,8 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler, Subset, default_collate
 from torchvision import datasets, transforms
 
-import runlog
+import faults
+import measure
 from torch_distributed import World
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -56,7 +57,7 @@ class TrainData:
 
 def load_train_data(args: argparse.Namespace) -> TrainData:
     full = load_split(args.data, "train", args.resolution)
-    indices = runlog.subset_indices(len(full), args.max_train_images, args.seed)
+    indices = measure.subset_indices(len(full), args.max_train_images, args.seed)
     train_set = full if len(indices) == len(full) else Subset(full, indices)
     return TrainData(train_set, full.classes)
 
@@ -100,9 +101,9 @@ def steps_per_epoch(num_images: int, world_size: int, per_gpu_batch: int) -> int
 
 
 def collate_with_injected_delay(samples):
-    """The default collation, after the delay runlog.DATA_DELAY_ENV asks for (a slowed loader,
+    """The default collation, after the delay faults.DATA_DELAY_ENV asks for (a slowed loader,
     for the test that the step breakdown puts it into data wait; none when unset)."""
-    runlog.inject_delay(runlog.DATA_DELAY_ENV)
+    faults.inject_delay(faults.DATA_DELAY_ENV)
     return default_collate(samples)
 
 

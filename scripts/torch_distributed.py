@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+import node
 import runlog
 
 # The reference's log prefix: `[11/14/2025 10:02:17 AM] INFO - `.
@@ -142,7 +143,7 @@ def bind_device(device: torch.device, world: World) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     else:
-        torch.set_num_threads(cpu_threads_per_process(runlog.usable_cpu_count(), world.local_world_size))
+        torch.set_num_threads(cpu_threads_per_process(node.usable_cpu_count(), world.local_world_size))
 
 
 def init_distributed(world: World, device: torch.device) -> None:

@@ -7,7 +7,7 @@
 - allreduce_probe: the gradients' all-reduce alone, one DDP-bucket-sized buffer at a time, every
   rank starting together (a barrier), after warm-up.
 - delayed_allreduce_hook: DDP's own all-reduce after a known delay, registered when
-  runlog.SYNC_DELAY_ENV is set (the fault-injection test of the breakdown).
+  faults.SYNC_DELAY_ENV is set (the fault-injection test of the breakdown).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-import runlog
+import faults
 import stepparts
 
 
@@ -81,12 +81,12 @@ def allreduce_probe(module: torch.nn.Module, device: torch.device, world_size: i
 
 def delayed_allreduce_hook(delay_s: float, bucket):
     """DDP's default all-reduce of a gradient bucket, after `delay_s` of busy host time."""
-    runlog.busy_wait(delay_s)
+    faults.busy_wait(delay_s)
     return default_hooks.allreduce_hook(None, bucket)
 
 
 def register_injected_delay(ddp) -> None:
-    """With runlog.SYNC_DELAY_ENV set, every gradient bucket's all-reduce starts that much later."""
-    delay = runlog.injected_delay_s(runlog.SYNC_DELAY_ENV)
+    """With faults.SYNC_DELAY_ENV set, every gradient bucket's all-reduce starts that much later."""
+    delay = faults.injected_delay_s(faults.SYNC_DELAY_ENV)
     if delay and ddp is not None:
         ddp.register_comm_hook(delay, delayed_allreduce_hook)

@@ -44,7 +44,10 @@ import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cifar  # noqa: E402  (scripts/ is not a package: containers run these files directly)
+import faults  # noqa: E402
 import harness  # noqa: E402
+import measure  # noqa: E402
+import node  # noqa: E402
 import runlog  # noqa: E402
 import tf_compat  # noqa: E402
 import tf_probes  # noqa: E402
@@ -200,9 +203,9 @@ def compile_model(model: keras.Model, learning_rate: float, jit_compile: bool = 
 
 def injected_error(per_gpu_batch: int, attempt: int) -> Exception | None:
     """The error SCALESWEEP_FAIL_INJECT asks the attempt to raise at its first training step."""
-    setting = runlog.fail_inject_mode()
-    failure = runlog.injected_failure(setting, per_gpu_batch, attempt)
-    message = f"{runlog.FAIL_INJECT_ENV}={setting}: injected failure at the first training step"
+    setting = faults.fail_inject_mode()
+    failure = faults.injected_failure(setting, per_gpu_batch, attempt)
+    message = f"{faults.FAIL_INJECT_ENV}={setting}: injected failure at the first training step"
     if failure == "oom":
         return tf.errors.ResourceExhaustedError(None, None, message)
     return RuntimeError(message) if failure else None
@@ -238,13 +241,13 @@ def error_reason(exc: BaseException) -> str:
 def framework_versions() -> dict:
     build = tf.sysconfig.get_build_info()
     return {
-        "python": runlog.python_version(),
+        "python": node.python_version(),
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "numpy": np.__version__,
         "cuda": build.get("cuda_version"),
         "cudnn": build.get("cudnn_version"),
-        "nccl": runlog.nccl_version_from_env(),
+        "nccl": node.nccl_version_from_env(),
     }
 
 
@@ -304,16 +307,16 @@ def header_record(args, setup: Setup, per_gpu_batch: int, jit_compile: bool) -> 
                                  setup.image_count),
         "versions": framework_versions(),
         "devices": setup.devices,
-        **runlog.device_provenance(),
-        **runlog.provenance(setup.started_wall),
-        **runlog.thread_fields(intra_op_threads()),
+        **node.device_provenance(),
+        **node.provenance(setup.started_wall),
+        **node.thread_fields(intra_op_threads()),
     }
 
 
 def intra_op_threads() -> int:
     """Threads of TensorFlow's intra-op pool: its setting, or where that is 0 (TensorFlow's choice)
     its default, one per CPU the process may run on (the affinity mask a scheduler set)."""
-    return tf.config.threading.get_intra_op_parallelism_threads() or runlog.usable_cpu_count()
+    return tf.config.threading.get_intra_op_parallelism_threads() or node.usable_cpu_count()
 
 
 def scaled_learning_rate(base_lr: float, gpus: int) -> float:
@@ -415,7 +418,7 @@ class KerasAttempt:
         self.produced = self.train_step(self.produced)
         self.clock.end()
 
-    def _run(self, window: runlog.TimedWindow) -> dict:
+    def _run(self, window: measure.TimedWindow) -> dict:
         """Steps until `window` is done; the metrics since the last reset."""
         first_step = self.clock.finished
         while not window.done(self.clock.durations[first_step:]):
@@ -430,7 +433,7 @@ class KerasAttempt:
             progress.on_epoch_begin(epoch)
             self.model.reset_metrics()
             meter.start(time.perf_counter())
-            logs = self._run(runlog.TimedWindow(self.steps))
+            logs = self._run(measure.TimedWindow(self.steps))
             progress.on_epoch_end(epoch, logs)
             meter.finish(epoch + 1, logs.get("loss"), logs.get("accuracy"))
 
@@ -445,7 +448,7 @@ class KerasAttempt:
 
     def probe(self, steps: int) -> None:
         """`steps` training steps (the maximum-batch search)."""
-        self._run(runlog.TimedWindow(steps))
+        self._run(measure.TimedWindow(steps))
 
     def breakdown_probes(self) -> dict:
         """The compute and all-reduce probes of the step breakdown (scripts/tf_probes.py), on one

@@ -55,8 +55,11 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
 from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
 
+import faults  # noqa: E402
 import flops  # noqa: E402
 import harness  # noqa: E402
+import measure  # noqa: E402
+import node  # noqa: E402
 import runlog  # noqa: E402
 import torch_probes  # noqa: E402
 from torch_data import (RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
@@ -113,7 +116,7 @@ def count_parameters(model: nn.Module) -> int:
 def inject_failure(mode: str | None, setting: str | None = None) -> None:
     """Raise what the SCALESWEEP_FAIL_INJECT hook resolved to ("oom", "crash" or None); `setting`
     is the variable's value ("oom-once", "oom-above:64"), for the message."""
-    source = f"{runlog.FAIL_INJECT_ENV}={setting or mode}"
+    source = f"{faults.FAIL_INJECT_ENV}={setting or mode}"
     if mode == "oom":
         raise torch.OutOfMemoryError(f"injected out-of-memory error ({source})")
     if mode == "crash":
@@ -153,8 +156,8 @@ class Trainer:
         self.classes = data.classes
         self.per_gpu_batch = per_gpu_batch
         # "oom-above:N" depends on the per-GPU batch, "oom-once" on the attempt (1-based).
-        self.inject_setting = runlog.fail_inject_mode()
-        self.injected = runlog.injected_failure(self.inject_setting, per_gpu_batch, attempt)
+        self.inject_setting = faults.fail_inject_mode()
+        self.injected = faults.injected_failure(self.inject_setting, per_gpu_batch, attempt)
         self.memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
         self.dtype = autocast_dtype(args.precision)
         self.global_batch = per_gpu_batch * world.world_size
@@ -252,7 +255,7 @@ class Trainer:
         count = labels.new_tensor(labels.numel())
         return torch.stack([loss.detach().double() * labels.numel(), correct.double(), count.double()])
 
-    def _run_steps(self, batches: Iterator, window: runlog.TimedWindow) -> torch.Tensor:
+    def _run_steps(self, batches: Iterator, window: measure.TimedWindow) -> torch.Tensor:
         """Timed steps until `window` is done, each from the fetch of its batch to its
         synchronized end; [loss sum, correct, images] over them, on the device."""
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)
@@ -264,7 +267,7 @@ class Trainer:
             self.clock.end()
         return totals
 
-    def _window_done(self, window: runlog.TimedWindow, timed: list) -> bool:
+    def _window_done(self, window: measure.TimedWindow, timed: list) -> bool:
         """Whether every rank's window is done. An adaptive window is judged on each rank's own
         steps, so the ranks agree (all-reduce) or one would wait forever in the next all-reduce;
         a fixed one ends at the same step everywhere without a collective."""
@@ -274,7 +277,7 @@ class Trainer:
         flags = all_reduce_sum(torch.tensor([float(done)], dtype=torch.float64, device=self.device))
         return int(flags.item()) == self.world.world_size
 
-    def _window(self, meter: harness.WindowMeter, number: int, window: runlog.TimedWindow,
+    def _window(self, meter: harness.WindowMeter, number: int, window: measure.TimedWindow,
                 open_batches: Callable[[], Iterator], phase=None) -> None:
         """The steps `window` takes, recorded by `meter`. Its seconds run between two barriers
         after the device work, so rank 0's time covers every rank."""
@@ -303,7 +306,7 @@ class Trainer:
         """The epochs protocol: one epoch record per epoch."""
         for epoch in range(1, epochs + 1):
             self.console.info(f"[EPOCH: {epoch}] Starting training loop...")
-            self._window(meter, epoch, runlog.TimedWindow(self.steps), lambda: self.epoch_batches(epoch))
+            self._window(meter, epoch, measure.TimedWindow(self.steps), lambda: self.epoch_batches(epoch))
 
     def fit_steps(self, meter: harness.WindowMeter, windows: list) -> None:
         """The steps protocol's windows from one loader iterator (no pipeline restart between or
@@ -329,7 +332,7 @@ class Trainer:
         """`steps` training steps, agreed on out-of-memory: torch.OutOfMemoryError on every rank
         when any rank ran out."""
         self.model.train()
-        self._run_steps(iter(self.loader), runlog.TimedWindow(steps))
+        self._run_steps(iter(self.loader), measure.TimedWindow(steps))
         synchronize(self.device)
 
     def evaluate(self, epoch: int) -> dict:
@@ -367,7 +370,7 @@ def framework_versions(device: torch.device) -> dict:
     # CPU run says nothing about the run.
     cuda = device.type == "cuda"
     return {
-        "python": runlog.python_version(),
+        "python": node.python_version(),
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "numpy": np.__version__,
@@ -395,9 +398,9 @@ def run_facts(world: World, device: torch.device, start_timestamp: float) -> dic
     return {
         "versions": framework_versions(device),
         "devices": names,
-        **runlog.device_provenance(),
-        **runlog.provenance(start_timestamp),
-        **runlog.thread_fields(torch.get_num_threads()),
+        **node.device_provenance(),
+        **node.provenance(start_timestamp),
+        **node.thread_fields(torch.get_num_threads()),
     }
 
 

@@ -23,9 +23,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
+import faults  # noqa: E402
 import harness  # noqa: E402
 import make_cifar  # noqa: E402
 import make_imagefolder  # noqa: E402
+import measure  # noqa: E402
 import runlog  # noqa: E402
 from scalesweep import catalog, parse  # noqa: E402
 from stacks import TRAINER_PYTHON_ENV, container_python, trainer_python  # noqa: E402
@@ -35,7 +37,7 @@ TRAINERS = {"tensorflow": SCRIPTS / "train_tf.py", "pytorch": SCRIPTS / "train_t
 MODULES = {"tensorflow": "train_tf", "pytorch": "train_torch"}
 MODELS = {"tensorflow": "cnn_small", "pytorch": "vit_tiny"}
 OPTIONS = {"tensorflow": ("--resolution", "32"), "pytorch": ("--resolution", "32", "--num-workers", "0")}
-# What each backend's injected failures (runlog.FAIL_INJECT_ENV) say: the framework's own error types.
+# What each backend's injected failures (faults.FAIL_INJECT_ENV) say: the framework's own error types.
 INJECTED = {
     ("tensorflow", "oom"): "ResourceExhaustedError: {env}={mode}: injected failure at the first training step",
     ("tensorflow", "crash"): "RuntimeError: {env}={mode}: injected failure at the first training step",
@@ -48,7 +50,7 @@ CLASSES, TRAIN_PER_CLASS, VAL_PER_CLASS = 4, 26, 3  # the image folder: 104 trai
 
 
 def injected(framework: str, kind: str, mode: str) -> str:
-    return INJECTED[framework, kind].format(env=runlog.FAIL_INJECT_ENV, mode=mode)
+    return INJECTED[framework, kind].format(env=faults.FAIL_INJECT_ENV, mode=mode)
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +94,10 @@ def data(framework, request) -> Path:
 def clean_env(inject=None) -> dict:
     """The test's environment without launch, SLURM or failure-injection variables."""
     launch = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-              runlog.FAIL_INJECT_ENV}
+              faults.FAIL_INJECT_ENV}
     env = {key: value for key, value in os.environ.items() if key not in launch and not key.startswith("SLURM_")}
     if inject:
-        env[runlog.FAIL_INJECT_ENV] = inject
+        env[faults.FAIL_INJECT_ENV] = inject
     return env
 
 
@@ -174,7 +176,7 @@ def test_window_meter_records_a_window_from_its_steps():
     feed(clock, [1.0])
     meter.start()
     feed(clock, [1.0, 2.0, 3.0])
-    window = runlog.TimedWindow(3)
+    window = measure.TimedWindow(3)
     assert meter.durations() == [1.0, 2.0, 3.0] and window.done(meter.durations())
     record = meter.finish(2, 0.5, 0.25, phase="timed", window=window)
     assert (record["epoch"], record["steps"], record["images"], record["seconds"]) == (2, 3, 48, 7.0)
@@ -287,9 +289,9 @@ def test_measurement_options_parse_alike_with_the_shared_defaults(framework):
     # the defaults defined once (scripts/runlog.py).
     defaults, measurement = parsed(framework)[0]["args"], parsed(framework)[1]["args"]
     assert {key: defaults[key] for key in MEASUREMENT_PARSED} == {
-        "protocol": "epochs", "warmup_steps": runlog.DEFAULT_WARMUP_STEPS, "timed_steps": runlog.DEFAULT_TIMED_STEPS,
-        "target_ci_pct": runlog.DEFAULT_TARGET_CI_PCT, "max_timed_steps": runlog.DEFAULT_MAX_TIMED_STEPS,
-        "oom_policy": "fail", "max_batch_limit": runlog.DEFAULT_MAX_BATCH_LIMIT, "find_max_batch": False}
+        "protocol": "epochs", "warmup_steps": measure.DEFAULT_WARMUP_STEPS, "timed_steps": measure.DEFAULT_TIMED_STEPS,
+        "target_ci_pct": measure.DEFAULT_TARGET_CI_PCT, "max_timed_steps": measure.DEFAULT_MAX_TIMED_STEPS,
+        "oom_policy": "fail", "max_batch_limit": measure.DEFAULT_MAX_BATCH_LIMIT, "find_max_batch": False}
     assert {key: measurement[key] for key in MEASUREMENT_PARSED} == MEASUREMENT_PARSED
     assert {key: defaults[key] for key in OWN_DEFAULTS[framework]} == OWN_DEFAULTS[framework]
 
@@ -461,7 +463,7 @@ def test_max_batch_search_bisects_to_the_injected_capacity(framework, data):
     assert kinds(records) == ["header", "max_batch", "summary"]
     header, found, summary = records
     assert (header["protocol"], header["epochs"], header["max_batch_limit"]) == ("max_batch", 0, 1024)
-    assert header["timed_steps"] == runlog.PROBE_STEPS == 2 and header["images_per_epoch"] is None
+    assert header["timed_steps"] == measure.PROBE_STEPS == 2 and header["images_per_epoch"] is None
     assert found["per_gpu_batch"] == 64 and found["limit_reached"] is False
     # Doubling to the first failure (per-GPU 128 x 2 is more than the data set: probes draw
     # endless batches), then bisection.

@@ -27,6 +27,8 @@ from scalesweep.compare import SAME, SLOWER
 
 import runlog  # noqa: E402
 
+import faults  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 # Seconds spent (busy) in every training step of the candidate: 8 steps per epoch at 1 GPU (128 images,
@@ -74,9 +76,9 @@ def test_injected_slowdown_is_found_and_sized_and_noise_is_not(tmp_path, monkeyp
     archived = json.loads((baseline / "results" / "tables" / "archived.json").read_text())
     assert Path(archived["file"]).is_file() and archived["runs"] == 8
 
-    monkeypatch.setenv(runlog.STEP_DELAY_ENV, str(DELAY_S))
+    monkeypatch.setenv(faults.STEP_DELAY_ENV, str(DELAY_S))
     candidate = run_sweep(tmp_path / "candidate", sweep_config(shared, 3, compare_with=archived["sweep_id"]))
-    monkeypatch.delenv(runlog.STEP_DELAY_ENV)
+    monkeypatch.delenv(faults.STEP_DELAY_ENV)
     table = pd.read_csv(candidate / "results" / "compare" / "compare.csv", dtype={"gpus": str})
     assert table["gpus"].tolist() == ["1", "2"]
     assert table["verdict"].tolist() == [SLOWER, SLOWER], table.to_string()

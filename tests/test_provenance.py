@@ -11,7 +11,10 @@ from scalesweep import provenance, scaling
 from scalesweep.provenance import PROVENANCE_COLUMNS, run_provenance, settings_hash
 from scalesweep.tidy import runs_table
 
-import runlog  # noqa: E402
+
+import node  # noqa: E402
+
+import faults  # noqa: E402
 
 GPU_HEADER = {
     "record": "header", "schema": 1, "framework": "pytorch", "model": "vit_h_14",
@@ -113,21 +116,21 @@ def test_a_failed_run_keeps_the_provenance_of_its_header(tmp_path):
 
 
 def test_runlog_records_the_slurm_cluster_name():
-    assert runlog.provenance(0.0, {"SLURM_CLUSTER_NAME": "mn5"})["slurm_cluster_name"] == "mn5"
-    assert runlog.provenance(0.0, {})["slurm_cluster_name"] is None
+    assert node.provenance(0.0, {"SLURM_CLUSTER_NAME": "mn5"})["slurm_cluster_name"] == "mn5"
+    assert node.provenance(0.0, {})["slurm_cluster_name"] is None
 
 
 def test_step_delay_setting():
-    assert runlog.injected_delay_s(runlog.STEP_DELAY_ENV, {}) == 0.0
-    assert runlog.injected_delay_s(runlog.STEP_DELAY_ENV, {runlog.STEP_DELAY_ENV: "0.25"}) == 0.25
+    assert faults.injected_delay_s(faults.STEP_DELAY_ENV, {}) == 0.0
+    assert faults.injected_delay_s(faults.STEP_DELAY_ENV, {faults.STEP_DELAY_ENV: "0.25"}) == 0.25
     for bad in ("-1", "soon", "nan"):
-        with pytest.raises(ValueError, match=runlog.STEP_DELAY_ENV):
-            runlog.injected_delay_s(runlog.STEP_DELAY_ENV, {runlog.STEP_DELAY_ENV: bad})
+        with pytest.raises(ValueError, match=faults.STEP_DELAY_ENV):
+            faults.injected_delay_s(faults.STEP_DELAY_ENV, {faults.STEP_DELAY_ENV: bad})
 
 
 def test_inject_step_delay_spends_the_set_time(monkeypatch):
-    monkeypatch.setenv(runlog.STEP_DELAY_ENV, "0.2")
+    monkeypatch.setenv(faults.STEP_DELAY_ENV, "0.2")
     started, cpu_started = time.perf_counter(), time.process_time()
-    runlog.inject_step_delay()
+    faults.inject_step_delay()
     assert 0.2 <= time.perf_counter() - started < 1.0
     assert time.process_time() - cpu_started > 0.01  # busy, not asleep (a sleep takes ~0.1 ms of CPU)

@@ -20,6 +20,8 @@ from scalesweep.parse import LogFormatError, parse_log
 
 ROOT = Path(__file__).resolve().parents[1]
 import harness  # noqa: E402
+import measure  # noqa: E402
+import node  # noqa: E402
 import runlog  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
@@ -97,10 +99,10 @@ def trainer_header(protocol: str = "epochs", **overrides) -> dict:
         "per_gpu_batch": 32, "global_batch": 128, "requested_per_gpu_batch": 64, "oom_policy": "halve",
         "learning_rate": 0.04, "precision": "bf16", "compile": False, "channels_last": True,
         "num_workers": 2, **harness.protocol_fields(args, 128, 8, 1024),
-        "versions": {"python": runlog.python_version(), "torch": "2.14.1", "cudnn": 90100, "nccl": None},
+        "versions": {"python": node.python_version(), "torch": "2.14.1", "cudnn": 90100, "nccl": None},
         "devices": ["cuda:0", "cuda:1", "cuda:2", "cuda:3"],
-        "gpu_models": ["NVIDIA H100"] * 4, "gpu_driver": "550.54", "cpu_model": runlog.cpu_model(),
-        **runlog.provenance(environ=environ),
+        "gpu_models": ["NVIDIA H100"] * 4, "gpu_driver": "550.54", "cpu_model": node.cpu_model(),
+        **node.provenance(environ=environ),
     }  # fmt: skip
     return {**header, **overrides}
 
@@ -127,13 +129,13 @@ def steps_protocol_records():
 
 
 def _window(begins, ends, first, steps, started):
-    timing = runlog.window_timing(begins, ends, first, steps, warmup_steps=5, started=started)
+    timing = measure.window_timing(begins, ends, first, steps, warmup_steps=5, started=started)
     stats = {key: timing[key] for key in ("steps", "step_time_median_s", "step_time_p90_s")}
     return {"seconds": timing["seconds"], "step_stats": stats}
 
 
 def max_batch_records():
-    found = runlog.search_max_batch(lambda batch: batch <= 40, 32, 64)
+    found = measure.search_max_batch(lambda batch: batch <= 40, 32, 64)
     return [trainer_header("max_batch"), {"record": "max_batch", **found},
             runlog.summary_record("ok", [], 12.0)]
 

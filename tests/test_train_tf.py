@@ -20,8 +20,9 @@ SCRIPTS = ROOT / "scripts"
 TRAINER = SCRIPTS / "train_tf.py"
 PREFIX = ":::SCALESWEEP "
 
+import faults  # noqa: E402
 import make_cifar  # noqa: E402
-import runlog  # noqa: E402
+import measure  # noqa: E402
 import stepparts  # noqa: E402
 from stacks import container_python  # noqa: E402
 from test_backends import assert_finished_run  # noqa: E402  (the epochs protocol's contract)
@@ -32,7 +33,7 @@ def parse_records(output: str) -> list[dict]:
 
 
 def run_trainer(data, *args, timeout=300) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items() if key != runlog.FAIL_INJECT_ENV}
+    env = {key: value for key, value in os.environ.items() if key != faults.FAIL_INJECT_ENV}
     command = [sys.executable, str(TRAINER), "--data", str(data), *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
 
@@ -238,14 +239,14 @@ def test_xla_over_several_cpu_replicas_is_refused_with_the_reason(cifar_256):
 
 
 def test_a_sync_delay_under_xla_is_refused_not_ignored(cifar_256):
-    env = {**os.environ, runlog.SYNC_DELAY_ENV: "0.05"}
+    env = {**os.environ, faults.SYNC_DELAY_ENV: "0.05"}
     command = [sys.executable, str(TRAINER), "--data", str(cifar_256), "--model", "cnn_small", "--gpus", "1",
                "--resolution", "32", "--compile"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode != 0
     (summary,) = parse_records(done.stdout)
     assert summary["status"] == "failed"
-    assert summary["reason"].startswith(f"ValueError: {runlog.SYNC_DELAY_ENV} delays MirroredStrategy's cross-device ops")
+    assert summary["reason"].startswith(f"ValueError: {faults.SYNC_DELAY_ENV} delays MirroredStrategy's cross-device ops")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,13 +352,13 @@ def test_benchmark_input_path_figures(tmp_path):
 
 
 def test_max_train_images_picks_the_shared_seeded_subset(cifar_256):
-    """The same images the PyTorch trainer would pick for that seed (runlog.subset_indices)."""
+    """The same images the PyTorch trainer would pick for that seed (measure.subset_indices)."""
     picked = tf_probe(f"""
-        import json, numpy as np, cifar, runlog, tf_data
+        import json, numpy as np, cifar, measure, tf_data
         images, labels = tf_data.load_training_data({str(cifar_256)!r}, 40, seed=7)
         parts = [cifar.read_batch(cifar.batches_dir({str(cifar_256)!r}) / name) for name in cifar.TRAIN_BATCHES]
         all_images, all_labels = np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
-        keep = runlog.subset_indices(len(all_labels), 40, 7)
+        keep = measure.subset_indices(len(all_labels), 40, 7)
         print(json.dumps({{"images": bool(np.array_equal(images.numpy(), all_images[keep])),
                            "labels": bool(np.array_equal(labels.numpy(), all_labels[keep])),
                            "count": int(labels.shape[0]), "head": keep[:3]}}))
@@ -581,7 +582,7 @@ def test_injected_delays_land_in_their_part_of_the_step(cifar_256):
     options = ("--per-gpu-batch", 16, "--timed-steps", 20)
     plain = steps_run(cifar_256, 2, None, *options)["summary"]
     runs = {part: steps_run(cifar_256, 2, {variable: str(INJECTED_DELAY_S)}, *options)["summary"]
-            for part, variable in (("sync_exposed_s", runlog.SYNC_DELAY_ENV), ("data_wait_s", runlog.DATA_DELAY_ENV))}
+            for part, variable in (("sync_exposed_s", faults.SYNC_DELAY_ENV), ("data_wait_s", faults.DATA_DELAY_ENV))}
     for part, run in runs.items():
         moved = {key: run[key] - plain[key]
                  for key in ("breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s")}

@@ -26,8 +26,10 @@ if "tensorflow" in sys.modules and "torchvision" not in sys.modules:
 
 import torch  # noqa: E402
 
+import faults  # noqa: E402
 import harness  # noqa: E402
 import make_imagefolder  # noqa: E402
+import measure  # noqa: E402
 import runlog  # noqa: E402
 import torch_data  # noqa: E402
 import torch_distributed  # noqa: E402
@@ -163,15 +165,15 @@ def test_steps_per_epoch_matches_the_real_sampler_and_loader(images, world_size,
 
 def test_max_train_images_picks_a_seeded_subset_across_classes():
     # The rule both trainers share (scripts/runlog.py).
-    assert runlog.subset_indices(100, 0, seed=0) == list(range(100))
-    assert runlog.subset_indices(100, 500, seed=0) == list(range(100))
-    picked = runlog.subset_indices(100, 30, seed=0)
+    assert measure.subset_indices(100, 0, seed=0) == list(range(100))
+    assert measure.subset_indices(100, 500, seed=0) == list(range(100))
+    picked = measure.subset_indices(100, 30, seed=0)
     assert len(set(picked)) == 30 and all(0 <= index < 100 for index in picked)
-    assert picked == runlog.subset_indices(100, 30, seed=0)
-    assert picked != runlog.subset_indices(100, 30, seed=1)
+    assert picked == measure.subset_indices(100, 30, seed=0)
+    assert picked != measure.subset_indices(100, 30, seed=1)
     assert max(picked) >= 50  # images are ordered by class: not just the first classes
     with pytest.raises(ValueError, match="--max-train-images"):
-        runlog.subset_indices(100, -1, seed=0)
+        measure.subset_indices(100, -1, seed=0)
 
 
 def test_repeating_sampler_runs_the_passes_back_to_back_each_reshuffled():
@@ -276,13 +278,13 @@ def test_bad_command_lines_are_refused(argv, message, capsys):
      ("oom-once", 8, "oom"), ("", 8, None)],
 )
 def test_trainer_resolves_the_failure_hook_for_its_batch(dataset, monkeypatch, setting, batch, expected):
-    monkeypatch.setenv(runlog.FAIL_INJECT_ENV, setting)
+    monkeypatch.setenv(faults.FAIL_INJECT_ENV, setting)
     assert one_process_trainer(dataset, "--per-gpu-batch", str(batch)).injected == expected
 
 
 def test_unknown_failure_hook_value_is_an_error(dataset, monkeypatch):
-    monkeypatch.setenv(runlog.FAIL_INJECT_ENV, "explode")
-    with pytest.raises(ValueError, match=runlog.FAIL_INJECT_ENV):
+    monkeypatch.setenv(faults.FAIL_INJECT_ENV, "explode")
+    with pytest.raises(ValueError, match=faults.FAIL_INJECT_ENV):
         one_process_trainer(dataset)
 
 
@@ -310,7 +312,7 @@ def test_step_statistics_leave_out_the_runs_warmup_steps(dataset):
     durations = trainer.clock.durations
     assert len(durations) == 12 and all(duration > 0 for duration in durations)
     assert second["step_time_median_s"] == statistics.median(durations[8:])
-    assert second["step_time_p90_s"] == pytest.approx(runlog.percentile(durations[8:], 0.9))
+    assert second["step_time_p90_s"] == pytest.approx(measure.percentile(durations[8:], 0.9))
     assert first["phase"] is None and second["images"] == 96
     # A step spans its batch's fetch and its work: the epoch holds its steps and little else.
     assert sum(durations[6:]) <= second["seconds"]
@@ -338,7 +340,7 @@ def test_without_a_process_group_any_out_of_memory_error_becomes_torchs():
 def clean_env(**extra) -> dict:
     """The test's environment without launch or SLURM variables that would change the layout."""
     launch = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-    launch.add(runlog.FAIL_INJECT_ENV)
+    launch.add(faults.FAIL_INJECT_ENV)
     env = {
         key: value
         for key, value in os.environ.items()
@@ -462,7 +464,7 @@ def test_max_train_images_subset_is_the_shared_rule(dataset):
     args = train_torch.parse_args(["--model", "vit_tiny", "--data", str(dataset), "--resolution", "32",
                                    "--max-train-images", "30", "--seed", "5"])
     data = torch_data.load_train_data(args)
-    assert list(data.train_set.indices) == runlog.subset_indices(CLASSES * TRAIN_PER_CLASS, 30, 5)
+    assert list(data.train_set.indices) == measure.subset_indices(CLASSES * TRAIN_PER_CLASS, 30, 5)
 
 
 # ---------------------------------------------------------------- the step breakdown
@@ -513,8 +515,8 @@ def test_injected_delays_land_in_their_own_part(dataset):
     (A delay well above the few ms a shared 2-core machine moves medians between runs.)"""
     delay = 0.1
     base = breakdown_of(dataset, 2)
-    synced = breakdown_of(dataset, 2, **{runlog.SYNC_DELAY_ENV: str(delay)})
-    loaded = breakdown_of(dataset, 2, **{runlog.DATA_DELAY_ENV: str(delay)})
+    synced = breakdown_of(dataset, 2, **{faults.SYNC_DELAY_ENV: str(delay)})
+    loaded = breakdown_of(dataset, 2, **{faults.DATA_DELAY_ENV: str(delay)})
     assert synced["sync_exposed_s"] - base["sync_exposed_s"] == pytest.approx(delay, rel=0.2)
     assert abs(synced["compute_s"] - base["compute_s"]) < 0.2 * delay
     assert abs(synced["data_wait_s"] - base["data_wait_s"]) < 0.2 * delay
