@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import figures, findings, parse, records, scaling, tables, tidy
+from scalesweep import figures, findings, parse, parsed, records, scaling, tables, tidy
 from scalesweep.history import DEFAULT_HISTORY_DIR
 
 LOG_SUFFIXES = {".log", ".out", ".txt", ".err"}
@@ -187,7 +187,7 @@ def log_items(paths, all_attempts=False):
     """((log path, axes) pairs, [refused]): folders are read with every subfolder, each file
     once, and of a run's attempt logs only the latest unless `all_attempts`. Axes come from a
     folder's manifest where it has one; without, the log says what it can, and a DDP log's
-    world size comes from its file name (parse.gpus_from_filename)."""
+    world size comes from its file name (parsed.gpus_from_filename)."""
     items, refused = [], []
     for path in paths:
         if path.is_dir():
@@ -292,7 +292,7 @@ def main(argv=None):
         refused = analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget,
                           args.epoch_budget, args.all_attempts, args.greenest_time_bound_s,
                           args.images_per_epoch, args.allow_superlinear)
-    except (ValueError, FileNotFoundError, parse.LogFormatError) as error:
+    except (ValueError, FileNotFoundError, parsed.LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT
     return REFUSED_EXIT if refused else 0
@@ -437,7 +437,7 @@ def parse_command(args):
         try:
             for run in parse.parse_file(path, world_size=args.world_size):
                 print(json.dumps(asdict(run)))
-        except (parse.LogFormatError, OSError) as error:
+        except (parsed.LogFormatError, OSError) as error:
             print(f"error: {error}", file=sys.stderr)
             status = 1
     return status

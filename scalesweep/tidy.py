@@ -17,8 +17,10 @@ from typing import NamedTuple
 import pandas as pd
 
 from scalesweep import atomic, breakdown, hardware, records
-from scalesweep.parse import FIRST_STEADY_EPOCH, EmptyLogError, LogFormatError, parse_file
+from scalesweep.parse import parse_file
+from scalesweep.parsed import EmptyLogError, LogFormatError
 from scalesweep.provenance import PROVENANCE_COLUMNS, run_id, run_provenance
+from scalesweep.records import FIRST_STEADY_EPOCH
 
 AXIS_COLUMNS = ["framework", "model", "dataset", "gpus", "nodes", "repeat"]
 METRIC_COLUMNS = [
@@ -118,7 +120,7 @@ def runs_table(items, images_per_epoch: int | None = None) -> tuple[pd.DataFrame
 
 def tidy_tables(items, images_per_epoch: int | None = None) -> TidyTables:
     """runs_table's tables, and the logs it refused (TidyTables.refused). `images_per_epoch`: the
-    dataset's training images, for logs that count steps instead (Keras; parse.keras_epoch_images)."""
+    dataset's training images, for logs that count steps instead (Keras; format_keras.keras_epoch_images)."""
     items = [(path, dict(config)) for path, config in items]
     extra_axes = _extra_axes(config for _, config in items)
     run_rows, epoch_rows, refused = [], [], []

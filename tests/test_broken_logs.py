@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from scalesweep import tidy
-from scalesweep.parse import LogFormatError, parse_log
+from scalesweep.parse import parse_log
+from scalesweep.parsed import LogFormatError
 from scalesweep.tidy import METRIC_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]

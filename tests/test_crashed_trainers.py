@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from scalesweep import parse, tidy
+from scalesweep import parse, parsed, tidy
 
 
 def record(kind, **fields):
@@ -123,28 +123,28 @@ def test_a_stray_crash_log_is_a_failed_run_that_says_it_is_unidentified(tmp_path
     stray.write_text(IMPORT_CRASH)
     (run,) = parse.parse_file(stray)
     assert run.header == {} and run.summary["status"] == "failed"
-    assert run.summary["reason"] == f"{SUBSCRIPT} ({parse.UNIDENTIFIED})"
+    assert run.summary["reason"] == f"{SUBSCRIPT} ({parsed.UNIDENTIFIED})"
     (row,) = tidy.runs_table([(str(stray), {})])[1].to_dict("records")
     assert row["status"] == "failed" and row["reason"].startswith(SUBSCRIPT)
 
 
 def test_run_identity_reads_workflow_paths_only():
-    assert parse.run_identity("logs/train/pytorch/model~vit_h_14/dataset~tiny-224/gpus~8.attempt-3.log") == {
+    assert parsed.run_identity("logs/train/pytorch/model~vit_h_14/dataset~tiny-224/gpus~8.attempt-3.log") == {
         "framework": "pytorch", "model": "vit_h_14", "dataset": "tiny-224", "gpus": 8}
-    assert parse.run_identity("/w/results/runs/tensorflow/model~cnn_small/dataset~c/gpus~1/repeat~2/train.log") == {
+    assert parsed.run_identity("/w/results/runs/tensorflow/model~cnn_small/dataset~c/gpus~1/repeat~2/train.log") == {
         "framework": "tensorflow", "model": "cnn_small", "dataset": "c", "gpus": 1}
-    assert parse.run_identity("logs/train/pytorch/model~vit_h_14/gpus~8.log") == {}  # no dataset
-    assert parse.run_identity("pytorch/model~m/dataset~d/gpus~x.log") == {}
-    assert parse.run_identity("runs/vit_8gpus.log") == {}
+    assert parsed.run_identity("logs/train/pytorch/model~vit_h_14/gpus~8.log") == {}  # no dataset
+    assert parsed.run_identity("pytorch/model~m/dataset~d/gpus~x.log") == {}
+    assert parsed.run_identity("runs/vit_8gpus.log") == {}
 
 
 def test_a_log_without_any_exception_or_record_is_still_refused(tmp_path):
     log = workflow_log(tmp_path, TF_RUN)
     log.write_text("module load singularity\nsome text\n")
-    with pytest.raises(parse.LogFormatError, match="no known format"):
+    with pytest.raises(parsed.LogFormatError, match="no known format"):
         parse.parse_file(log)
 
 
 def test_an_ok_summary_before_any_header_is_still_a_broken_log():
-    with pytest.raises(parse.LogFormatError, match=r"x\.log:1: summary record before any header"):
+    with pytest.raises(parsed.LogFormatError, match=r"x\.log:1: summary record before any header"):
         parse.parse_log(record("summary", status="ok"), source="x.log")

@@ -5,14 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from scalesweep.parse import (
-    EmptyLogError,
-    LogFormatError,
-    gpus_from_filename,
-    parse_duration,
-    parse_file,
-    parse_log,
-)
+from scalesweep.parse import parse_file, parse_log
+from scalesweep.parsed import EmptyLogError, LogFormatError, gpus_from_filename, parse_duration
 
 LOGS = Path(__file__).parent / "data" / "logs"
 

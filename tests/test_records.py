@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scalesweep import records, scaling, tidy
-from scalesweep.parse import LogFormatError, parse_log
+from scalesweep.parse import parse_log
+from scalesweep.parsed import LogFormatError
 
 ROOT = Path(__file__).resolve().parents[1]
 import harness  # noqa: E402

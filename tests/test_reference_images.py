@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from scalesweep import cli, scaling, tidy
-from scalesweep.parse import LogFormatError, parse_file
+from scalesweep.parse import parse_file
+from scalesweep.parsed import LogFormatError
 
 LOGS = Path(__file__).parent / "data" / "logs"
 # Keras 2 output of the reference script as the book's runs printed it: ResNet50V2 (2048 per GPU)

@@ -1,0 +1,229 @@
+"""What every log format parses into: `ParsedRun` (keys of docs/records.md), the run being read
+(`Draft`), the errors, the record contract applied to a parsed run, what a log's path says
+(`run_identity`, `gpus_from_filename`) and the small value readers the formats share."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scalesweep import records
+from scalesweep.catalog import MODELS
+from scalesweep.failures import one_line
+
+
+# `counted`: the trainer counted the images (our records, the DDP reference's sampler sizes);
+# `dataset`: the dataset's size, given or known (the TF reference script's CIFAR-10);
+# `estimate`: Keras steps x global batch, an upper bound (the last batch is partial).
+IMAGE_SOURCES = ("counted", "dataset", "estimate")
+# The reference TF script trains on the CIFAR-10 training set, whole (docs/trainers.md).
+CIFAR10_TRAIN_IMAGES = 50_000
+# Digits of a count in a human-format log: a longer digit run is no count (records.MAX_COUNT),
+# and Python refuses to convert an integer of more than 4,300 digits at all.
+DIGITS = r"\d{1,15}"
+# Reference model names -> catalog names; the rest are matched case-insensitively, with the `v2`
+# suffix the reference script leaves out of its header (` Model ResNet50` is ResNet50V2).
+MODEL_ALIASES = {"pytorch": {"vit": "vit_h_14"}, "tensorflow": {}}
+
+
+class LogFormatError(ValueError):
+    """A log that cannot be read as any known format; the message names the source and line."""
+
+    def __init__(self, source, message, line=None):
+        where = str(source) if line is None else f"{source}:{line}"
+        super().__init__(f"{where}: {message}")
+        self.source = str(source)
+        self.line = line
+
+
+class EmptyLogError(LogFormatError):
+    """A log with nothing in it: the job died before printing, a failed run rather than bad input."""
+
+
+@dataclass
+class ParsedRun:
+    """One training run: keys of docs/records.md wherever the log holds the information.
+
+    `summary` is set for every parsed run: the log's own summary record, or one derived from the
+    log (`status` ok for a complete reference run, failed/oom/timeout for an unfinished one).
+    `problems` lists the values that break the record contract, each naming the log, line (where
+    the format has lines per value) and key; a run with problems is `failed`, its first problem the
+    reason, and the bad keys are left out of header, epochs and summary.
+    """
+
+    format: str
+    source: str
+    header: dict
+    epochs: list[dict]
+    summary: dict | None = None
+    problems: list[str] = field(default_factory=list)
+    # Where the epochs' image counts come from (IMAGE_SOURCES): only an `estimate` is not a count.
+    images_source: str = "counted"
+
+
+@dataclass
+class Draft:
+    """A run being read, with the log lines that belong to it (for failure signatures)."""
+
+    header: dict = field(default_factory=dict)
+    epochs: list[dict] = field(default_factory=list)
+    summary: dict | None = None
+    lines: list[tuple[int, str]] = field(default_factory=list)
+    header_line: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+UNIDENTIFIED = (
+    "run unidentified: no header record, and the path is not a workflow run's "
+    "logs/train/<framework>/model~.../dataset~.../gpus~N.log"
+)
+# A run's log or result in the workflow: <framework>/model~M/dataset~D/gpus~N[/more~axes]
+# then `.attempt-K.log` or `.log` (logs/train/), or `/train.log` (results/runs/).
+_RUN_FILES = ("train.log", "max_batch.log")
+_LOG_SUFFIX_RE = re.compile(r"(?:\.attempt-\d+)?\.log$")
+_IDENTITY_AXES = ("model", "dataset", "gpus")
+
+
+def run_identity(source) -> dict:
+    """framework, model, dataset and gpus of the run a workflow log path names, else {}."""
+    parts = list(Path(str(source)).parts)
+    if parts and parts[-1] in _RUN_FILES:
+        parts.pop()
+    elif parts:
+        parts[-1] = _LOG_SUFFIX_RE.sub("", parts[-1])
+    for index in range(len(parts) - 1, -1, -1):
+        axes = parts[index + 1:]
+        if parts[index] in MODELS and axes and all("~" in axis for axis in axes):
+            values = dict(axis.split("~", 1) for axis in axes)
+            if all(values.get(key) for key in _IDENTITY_AXES) and re.fullmatch(DIGITS, values["gpus"]):
+                return {"framework": parts[index], "model": values["model"],
+                        "dataset": values["dataset"], "gpus": int(values["gpus"])}
+    return {}
+
+
+_GPUS_IN_NAME = (
+    re.compile(rf"(?<![A-Za-z0-9])({DIGITS})[-_]?gpus?(?![A-Za-z])", re.IGNORECASE),  # vit_4gpus, 8gpu
+    re.compile(rf"(?<![A-Za-z0-9])gpus?[-_=~]?({DIGITS})(?!\d)", re.IGNORECASE),  # gpus~2 (Paramspace)
+)
+_G_IN_NAME = re.compile(rf"(?<![A-Za-z0-9])g({DIGITS})(?![A-Za-z0-9])", re.IGNORECASE)  # ddp-n2-g8
+
+
+def gpus_from_filename(name) -> int | None:
+    """GPU count written in a log's name (`vit_4gpus.log`, `ddp-n2-g8.out`, `run_g8_x`, `8gpu`).
+
+    The file name is read first; folder names only where they spell out `gpu(s)`, since a bare
+    `g4` folder may mean anything. None when nothing says.
+    """
+    path = Path(str(name))
+    for pattern in (*_GPUS_IN_NAME, _G_IN_NAME):
+        match = pattern.search(path.name)
+        if match:
+            return int(match.group(1))
+    for folder in reversed(path.parent.parts):
+        for pattern in _GPUS_IN_NAME:
+            match = pattern.search(folder)
+            if match:
+                return int(match.group(1))
+    return None
+
+
+def finished_summary(epochs: list[dict], **extra) -> dict:
+    seconds = [epoch["seconds"] for epoch in epochs if epoch.get("seconds") is not None]
+    return {
+        "status": "ok",
+        "reason": None,
+        "epochs": len(epochs),
+        "train_time_s": sum(seconds) if len(seconds) == len(epochs) else None,
+        **extra,
+    }
+
+
+def keep_valid(draft: Draft, kind: str, record: dict, where: str, required: bool = True) -> dict:
+    """`record` without the keys that break the contract; each of those a problem of the run."""
+    found = records.problems(kind, record, required=required)
+    draft.problems.extend(f"{where}: {message}" for _, message in found)
+    return records.drop_bad_keys(record, found)
+
+
+def refused_summary(problems: list[str], epochs: int) -> dict:
+    """The verdict on a run whose log breaks the contract: failed, the first problem the reason."""
+    more = len(problems) - 1
+    reason = problems[0] + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+    return {"status": "failed", "reason": one_line(reason), "epochs": epochs}
+
+
+def checked(run: ParsedRun) -> ParsedRun:
+    """A run parsed from a human-format log, checked against the same record contract.
+
+    Those logs print no value per line in one place, so problems name the epoch instead; no key is
+    required, since the reference scripts do not print everything a record holds.
+    """
+    draft = Draft()
+    run.header = keep_valid(draft, "header", run.header, f"{run.source}: header", required=False)
+    run.epochs = [
+        keep_valid(draft, "epoch", epoch, f"{run.source}: epoch {epoch.get('epoch')}", required=False)
+        for epoch in run.epochs
+    ]
+    summary = keep_valid(draft, "summary", run.summary, f"{run.source}: summary", required=False)
+    if draft.problems:
+        summary = refused_summary(draft.problems, len(run.epochs))
+    run.summary, run.problems = summary, draft.problems
+    return run
+
+
+def catalog_model(name: str, framework: str) -> str:
+    """A reference log's model name as the catalog spells it (`ResNet50` -> `resnet50v2`)."""
+    lowered = name.strip().lower()
+    alias = MODEL_ALIASES.get(framework, {}).get(lowered)
+    if alias:
+        return alias
+    known = MODELS.get(framework, ())
+    for candidate in (lowered, lowered + "v2"):
+        if candidate in known:
+            return candidate
+    return lowered
+
+
+_DURATION_PART_RE = re.compile(
+    r"(\d+(?:\.\d+)?)\s*(h|hours?|min|minutes?|m|ms|us|s|sec|secs|seconds?)?\b", re.IGNORECASE
+)
+_DURATION_UNITS = {"h": 3600, "hour": 3600, "hours": 3600, "ms": 1e-3, "us": 1e-6}
+_DURATION_UNITS.update({"m": 60, "min": 60, "minute": 60, "minutes": 60})
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in `702 s`, `702.5s`, `11m 42s`, `1h 2m 3s`, `0:11:42` (a bare number is seconds)."""
+    text = text.strip()
+    clock = re.match(rf"^({DIGITS}):(\d{{2}}):(\d{{2}}(?:\.\d+)?)$", text)
+    if clock:
+        hours, minutes, seconds = clock.groups()
+        return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    parts = _DURATION_PART_RE.findall(text)
+    if not parts:
+        return None
+    return sum(float(value) * _DURATION_UNITS.get(unit.lower(), 1.0) for value, unit in parts)
+
+
+def as_number(text) -> float | None:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        return None
+
+
+def as_metric(text) -> float | None:
+    value = as_number(text)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def as_count(text) -> int | None:
+    if text is None:
+        return None
+    cleaned = str(text).strip().replace(",", "").replace("_", "")
+    return int(cleaned) if re.fullmatch(DIGITS, cleaned) else None
+
+
+def as_rate(images, seconds) -> float | None:
+    return images / seconds if images and seconds and seconds > 0 else None
