@@ -3,13 +3,14 @@
 Every run of our trainers splits its median timed step into four parts that add up to it by
 construction (docs/records.md, summary keys):
 
-    step = data wait + compute + exposed synchronisation + other
+    step = data wait + compute + sync wait + sync comm + other
 
 data wait: blocked on the next batch (host-to-device copy included); compute: forward + backward
-+ optimizer at the same per-GPU batch without gradient synchronisation (a probe window);
-exposed synchronisation: the full step minus those two (what overlap with the backward pass did
-not hide); other: the rest. An all-reduce probe of the gradients' size gives the pure
-synchronisation time, the bus bandwidth and the overlap.
++ optimizer at the same per-GPU batch without gradient synchronisation (probe steps between the
+timed steps); exposed synchronisation, the full step minus those two, split into sync wait (the
+reporting rank waiting for the slowest one: skew, not communication) and sync comm (the
+communication overlap with the backward pass did not hide); other: the rest. An all-reduce probe
+of the gradients' size gives the pure synchronisation time, the bus bandwidth and the overlap.
 
 Attribution. Per image, GPU time is c(N) = N x step(N) / B(N) (B = images per step, all GPUs),
 and each part j has c_j(N) = N x part_j(N) / B(N), so c = sum of c_j. Parallel efficiency is
@@ -30,12 +31,13 @@ import math
 import numpy as np
 import pandas as pd
 
-PARTS = ("data_wait_s", "compute_s", "sync_exposed_s", "other_s")
-PART_NAMES = {"data_wait_s": "data", "compute_s": "compute", "sync_exposed_s": "exposed sync",
-              "other_s": "other"}
+PARTS = ("data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
+PART_NAMES = {"data_wait_s": "data", "compute_s": "compute", "sync_wait_s": "sync wait",
+              "sync_comm_s": "sync comm", "other_s": "other"}
 # runs.csv columns of the breakdown, in order (medians of the timed steps; the probes' results).
+# sync_exposed_s = sync_wait_s + sync_comm_s, kept for the logs written before the split.
 BREAKDOWN_COLUMNS = (
-    "breakdown_step_s", *PARTS, "breakdown_steps", "allreduce_s", "allreduce_bytes", "algbw_gb_s",
+    "breakdown_step_s", *PARTS, "sync_exposed_s", "breakdown_steps", "allreduce_s", "allreduce_bytes", "algbw_gb_s",
     "busbw_gb_s", "overlap_pct", "comm_compute_ratio", "flops_per_image", "tflops_per_gpu",
     "mfu_pct",
 )

@@ -626,7 +626,7 @@ FIGURE_NAMES = tuple(
     for metric in ("time", "throughput", "speedup", "tts_speedup", "efficiency")
 ) + ("marginal_gain", "karp_flatt", "throughput_efficiency", "step_breakdown",
      "comm_compute_ratio", "bus_bandwidth", "energy_per_image")
-PART_COLOURS = dict(zip(breakdown.PART_NAMES.values(), sns.color_palette("colorblind", 4)))
+PART_COLOURS = dict(zip(breakdown.PART_NAMES.values(), sns.color_palette("colorblind", len(breakdown.PARTS))))
 
 
 NET_MARKER = "net total where a part is < 0"

@@ -26,9 +26,9 @@ from scalesweep.fits import N_DOUBLINGS, predicted_speedup
 from scalesweep.scaling import format_value, is_usable, iter_groups, table_group_keys
 
 TITLE = "**Findings: how far each configuration scales, where to stop, and why**"
-# The loss columns in words, the words of the step breakdown (docs: exposed synchronisation).
+# The loss columns in words, the words of the step breakdown (docs/metrics.md).
 LOSS_WORDS = {f"loss_{PART_NAMES[p].replace(' ', '_')}_pct": words for p, words in zip(
-    PARTS, ("data", "compute", "exposed synchronisation", "other"))}
+    PARTS, ("data", "compute", "waiting for the slowest rank", "exposed communication", "other"))}
 Z95 = 1.959964  # two-sided 95 % normal quantile, for a fit's interval from its standard error
 
 

@@ -119,6 +119,11 @@ def measure(nullable: bool = True) -> Rule:
     return Rule("number", minimum=0, strict=True, maximum=MAX_MEASURE, nullable=nullable)
 
 
+def percent() -> Rule:
+    """A share in %, 0 to 100 (null allowed)."""
+    return Rule("number", minimum=0, maximum=100)
+
+
 def text(nullable: bool = True, choices: tuple = ()) -> Rule:
     return Rule("text", nullable=nullable, choices=choices)
 
@@ -212,10 +217,12 @@ SUMMARY = {
     "step_time_mean_s": measure(),
     "step_time_ci_pct": number(0),
     "wall_time_s": measure(),
-    # the step breakdown (scripts/stepparts.py): other_s and overlap_pct may be negative
+    # the step breakdown (scripts/stepparts.py): other_s may be negative
     "breakdown_step_s": measure(),
     "data_wait_s": number(0),
     "compute_s": measure(),
+    "sync_wait_s": number(0),
+    "sync_comm_s": number(0),
     "sync_exposed_s": number(0),
     "other_s": number(),
     "breakdown_steps": count(0, nullable=True),
@@ -223,9 +230,10 @@ SUMMARY = {
     "allreduce_bytes": count(nullable=True),
     "algbw_gb_s": measure(),
     "busbw_gb_s": measure(),
-    "overlap_pct": number(),
+    "overlap_pct": percent(),
     "comm_compute_ratio": number(0),
     "probe_s": number(0),
+    "probe_overhead_pct": percent(),
     **ENERGY,
     "run_energy_j": number(0),
     "run_energy_j_per_rank": Rule("numbers"),

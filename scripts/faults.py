@@ -43,6 +43,10 @@ def fail_inject_mode(environ=None) -> str | None:
 STEP_DELAY_ENV = "SCALESWEEP_INJECT_STEP_DELAY_S"
 SYNC_DELAY_ENV = "SCALESWEEP_INJECT_SYNC_DELAY_S"
 DATA_DELAY_ENV = "SCALESWEEP_INJECT_DATA_DELAY_S"
+# A delay before the backward of every timed step of one rank (RANK_DELAY_RANK_ENV, default 1):
+# the others wait for it in the gradient all-reduce (the breakdown's sync wait). PyTorch only.
+RANK_DELAY_ENV = "SCALESWEEP_INJECT_RANK_DELAY_S"
+RANK_DELAY_RANK_ENV = "SCALESWEEP_INJECT_DELAY_RANK"
 
 
 def injected_delay_s(name: str, environ=None) -> float:
@@ -75,6 +79,14 @@ def inject_delay(name: str) -> None:
 
 def inject_step_delay() -> None:
     inject_delay(STEP_DELAY_ENV)
+
+
+def inject_rank_delay(rank: int, environ=None) -> None:
+    """Spend RANK_DELAY_ENV's delay when `rank` is the one RANK_DELAY_RANK_ENV names (default 1)."""
+    env = os.environ if environ is None else environ
+    delay = injected_delay_s(RANK_DELAY_ENV, env)
+    if delay and str(rank) == env.get(RANK_DELAY_RANK_ENV, "1").strip():
+        busy_wait(delay)
 
 
 def injected_failure(mode: str | None, per_gpu_batch: int, attempt: int = 1) -> str | None:

@@ -213,14 +213,17 @@ class WindowMeter:
         return self.clock.durations[self.first_step:]
 
     def finish(self, number: int, loss=None, accuracy=None, *, phase=None, window=None, ended=None,
-               energy_by_rank=None) -> dict:
+               energy_by_rank=None, excluded_s: float = 0.0) -> dict:
         """The window's epoch record (1-based `number`); `window` (the TimedWindow) adds how a
         timed window ended. `energy_by_rank`: every rank's joules of the window (a multi-process
-        backend gathers them with its own reduction); None: this process's devices'."""
+        backend gathers them with its own reduction); None: this process's devices'.
+        `excluded_s`: seconds of the breakdown's probe steps between the window's steps, taken
+        out of its seconds (the throughput sees training steps only; their energy stays in)."""
         own, reason = self.energy_used()
         steps = self.clock.finished - self.first_step
         timing = measure.window_timing(self.clock.begins, self.clock.ends, self.first_step, steps,
                                       self.warmup_steps, self.started, ended)
+        timing["seconds"] -= excluded_s
         record = runlog.epoch_record(
             number, steps * self.global_batch, timing["seconds"], loss, accuracy,
             step_stats={key: timing[key] for key in runlog.STEP_KEYS}, phase=phase,
@@ -304,10 +307,11 @@ def step_breakdown(attempt, log: runlog.RunLog, info) -> dict:
     probes = attempt.breakdown_probes() if hasattr(attempt, "breakdown_probes") else None
     if probes is None:
         return {}
-    probe_s = time.perf_counter() - began
+    # The probe steps between the timed steps (kept out of the windows' seconds) count too.
+    probe_s = time.perf_counter() - began + probes.get("interleaved_s", 0.0)
     seconds, steps = log.steady_window()
     parts = stepparts.step_parts(seconds, steps, log.steady_durations, log.steady_waits, probes["compute"],
-                                 probes["ranks"])
+                                 probes["ranks"], probes.get("sync_waits"))
     parts.update(stepparts.allreduce_keys(probes["gradient_bytes"], probes["allreduce"], probes["ranks"], parts))
     info(breakdown_line(parts))
     return {**parts, "probe_s": probe_s}
@@ -319,7 +323,8 @@ def breakdown_line(parts: dict) -> str:
         return "step breakdown: not measured (too few steady steps)"
     ms = {key: 1000.0 * parts[key] for key in stepparts.PART_KEYS}
     line = (f"step breakdown: {ms['breakdown_step_s']:.2f} ms per step = data {ms['data_wait_s']:.2f} + compute "
-            f"{ms['compute_s']:.2f} + exposed sync {ms['sync_exposed_s']:.2f} + other {ms['other_s']:.2f} ms")
+            f"{ms['compute_s']:.2f} + sync wait {ms['sync_wait_s']:.2f} + sync comm {ms['sync_comm_s']:.2f} + other "
+            f"{ms['other_s']:.2f} ms")
     if parts.get("allreduce_s") is not None:
         line += (f"; all-reduce {1000.0 * parts['allreduce_s']:.2f} ms for {parts['allreduce_bytes'] / 1e6:.1f} MB "
                  f"(busbw {parts['busbw_gb_s']:.2f} GB/s), overlap {parts['overlap_pct']:.0f} %")

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scalesweep.records import FIRST_STEADY_EPOCH, PREFIX, SCHEMA, SUMMARY_STATUSES  # noqa: E402
 
+import stepparts  # noqa: E402
 from measure import batch_means_interval  # noqa: E402
 from node import peak_host_rss_gb  # noqa: E402
 
@@ -253,5 +254,7 @@ class RunLog:
             steady_durations=self.steady_durations, wall_time_s=wall,
         )
         summary.update(self.measured)
+        if "probe_s" in summary:
+            summary["probe_overhead_pct"] = stepparts.probe_overhead_pct(summary["probe_s"], summary["wall_time_s"])
         self.emit(summary)
         return summary

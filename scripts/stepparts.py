@@ -2,17 +2,26 @@
 
 Standard library only (it runs inside both frameworks' containers). The trainers measure, per
 timed step, how long the loop waited for its batch (`data_waits`, the host-to-device copy
-included) and the whole step (`steps`); a probe window times the same steps without gradient
-synchronisation (`compute`); an all-reduce probe times the synchronisation alone. Then:
+included) and the whole step (`steps`); every `probe_every()`-th step of a steady window is
+followed by a probe step without gradient synchronisation on the same batch (`compute`: beside
+the timed steps, under the same load, kept out of the window's seconds); an all-reduce probe
+times the synchronisation alone. Per timed step every rank also measures how long it spends from
+joining the gradient synchronisation to the step's end (`joins`, gathered once per window): all
+ranks leave the all-reduce together, so a rank's join time beyond the shortest one of that step
+(the last rank to arrive) is time it waited for the slowest rank, not bytes on the wire. Then:
 
     wall per step = window seconds / steps        (what the throughput sees)
     data          = median data wait
     compute       = median probe step
     exposed sync  = max(0, median step - data - compute)   (0 with one process: nothing to sync)
+    sync wait     = min(exposed sync, median own wait)     (waiting for the slowest rank)
+    sync comm     = exposed sync - sync wait               (communication overlap did not hide)
     other         = wall per step - data - compute - exposed sync
 
-so the four parts add up to the wall time per step by construction. `other` holds the host work
-between steps (and, negative, the noise of taking medians); nothing is dropped.
+so data + compute + sync wait + sync comm + other add up to the wall time per step by
+construction. `other` holds the host work between steps (and, negative, the noise of taking
+medians); nothing is dropped. overlap = 1 - sync comm / pure all-reduce, clipped to [0, 1]: a
+communication slower than the probe's (a slowed or contended all-reduce) hid nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +35,10 @@ BUCKET_BYTES = 25 * 1024 * 1024
 ALLREDUCE_WARMUP = 2
 ALLREDUCE_REPEATS = 5
 COMPUTE_PROBE_STEPS = 5
-PART_KEYS = ("breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s", "other_s")
+# A probe step after every PROBE_EVERY-th timed step: at most 1/20 = 5 % more training work
+# (a probe step has no data wait and no synchronisation, so it is shorter than a step).
+PROBE_EVERY = 20
+PART_KEYS = ("breakdown_step_s", "data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
 
 
 def _median_or_none(values):
@@ -34,33 +46,62 @@ def _median_or_none(values):
     return statistics.median(values) if values else None
 
 
+def probe_every(window_steps=None) -> int:
+    """A probe step follows every this many timed steps of a window of `window_steps` (None: not
+    known in advance, an adaptive window): PROBE_EVERY, or often enough that a short window still
+    gets COMPUTE_PROBE_STEPS probes (its probes then cost more than 5 % of its steps)."""
+    if not window_steps:
+        return PROBE_EVERY
+    return max(2, min(PROBE_EVERY, window_steps // COMPUTE_PROBE_STEPS))
+
+
+def is_probe_step(index: int, every: int) -> bool:
+    """Whether the window's timed step `index` (0-based) is followed by a probe step: the same
+    indices on every rank (a DDP forward may broadcast buffers, a collective)."""
+    return index % every == every - 1
+
+
+def own_waits(joins_by_rank, rank: int = 0) -> list[float]:
+    """Per step, how long `rank` waited for the slowest rank: its seconds from joining the
+    gradient synchronisation to the step's end minus the shortest such time of any rank that step
+    (every rank leaves the all-reduce together; the last to join waited for none). `joins_by_rank`:
+    one equally long list per rank. Differences of one rank's own clock readings only: no clock
+    needs to agree across nodes."""
+    return [steps[rank] - min(steps) for steps in zip(*joins_by_rank)]
+
+
 def step_parts(window_seconds: float, window_steps: int, step_durations, data_waits, compute_durations,
-               ranks: int = 2) -> dict:
+               ranks: int = 2, sync_waits=None) -> dict:
     """The breakdown keys of the summary record (nulls where a part was not measured). A run of
     one process (`ranks` 1) synchronises nothing: what its step holds beyond data and compute
-    (contention, noise) is `other`, not exposed synchronisation."""
-    keys = (*PART_KEYS, "breakdown_steps")
+    (contention, noise) is `other`, not exposed synchronisation. `sync_waits`: the reporting
+    rank's own_waits() (None or empty: no skew measured, all exposed synchronisation is
+    communication, as with TensorFlow's replicas in one process)."""
+    keys = (*PART_KEYS, "sync_exposed_s", "breakdown_steps")
     step, data, compute = (_median_or_none(step_durations), _median_or_none(data_waits),
                            _median_or_none(compute_durations))
     if not window_steps or window_seconds is None or None in (step, data, compute):
         return dict.fromkeys(keys)
     wall = window_seconds / window_steps
     exposed = max(0.0, step - data - compute) if ranks > 1 else 0.0
-    return dict(zip(keys, (wall, data, compute, exposed, wall - data - compute - exposed,
-                           len(list(step_durations)))))
+    wait = min(exposed, max(0.0, _median_or_none(sync_waits or []) or 0.0))
+    return dict(zip(keys, (wall, data, compute, wait, exposed - wait, wall - data - compute - exposed,
+                           exposed, len(list(step_durations)))))
 
 
 def allreduce_keys(gradient_bytes: int, seconds_per_bucket, ranks: int, parts: dict) -> dict:
     """The all-reduce probe's keys: pure synchronisation time of a step's gradients, nccl-tests'
-    algorithm and bus bandwidth, overlap = 1 - exposed / pure and communication / compute."""
+    algorithm and bus bandwidth, overlap = 1 - exposed communication / pure (in [0, 100] %: the
+    wait for the slowest rank is not communication, and communication slower than the probe's hid
+    nothing) and communication / compute."""
     keys = ("allreduce_s", "allreduce_bytes", "algbw_gb_s", "busbw_gb_s", "overlap_pct", "comm_compute_ratio")
     per_bucket = _median_or_none(seconds_per_bucket or [])
     if ranks < 2 or per_bucket is None or per_bucket <= 0 or not gradient_bytes:
         return dict.fromkeys(keys)
     pure = per_bucket * math.ceil(gradient_bytes / BUCKET_BYTES)
     algbw = gradient_bytes / pure / 1e9
-    exposed, compute = parts.get("sync_exposed_s"), parts.get("compute_s")
-    overlap = None if exposed is None else 100.0 * (1.0 - exposed / pure)
+    comm, compute = parts.get("sync_comm_s"), parts.get("compute_s")
+    overlap = None if comm is None else 100.0 * max(0.0, 1.0 - comm / pure)
     ratio = None if not compute else pure / compute
     return dict(zip(keys, (pure, gradient_bytes, algbw, algbw * 2.0 * (ranks - 1) / ranks, overlap, ratio)))
 
@@ -68,3 +109,11 @@ def allreduce_keys(gradient_bytes: int, seconds_per_bucket, ranks: int, parts: d
 def bucket_elements(gradient_bytes: int, element_size: int) -> int:
     """Elements of the all-reduce probe's buffer: one DDP bucket, or all gradients when smaller."""
     return max(1, min(gradient_bytes, BUCKET_BYTES) // element_size)
+
+
+def probe_overhead_pct(probe_s, wall_time_s):
+    """The probes' share of the run's wall time in %: the interleaved probe steps and the probes
+    after training together; None where either is unknown."""
+    if probe_s is None or not wall_time_s:
+        return None
+    return 100.0 * probe_s / wall_time_s

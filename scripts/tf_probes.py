@@ -8,15 +8,21 @@ in Python, waits for the devices (the batch is on them, copy included: the data 
 runs the step, `strategy.run(model.train_step)` in a tf.function (XLA with --compile), as fit's
 own step function does.
 
-- compute_probe: three step functions on one batch already on the devices, taking turns after an
-  untimed round (tracing, XLA): `gradients` (forward, loss and backward per replica, the
-  gradients left unreduced and unapplied), `all-reduced` (the same, then the cross-replica
-  all-reduce of the gradients Keras' optimizer does, ReplicaContext.all_reduce) and `full` (the
-  training step itself, learning rate 0). compute = gradients + max(0, median(full) -
-  median(all-reduced)): the forward and backward without synchronisation, plus what the step does
-  beyond its all-reduce (the optimizer's update, the loss and metric updates). The learning rate
-  is 0 and the model's non-trainable variables (batch-norm statistics) and the optimizer's
-  (iterations, loss scale) are restored after: the probes change no weight.
+- compute: `gradients` (forward, loss and backward per replica, the gradients left unreduced and
+  unapplied) as a probe step after every stepparts.probe_every()-th timed step of a steady window
+  (InterleavedProbe: beside the steps, under the same load, kept out of the window's seconds; the
+  model's non-trainable variables, batch-norm statistics, restored after each), plus, from
+  compute_probe after training, what the step does beyond its all-reduce: two step functions on
+  one batch already on the devices, taking turns after an untimed round (tracing, XLA),
+  `all-reduced` (the gradients, then the cross-replica all-reduce Keras' optimizer does,
+  ReplicaContext.all_reduce) and `full` (the training step itself, learning rate 0); compute =
+  gradients + max(0, median(full) - median(all-reduced)) (the optimizer's update, the loss and
+  metric updates). The learning rate is 0 and the model's non-trainable variables and the
+  optimizer's (iterations, loss scale) are restored after: the probes change no weight.
+- sync wait: the replicas run in one process, one step function, and enter the all-reduce from
+  the same graph execution: no rank can be late by its own host work, and the skew between the
+  replicas' devices is not measured. All exposed synchronisation is sync_comm_s; sync_wait_s is
+  0 (docs/records.md).
 - allreduce_probe: one DDP-bucket-sized buffer (stepparts.bucket_elements) in the gradients'
   dtype, all-reduced across the replicas with ReplicaContext.all_reduce inside strategy.run, the
   devices synchronized before (every replica starts together) and after, after warm-up.
@@ -114,18 +120,45 @@ def timed_rounds(calls: dict, synchronize, rounds: int, ready=None) -> dict:
     return seconds
 
 
-def compute_probe(model, strategy, train_step, batch, jit: bool, synchronize,
+class InterleavedProbe:
+    """The `gradients` probe steps between the timed steps: seconds of each (probe())."""
+
+    def __init__(self, model, strategy, jit: bool, synchronize):
+        self.model, self.synchronize = model, synchronize
+        self.gradients = replicated(strategy, gradient_step(model, all_reduce=False), jit)
+        self.seconds = []
+        self.traced = False
+
+    def probe(self, batch) -> float:
+        """One probe step on `batch` (on the devices), its seconds noted; the first call is traced
+        untimed first. The batch-norm statistics it moved are put back. Returns the seconds it all
+        took (what the window leaves out)."""
+        started = time.perf_counter()
+        saved = [(variable, variable.numpy()) for variable in self.model.non_trainable_variables]
+        if not self.traced:
+            self.synchronize(self.gradients(batch))
+            self.traced = True
+        self.synchronize(batch)
+        began = time.perf_counter()
+        self.synchronize(self.gradients(batch))
+        seconds = time.perf_counter() - began
+        for variable, value in saved:
+            variable.assign(value)
+        self.seconds.append(seconds)
+        return time.perf_counter() - started
+
+
+def compute_probe(model, strategy, train_step, batch, jit: bool, synchronize, gradient_seconds,
                   steps: int = stepparts.COMPUTE_PROBE_STEPS) -> list[float]:
-    """Seconds of the compute of `steps` training steps at the run's per-replica batch, without
-    gradient synchronisation (the module's docstring); `batch` is on the devices already."""
-    gradients = replicated(strategy, gradient_step(model, all_reduce=False), jit)
+    """Seconds of the compute of the interleaved probe steps (`gradient_seconds`: forward and
+    backward without gradient synchronisation) plus what a training step does beyond its
+    all-reduce, timed here (the module's docstring); `batch` is on the devices already."""
     all_reduced = replicated(strategy, gradient_step(model, all_reduce=True), jit)
-    calls = {"gradients": lambda: gradients(batch), "all-reduced": lambda: all_reduced(batch),
-             "full": lambda: train_step(batch)}
+    calls = {"all-reduced": lambda: all_reduced(batch), "full": lambda: train_step(batch)}
     with frozen_training_state(model):
         seconds = timed_rounds(calls, synchronize, steps, ready=batch)
     beyond_all_reduce = max(0.0, statistics.median(seconds["full"]) - statistics.median(seconds["all-reduced"]))
-    return [step + beyond_all_reduce for step in seconds["gradients"]]
+    return [step + beyond_all_reduce for step in gradient_seconds]
 
 
 # ---------------------------------------------------------------- all-reduce probe

@@ -49,6 +49,7 @@ import harness  # noqa: E402
 import measure  # noqa: E402
 import node  # noqa: E402
 import runlog  # noqa: E402
+import stepparts  # noqa: E402
 import tf_compat  # noqa: E402
 import tf_probes  # noqa: E402
 from tf_data import (  # noqa: E402
@@ -402,6 +403,9 @@ class KerasAttempt:
         self.clock = harness.StepClock(lambda: self.sync(self.produced))
         self.train_step = tf_probes.replicated(strategy, model.train_step, jit)
         self.header_updates = {"compile": jit}
+        self.interleaved = tf_probes.InterleavedProbe(model, strategy, jit, self.sync)
+        self.batch = None
+        self.interleaved_s = 0.0  # the probe steps' seconds, every window together
 
     def count_flops(self) -> None:
         """The header's flops_per_image, from the training step's graph, traced here instead of
@@ -415,15 +419,23 @@ class KerasAttempt:
         self.clock.begin()
         self.produced = next(self.batches)
         self.clock.data_ready()
+        self.batch = self.produced
         self.produced = self.train_step(self.produced)
         self.clock.end()
 
-    def _run(self, window: measure.TimedWindow) -> dict:
-        """Steps until `window` is done; the metrics since the last reset."""
+    def _run(self, window: measure.TimedWindow, probing: bool = False) -> tuple:
+        """Steps until `window` is done; (the metrics since the last reset, seconds of the probe
+        steps between them: with `probing`, after every stepparts.probe_every()-th step)."""
         first_step = self.clock.finished
+        every = stepparts.probe_every(None if window.auto else window.max_steps)
+        probed = 0.0
         while not window.done(self.clock.durations[first_step:]):
             self._step()
-        return {name: float(value) for name, value in self.model.get_metrics_result().items()}
+            if probing and stepparts.is_probe_step(self.clock.finished - first_step - 1, every):
+                probed += self.interleaved.probe(self.batch)
+        self.interleaved_s += probed
+        # The metrics' read waits for the devices: the last probe step is inside the window.
+        return {name: float(value) for name, value in self.model.get_metrics_result().items()}, probed
 
     def fit_epochs(self, meter: harness.WindowMeter, epochs: int) -> None:
         """The epochs protocol, with Keras' own epoch lines (its ProgbarLogger, verbose=2)."""
@@ -433,9 +445,9 @@ class KerasAttempt:
             progress.on_epoch_begin(epoch)
             self.model.reset_metrics()
             meter.start(time.perf_counter())
-            logs = self._run(measure.TimedWindow(self.steps))
+            logs, probed = self._run(measure.TimedWindow(self.steps), probing=epoch + 1 >= runlog.FIRST_STEADY_EPOCH)
             progress.on_epoch_end(epoch, logs)
-            meter.finish(epoch + 1, logs.get("loss"), logs.get("accuracy"))
+            meter.finish(epoch + 1, logs.get("loss"), logs.get("accuracy"), excluded_s=probed)
 
     def fit_steps(self, meter: harness.WindowMeter, windows: list) -> None:
         """The steps protocol's windows (harness.step_windows) from one iterator: the warm-up from
@@ -443,8 +455,8 @@ class KerasAttempt:
         for index, (number, phase, window) in enumerate(windows):
             self.model.reset_metrics()
             meter.start(time.perf_counter() if index else None)
-            logs = self._run(window)
-            meter.finish(number, logs.get("loss"), logs.get("accuracy"), phase=phase, window=window)
+            logs, probed = self._run(window, probing=phase == "timed")
+            meter.finish(number, logs.get("loss"), logs.get("accuracy"), phase=phase, window=window, excluded_s=probed)
 
     def probe(self, steps: int) -> None:
         """`steps` training steps (the maximum-batch search)."""
@@ -454,8 +466,10 @@ class KerasAttempt:
         """The compute and all-reduce probes of the step breakdown (scripts/tf_probes.py), on one
         batch already on the devices."""
         batch = next(self.iterator)
-        compute = tf_probes.compute_probe(self.model, self.strategy, self.train_step, batch, self.jit, self.sync)
-        return {"compute": compute, **tf_probes.allreduce_probe(self.model, self.strategy, self.sync)}
+        compute = tf_probes.compute_probe(self.model, self.strategy, self.train_step, batch, self.jit, self.sync,
+                                          self.interleaved.seconds)
+        return {"compute": compute, "interleaved_s": self.interleaved_s,
+                **tf_probes.allreduce_probe(self.model, self.strategy, self.sync)}
 
 
 class KerasBackend(harness.Backend):

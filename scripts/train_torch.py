@@ -31,8 +31,10 @@ agreement covers it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
+import statistics
 import sys
 import time
 
@@ -55,12 +57,13 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
 from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
 
-import faults  # noqa: E402
 import flops  # noqa: E402
+import faults  # noqa: E402
 import harness  # noqa: E402
 import measure  # noqa: E402
 import node  # noqa: E402
 import runlog  # noqa: E402
+import stepparts  # noqa: E402
 import torch_probes  # noqa: E402
 from torch_data import (RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
                         make_loader, make_train_sampler, steps_per_epoch)
@@ -169,6 +172,8 @@ class Trainer:
         # Until the run's first epoch record every step agrees on out-of-memory across the ranks
         # (the module's docstring says why, and what it costs).
         self.guarding_oom = True
+        # The step breakdown's measurements beside the timed steps (scripts/torch_probes.py).
+        self.probe_seconds, self.interleaved_s, self.sync_waits = [], 0.0, []
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)  # the summary reports the attempt used
         self._build_data(data.train_set, endless)
@@ -205,7 +210,7 @@ class Trainer:
         if self.world.distributed:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             wrapped = self.ddp = DistributedDataParallel(self.module, device_ids=device_ids)
-            torch_probes.register_injected_delay(self.ddp)
+        self.joins = torch_probes.register_join_hook(self.ddp, self.device)
         self.model = torch.compile(wrapped) if self.args.compile else wrapped
         self.optimizer = build_optimizer(self.args.optimizer, self.model.parameters(), self.lr)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.args.precision == "fp16")
@@ -246,8 +251,11 @@ class Trainer:
         else:
             images, labels = self._to_device(images, labels)
             self.clock.data_ready()
+            # A slowed rank (fault injection): the others wait for it in the all-reduce.
+            faults.inject_rank_delay(self.world.rank)
             logits, loss = self._forward(images, labels)
             self._update(loss)
+        self.batch = (images, labels)  # the interleaved probe step's batch
         return self._totals(logits, loss, labels)
 
     def _totals(self, logits, loss, labels) -> torch.Tensor:
@@ -255,17 +263,34 @@ class Trainer:
         count = labels.new_tensor(labels.numel())
         return torch.stack([loss.detach().double() * labels.numel(), correct.double(), count.double()])
 
-    def _run_steps(self, batches: Iterator, window: measure.TimedWindow) -> torch.Tensor:
+    def _run_steps(self, batches: Iterator, window: measure.TimedWindow, probing: bool = False) -> tuple:
         """Timed steps until `window` is done, each from the fetch of its batch to its
-        synchronized end; [loss sum, correct, images] over them, on the device."""
+        synchronized end; ([loss sum, correct, images] over them, on the device; seconds of the
+        probe steps between them, with `probing`: stepparts.probe_every())."""
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)
         first_step = self.clock.finished
+        every = stepparts.probe_every(None if window.auto else window.max_steps)
+        probed = 0.0
         while not self._window_done(window, self.clock.durations[first_step:]):
             self.clock.begin()
             images, labels = next(batches)
             totals += self._train_step(images, labels)
             self.clock.end()
-        return totals
+            if self.joins is not None:
+                self.joins.step_ended()
+            if probing and stepparts.is_probe_step(self.clock.finished - first_step - 1, every):
+                seconds, spent = torch_probes.probe_step(self._probe_forward_backward,
+                                                         lambda: synchronize(self.device), self.ddp, self.module)
+                self.probe_seconds.append(seconds)
+                probed += spent
+        return totals, probed
+
+    def _probe_forward_backward(self) -> None:
+        """The compute of a step on its batch, its gradients dropped (the next step's
+        zero_grad(set_to_none) would drop them too)."""
+        logits, loss = self._forward(*self.batch)
+        self.scaler.scale(loss).backward()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _window_done(self, window: measure.TimedWindow, timed: list) -> bool:
         """Whether every rank's window is done. An adaptive window is judged on each rank's own
@@ -278,21 +303,29 @@ class Trainer:
         return int(flags.item()) == self.world.world_size
 
     def _window(self, meter: harness.WindowMeter, number: int, window: measure.TimedWindow,
-                open_batches: Callable[[], Iterator], phase=None) -> None:
+                open_batches: Callable[[], Iterator], phase=None, steady: bool = False) -> None:
         """The steps `window` takes, recorded by `meter`. Its seconds run between two barriers
-        after the device work, so rank 0's time covers every rank."""
+        after the device work, so rank 0's time covers every rank. A `steady` window (one the
+        summary's statistics are over) carries the breakdown's probe steps and join times."""
         self.model.train()
         synchronize(self.device)
         meter.start(time.perf_counter())
-        totals = self._run_steps(open_batches(), window)
+        totals, probed = self._run_steps(open_batches(), window, probing=steady)
         synchronize(self.device)
         ended = time.perf_counter()
         own, _ = meter.energy_used()  # this rank's GPU energy, read before any collective
+        self.interleaved_s += probed
+        if self.joins is not None:
+            joins = self.joins.take()
+            if steady:
+                every = torch_probes.gather_joins(joins, self.device, self.world.world_size)
+                waits = stepparts.own_waits(every, self.world.rank)
+                self.sync_waits += measure.timed_durations(waits, meter.first_step, meter.warmup_steps)
         # Loss, accuracy and every rank's energy (its own slot) in the one reduction after the clock.
         reduced = all_reduce_sum(torch.cat([totals, energy_slots(own, self.world, self.device)])).tolist()
         (loss_sum, correct, count), energy_by_rank = reduced[:3], reduced[3:]
         meter.finish(number, loss_sum / count, correct / count, phase=phase, window=window, ended=ended,
-                     energy_by_rank=energy_by_rank)
+                     energy_by_rank=energy_by_rank, excluded_s=probed)
         # The run is now committed to this batch: no retry, so no agreement is needed any more.
         self.guarding_oom = False
 
@@ -306,27 +339,31 @@ class Trainer:
         """The epochs protocol: one epoch record per epoch."""
         for epoch in range(1, epochs + 1):
             self.console.info(f"[EPOCH: {epoch}] Starting training loop...")
-            self._window(meter, epoch, measure.TimedWindow(self.steps), lambda: self.epoch_batches(epoch))
+            self._window(meter, epoch, measure.TimedWindow(self.steps), lambda: self.epoch_batches(epoch),
+                         steady=epoch >= runlog.FIRST_STEADY_EPOCH)
 
     def fit_steps(self, meter: harness.WindowMeter, windows: list) -> None:
         """The steps protocol's windows from one loader iterator (no pipeline restart between or
         inside them)."""
         stream = iter(self.loader)
         for number, phase, window in windows:
-            self._window(meter, number, window, lambda: stream, phase)
+            self._window(meter, number, window, lambda: stream, phase, steady=phase == "timed")
 
     def breakdown_probes(self) -> dict:
-        """The compute and all-reduce probes of the step breakdown (scripts/torch_probes.py)."""
+        """The step breakdown's measurements (scripts/torch_probes.py): the probe steps between
+        the timed steps plus the optimizer's step, the join waits, the all-reduce probe."""
         self.model.train()
-        images, labels = self._to_device(*next(iter(self.loader)))
-
-        def step():  # a training step's own work, without its data
-            logits, loss = self._forward(images, labels)
-            self._update(loss)
-            self._totals(logits, loss, labels)
-
-        compute = torch_probes.compute_probe(step, lambda: synchronize(self.device), self.ddp, self.optimizer)
-        return {"compute": compute, **torch_probes.allreduce_probe(self.module, self.device, self.world.world_size)}
+        if not self.probe_seconds:  # no steady window: nothing to break down
+            return {"compute": [], "allreduce": [], "ranks": self.world.world_size, "gradient_bytes": 0}
+        sync = lambda: synchronize(self.device)  # noqa: E731
+        no_sync = self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
+        with no_sync:  # gradients for the optimizer probe, not all-reduced
+            self._forward(*self.batch)[1].backward()
+        optimizer = statistics.median(torch_probes.optimizer_probe(self.optimizer, sync))
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"compute": [seconds + optimizer for seconds in self.probe_seconds],
+                "interleaved_s": self.interleaved_s, "sync_waits": self.sync_waits,
+                **torch_probes.allreduce_probe(self.module, self.device, self.world.world_size)}
 
     def probe(self, steps: int) -> None:
         """`steps` training steps, agreed on out-of-memory: torch.OutOfMemoryError on every rank

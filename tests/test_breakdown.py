@@ -23,10 +23,10 @@ def breakdown_log(tmp_path, gpus, per_gpu_batch, parts, name=None, header_extra=
               "global_batch": global_batch, "protocol": "steps", "epochs": 2, "train_images": 4096,
               "precision": "bf16", **(header_extra or {})}
     window = runlog.epoch_record(2, 50 * global_batch, 50 * step, phase="timed")
-    data, compute, sync, other = parts
+    data, compute, wait, comm, other = parts if len(parts) == 5 else (*parts[:2], 0.0, *parts[2:])
     summary = {"status": "ok", "reason": None, "epochs": 2, "total_time_s": None,
                "breakdown_step_s": step, "data_wait_s": data, "compute_s": compute,
-               "sync_exposed_s": sync, "other_s": other, "breakdown_steps": 50,
+               "sync_wait_s": wait, "sync_comm_s": comm, "sync_exposed_s": wait + comm, "other_s": other, "breakdown_steps": 50,
                # one process has nothing to all-reduce: no probe, null keys
                "allreduce_s": 0.02 if gpus > 1 else None,
                "comm_compute_ratio": 0.02 / compute if gpus > 1 else None}
@@ -47,17 +47,17 @@ def scaling_of(tmp_path, specs):
 def test_fixed_per_gpu_batch_attribution_by_hand(tmp_path):
     """32 images per GPU; per-image GPU time c = N x step / (32 N) = step / 32, so
     E(2) = 0.100 / 0.120 = 83.33 %: data (0.012 - 0.010)/0.120 = 1.667 %, compute 0.002/0.120 =
-    1.667 %, exposed sync 0.016/0.120 = 13.333 %, other 0;
+    1.667 %, sync wait 0.006/0.120 = 5 %, sync comm 0.010/0.120 = 8.333 %, other 0;
     E(4) = 0.100 / 0.160 = 62.5 %: data 0.010/0.160 = 6.25 %, compute 0.005/0.160 = 3.125 %,
-    sync 0.045/0.160 = 28.125 %, other 0. Each row's parts add up to 100 - E."""
-    table = scaling_of(tmp_path, [(1, 32, (0.010, 0.080, 0.000, 0.010)),
-                                  (2, 32, (0.012, 0.082, 0.016, 0.010)),
-                                  (4, 32, (0.020, 0.085, 0.045, 0.010))])
+    sync wait 0.015/0.160 = 9.375 %, sync comm 0.030/0.160 = 18.75 %, other 0. Each row's parts
+    add up to 100 - E."""
+    table = scaling_of(tmp_path, [(1, 32, (0.010, 0.080, 0.000, 0.000, 0.010)),
+                                  (2, 32, (0.012, 0.082, 0.006, 0.010, 0.010)),
+                                  (4, 32, (0.020, 0.085, 0.015, 0.030, 0.010))])
     assert table["step_efficiency_pct"].tolist() == pytest.approx([100.0, 250 / 3, 62.5])
-    assert table.loc[2, ["loss_data_pct", "loss_compute_pct", "loss_exposed_sync_pct",
-                         "loss_other_pct"]].tolist() == pytest.approx([5 / 3, 5 / 3, 40 / 3, 0.0], abs=1e-9)
-    assert table.loc[4, ["loss_data_pct", "loss_compute_pct", "loss_exposed_sync_pct",
-                         "loss_other_pct"]].tolist() == pytest.approx([6.25, 3.125, 28.125, 0.0], abs=1e-9)
+    losses = ["loss_data_pct", "loss_compute_pct", "loss_sync_wait_pct", "loss_sync_comm_pct", "loss_other_pct"]
+    assert table.loc[2, losses].tolist() == pytest.approx([5 / 3, 5 / 3, 5.0, 25 / 3, 0.0], abs=1e-9)
+    assert table.loc[4, losses].tolist() == pytest.approx([6.25, 3.125, 9.375, 18.75, 0.0], abs=1e-9)
     losses = table[[c for c in breakdown.LOSS_COLUMNS if c.startswith("loss_")]].sum(axis=1)
     assert losses.tolist() == pytest.approx((100 - table["step_efficiency_pct"]).tolist())
     # step efficiency = throughput efficiency here (the window holds exactly the median steps)
@@ -66,13 +66,13 @@ def test_fixed_per_gpu_batch_attribution_by_hand(tmp_path):
 
 def test_fixed_global_batch_attribution_by_hand():
     """128 images per step at every N: c(1) = 0.400/128, c(2) = 2 x 0.250/128 -> E = 80 %;
-    data (2 x 0.03 - 0.04)/0.5 = 4 %, compute (2 x 0.17 - 0.34)/0.5 = 0, sync 2 x 0.03/0.5 = 12 %,
+    data (2 x 0.03 - 0.04)/0.5 = 4 %, compute (2 x 0.17 - 0.34)/0.5 = 0, sync wait 2 x 0.01/0.5 = 4 %, comm 2 x 0.02/0.5 = 8 %,
     other (2 x 0.02 - 0.02)/0.5 = 4 %."""
-    parts = dict(zip(breakdown.PARTS, ([0.04, 0.03], [0.34, 0.17], [0.0, 0.03], [0.02, 0.02])))
+    parts = dict(zip(breakdown.PARTS, ([0.04, 0.03], [0.34, 0.17], [0.0, 0.01], [0.0, 0.02], [0.02, 0.02])))
     columns = breakdown.attribute_loss([1, 2], [128, 128], {k: np.array(v) for k, v in parts.items()}, 0)
     assert columns["step_efficiency_pct"][1] == pytest.approx(80.0)
-    assert [columns[f"loss_{name}_pct"][1] for name in ("data", "compute", "exposed_sync", "other")] == (
-        pytest.approx([4.0, 0.0, 12.0, 4.0], abs=1e-9))
+    assert [columns[f"loss_{name}_pct"][1] for name in ("data", "compute", "sync_wait", "sync_comm", "other")] == (
+        pytest.approx([4.0, 0.0, 4.0, 8.0, 4.0], abs=1e-9))
 
 
 def test_runs_table_carries_the_parts_and_they_add_up(tmp_path):
@@ -126,13 +126,13 @@ def test_bus_bandwidth_is_nccl_tests_definition():
 
 
 def test_breakdown_figures_draw_the_hand_computed_parts(tmp_path):
-    """Stacked bars of N x part / images per step: at N=4, 4 x 0.045 / 128 s = 1.40625 ms of
-    exposed sync per image; the bus-bandwidth figure marks where runs span nodes."""
+    """Stacked bars of N x part / images per step: at N=4, 4 x 0.015 / 128 s = 0.46875 ms of
+    sync wait and 4 x 0.030 / 128 s = 0.9375 ms of sync comm per image, two bars of their own; the bus-bandwidth figure marks where runs span nodes."""
     from scalesweep import figures as plots
 
     items = []
     for gpus, parts, nodes in ((1, (0.010, 0.080, 0.000, 0.010), 1), (2, (0.012, 0.082, 0.016, 0.010), 1),
-                               (4, (0.020, 0.085, 0.045, 0.010), 1), (8, (0.030, 0.085, 0.105, 0.010), 2)):
+                               (4, (0.020, 0.085, 0.015, 0.030, 0.010), 1), (8, (0.030, 0.085, 0.105, 0.010), 2)):
         extra = {"nodes": nodes}
         items.append((breakdown_log(tmp_path, gpus, 32, parts, header_extra=extra), {}))
     _, runs = tidy.runs_table(items)
@@ -140,7 +140,7 @@ def test_breakdown_figures_draw_the_hand_computed_parts(tmp_path):
     table = scaling.scaling_table(runs)
     figures = plots.build_figures(table)
     bars = figures["step_breakdown"].data.set_index(["gpus", "part"])["ms_per_image"]
-    assert bars[(4, "exposed sync")] == pytest.approx(1000 * 4 * 0.045 / 128)
+    assert bars[(4, "sync wait")] == pytest.approx(0.46875) and bars[(4, "sync comm")] == pytest.approx(0.9375)
     assert bars[(1, "compute")] == pytest.approx(1000 * 0.080 / 32)
     bus = figures["bus_bandwidth"]
     assert sorted(bus.data["value"]) == [20.0, 80.0, 90.0]

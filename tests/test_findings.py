@@ -11,18 +11,18 @@ from scalesweep import findings, tables
 
 def hand_tables(r2=0.9, p=0.8):
     """One group measured at 1, 2 and 4 GPUs: at 4, speedup 2.52 (63 %), and the 37 points lost
-    split 28 exposed sync, 6 data, 3 compute, 0 other."""
+    split 28 exposed communication, 6 data, 3 compute, 0 other."""
     keys = {"framework": "pytorch", "model": "vit_tiny", "dataset": "synth-folder"}
     scaling = pd.DataFrame([
         {**keys, "gpus": 1, "baseline_gpus": 1, "speedup": 1.0, "efficiency_pct": 100.0,
          "step_efficiency_pct": 100.0, "loss_data_pct": 0.0, "loss_compute_pct": 0.0,
-         "loss_exposed_sync_pct": 0.0, "loss_other_pct": 0.0},
+         "loss_sync_comm_pct": 0.0, "loss_other_pct": 0.0},
         {**keys, "gpus": 2, "baseline_gpus": 1, "speedup": 1.7, "efficiency_pct": 85.0,
          "step_efficiency_pct": 84.0, "loss_data_pct": 3.0, "loss_compute_pct": 1.0,
-         "loss_exposed_sync_pct": 12.0, "loss_other_pct": 0.0},
+         "loss_sync_comm_pct": 12.0, "loss_other_pct": 0.0},
         {**keys, "gpus": 4, "baseline_gpus": 1, "speedup": 2.52, "efficiency_pct": 63.0,
          "step_efficiency_pct": 63.0, "loss_data_pct": 6.0, "loss_compute_pct": 3.0,
-         "loss_exposed_sync_pct": 28.0, "loss_other_pct": 0.0},
+         "loss_sync_comm_pct": 28.0, "loss_other_pct": 0.0},
     ])
     # Amdahl p = 0.8: S(8) = 1/(0.2 + 0.1) = 3.333, S(16) = 1/(0.2 + 0.05) = 4; with p at its
     # interval's ends 0.7 and 0.9: S(8) = 1/(0.3 + 0.0875) = 2.581 and 1/(0.1 + 0.1125) = 4.706,
@@ -47,7 +47,7 @@ def test_findings_by_hand():
     assert ("- Where to stop: fastest 4 GPUs, 0.0125 GPU-hours; efficient 2 GPUs, 0.00735 "
             "GPU-hours; budget: no GPU-hour budget given: intent skipped.") in text
     assert ("- Why: at 4 GPUs 37.0 points of efficiency are lost: 28.0 to exposed "
-            "synchronisation, 6.0 to data, 3.0 to compute.") in text
+            "communication, 6.0 to data, 3.0 to compute.") in text
     assert ("- Prediction (Amdahl, p = 0.800, R² = 0.90): 8 GPUs 3.33× (95 % 2.58–4.71), 41.7 % "
             "efficiency; 16 GPUs 4.00× (95 % 2.91–6.40), 25.0 % efficiency.") in text
 
@@ -74,9 +74,9 @@ def test_a_fit_that_explains_nothing_or_could_not_be_made_warns():
 
 def test_a_part_that_shrank_is_a_gain_and_a_single_count_has_no_speedup():
     scaling, fits, sweet = hand_tables()
-    scaling.loc[2, ["loss_other_pct", "loss_exposed_sync_pct"]] = [-5.0, 33.0]
+    scaling.loc[2, ["loss_other_pct", "loss_sync_comm_pct"]] = [-5.0, 33.0]
     assert "28.0 to" not in findings.findings_text(scaling, fits, sweet)
-    assert ("at 4 GPUs 37.0 points of efficiency are lost: 33.0 to exposed synchronisation, 6.0 "
+    assert ("at 4 GPUs 37.0 points of efficiency are lost: 33.0 to exposed communication, 6.0 "
             "to data, 3.0 to compute, 5.0 regained by other.") in findings.findings_text(
         scaling, fits, sweet)
     single = scaling.iloc[[1]].assign(baseline_gpus=2, speedup=1.0, efficiency_pct=100.0)
@@ -111,8 +111,8 @@ def test_findings_md_numbers_are_the_tables(tmp_path):
             4, round(top["speedup"], 2), round(top["efficiency_pct"], 1))
         lost = float(re.search(rf"at 4 GPUs {NUMBER} points", block).group(1))
         assert lost == round(100 - top["step_efficiency_pct"], 1)
-        sync = float(re.search(rf"{NUMBER} to exposed synchronisation", block).group(1))
-        assert sync == round(top["loss_exposed_sync_pct"], 1)
+        sync = float(re.search(rf"{NUMBER} to exposed communication", block).group(1))
+        assert sync == round(top["loss_sync_comm_pct"], 1)
         spots = sweet[(sweet["model"] == model) & sweet["gpus"].notna()]
         for _, spot in spots.iterrows():
             shown = re.search(rf"{spot['intent']} {NUMBER} GPUs?, {NUMBER} GPU-hours", block)

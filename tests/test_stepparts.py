@@ -13,7 +13,42 @@ def test_parts_add_up_to_the_wall_time_per_step():
     compute 0.080 s -> exposed 0.025 s, other 0.120 - 0.115 = 0.005 s (host work between steps)."""
     parts = stepparts.step_parts(12.0, 100, [0.115] * 100, [0.010] * 100, [0.080] * 10)
     assert parts == pytest.approx({"breakdown_step_s": 0.120, "data_wait_s": 0.010, "compute_s": 0.080,
-                                   "sync_exposed_s": 0.025, "other_s": 0.005, "breakdown_steps": 100})
+                                   "sync_wait_s": 0.0, "sync_comm_s": 0.025, "sync_exposed_s": 0.025,
+                                   "other_s": 0.005, "breakdown_steps": 100})
+
+
+def test_waiting_for_the_slowest_rank_is_split_from_communication():
+    """Rank 0 joins the all-reduce 0.030/0.031/0.029 s before its steps end, rank 1 (slowed)
+    0.010/0.010/0.012 s: rank 0 waited 0.020, 0.021, 0.017 s (median 0.020); exposed sync
+    0.120 - 0.010 - 0.080 = 0.030 -> wait 0.020, comm 0.010; overlap against a 0.020 s pure
+    all-reduce 1 - 0.010/0.020 = 50 %, and a wait larger than all exposed sync is capped at it."""
+    waits = stepparts.own_waits([[0.030, 0.031, 0.029], [0.010, 0.010, 0.012]], rank=0)
+    assert waits == pytest.approx([0.020, 0.021, 0.017])
+    assert stepparts.own_waits([[0.030, 0.031, 0.029], [0.010, 0.010, 0.012]], rank=1) == [0.0, 0.0, 0.0]
+    parts = stepparts.step_parts(12.5, 100, [0.120] * 100, [0.010] * 100, [0.080] * 10, sync_waits=waits)
+    assert (parts["sync_wait_s"], parts["sync_comm_s"]) == pytest.approx((0.020, 0.010))
+    assert sum(parts[k] for k in stepparts.PART_KEYS[1:]) == pytest.approx(parts["breakdown_step_s"])
+    keys = stepparts.allreduce_keys(1000, [0.020] * 5, 2, parts)
+    assert keys["overlap_pct"] == pytest.approx(50.0)
+    capped = stepparts.step_parts(12.5, 100, [0.120] * 100, [0.010] * 100, [0.080] * 10, sync_waits=[0.5] * 3)
+    assert (capped["sync_wait_s"], capped["sync_comm_s"]) == pytest.approx((0.030, 0.0))
+
+
+def test_overlap_stays_between_0_and_100_percent():
+    """Exposed communication 0.025 s against a 0.005 s pure all-reduce (a slowed all-reduce):
+    nothing hidden, 0 %, not 1 - 5 = -400 %; no exposed communication: 100 %."""
+    slow = stepparts.allreduce_keys(1000, [0.005] * 5, 2, {"sync_comm_s": 0.025, "compute_s": 0.08})
+    hidden = stepparts.allreduce_keys(1000, [0.005] * 5, 2, {"sync_comm_s": 0.0, "compute_s": 0.08})
+    assert (slow["overlap_pct"], hidden["overlap_pct"]) == (0.0, 100.0)
+
+
+def test_probe_steps_follow_every_kth_step_and_short_windows_get_enough():
+    """30 timed steps: every 6th (30 // 5) is probed, 5 probes; 1000 steps or an adaptive window:
+    every 20th (at most 5 % more work); a 3-step epoch: every 2nd."""
+    assert stepparts.probe_every(30) == 6 and stepparts.probe_every(1000) == stepparts.probe_every(None) == 20
+    assert stepparts.probe_every(3) == 2
+    assert [i for i in range(30) if stepparts.is_probe_step(i, 6)] == [5, 11, 17, 23, 29]
+    assert stepparts.probe_overhead_pct(3.0, 120.0) == 2.5 and stepparts.probe_overhead_pct(None, 1.0) is None
 
 
 def test_exposed_sync_is_never_negative_and_other_takes_the_noise():
@@ -38,7 +73,7 @@ def test_allreduce_keys_by_hand():
     """100 MB of gradients fill 4 buckets of 25 MiB (26,214,400 B each); 0.005 s per
     bucket -> pure 0.020 s; algbw 100e6 / 0.020 = 5 GB/s; 4 ranks: busbw 5 x 2 x 3/4 = 7.5 GB/s;
     exposed 0.005 s -> overlap 75 %; compute 0.080 s -> ratio 0.25."""
-    keys = stepparts.allreduce_keys(100_000_000, [0.005] * 5, 4, {"sync_exposed_s": 0.005, "compute_s": 0.080})
+    keys = stepparts.allreduce_keys(100_000_000, [0.005] * 5, 4, {"sync_comm_s": 0.005, "compute_s": 0.080})
     assert keys == pytest.approx({"allreduce_s": 0.020, "allreduce_bytes": 100_000_000, "algbw_gb_s": 5.0,
                                   "busbw_gb_s": 7.5, "overlap_pct": 75.0, "comm_compute_ratio": 0.25})
     assert set(stepparts.allreduce_keys(100, [0.001], 1, {}).values()) == {None}  # one rank: no sync
