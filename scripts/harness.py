@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import sys
 import time
 import traceback
@@ -76,7 +77,8 @@ class Backend:
         raise NotImplementedError
 
     def header(self, per_gpu_batch: int) -> dict:
-        """The header record of an attempt at `per_gpu_batch`."""
+        """The header record of an attempt at `per_gpu_batch`: header_record() with the world,
+        data and own keys this backend set up."""
         raise NotImplementedError
 
     def build(self, per_gpu_batch: int, attempt: int):
@@ -452,6 +454,37 @@ def search_and_report(backend: Backend, args, log: runlog.RunLog, start: float) 
 
 
 # ---------------------------------------------------------------- header keys and human lines
+
+
+def scaled_learning_rate(base_lr: float, world_size: int) -> float:
+    """The reference's linear scaling: base_lr x the replicas (the CPU baseline counts as one)."""
+    return base_lr * max(1, world_size)
+
+
+def header_record(args, framework: str, per_gpu_batch: int, world_size: int, steps_per_epoch: int,
+                  train_images: int, own: dict) -> dict:
+    """The header record of an attempt at `per_gpu_batch` (docs/records.md): the keys every trainer
+    writes from its options and world, then `own`, what only the backend knows (device kind,
+    nodes, the compile it got, versions, devices, provenance)."""
+    global_batch = per_gpu_batch * world_size
+    return {
+        "record": "header",
+        "framework": framework,
+        "model": args.model,
+        "dataset": args.dataset_name or os.path.basename(os.path.normpath(args.data)),
+        "resolution": args.resolution,
+        "gpus": args.gpus,
+        "world_size": world_size,
+        "per_gpu_batch": per_gpu_batch,
+        "global_batch": global_batch,
+        "requested_per_gpu_batch": args.per_gpu_batch,
+        "oom_policy": args.oom_policy,
+        "learning_rate": scaled_learning_rate(args.base_lr, world_size),
+        "precision": args.precision,
+        "compile": args.compile,
+        **protocol_fields(args, global_batch, steps_per_epoch, train_images),
+        **own,
+    }
 
 
 def protocol_fields(args, global_batch, steps_per_epoch, train_images=None):

@@ -284,28 +284,13 @@ class Setup:
         return int(self.images.shape[0])
 
 
-def header_record(args, setup: Setup, per_gpu_batch: int, jit_compile: bool) -> dict:
-    global_batch = per_gpu_batch * setup.replicas
+def own_header_keys(setup: Setup, jit_compile: bool) -> dict:
+    """The header keys only this backend knows (harness.header_record writes the rest)."""
     return {
-        "record": "header",
-        "framework": "tensorflow",
-        "model": args.model,
-        "dataset": args.dataset_name,
-        "resolution": args.resolution,
-        "gpus": args.gpus,
         "device_kind": setup.device_kind,
-        "world_size": setup.replicas,
         "nodes": 1,
-        "per_gpu_batch": per_gpu_batch,
-        "global_batch": global_batch,
-        "requested_per_gpu_batch": args.per_gpu_batch,
-        "oom_policy": args.oom_policy,
-        "learning_rate": scaled_learning_rate(args.base_lr, args.gpus),
-        "precision": args.precision,
-        "compile": jit_compile,
+        "compile": jit_compile,  # what XLA accepted, not only what was asked
         "flops_per_image": None,  # known once the attempt's step is traced (KerasAttempt)
-        **harness.protocol_fields(args, global_batch, steps_per_epoch(setup.image_count, global_batch),
-                                 setup.image_count),
         "versions": framework_versions(),
         "devices": setup.devices,
         **node.device_provenance(),
@@ -318,11 +303,6 @@ def intra_op_threads() -> int:
     """Threads of TensorFlow's intra-op pool: its setting, or where that is 0 (TensorFlow's choice)
     its default, one per CPU the process may run on (the affinity mask a scheduler set)."""
     return tf.config.threading.get_intra_op_parallelism_threads() or node.usable_cpu_count()
-
-
-def scaled_learning_rate(base_lr: float, gpus: int) -> float:
-    """The reference's linear scaling: base_lr x N (the CPU baseline counts as one)."""
-    return base_lr * max(1, gpus)
 
 
 def set_precision(precision: str, device_kind: str) -> None:
@@ -374,7 +354,7 @@ def build_compiled_model(args, setup: Setup) -> tuple:
     """(model, XLA actually on), built and compiled in the strategy's scope."""
     with setup.strategy.scope():
         model = build_model(args.model, args.resolution)
-        jit = compile_model(model, scaled_learning_rate(args.base_lr, args.gpus), args.compile)
+        jit = compile_model(model, harness.scaled_learning_rate(args.base_lr, args.gpus), args.compile)
         # The metrics', loss's and optimizer's variables built here, as model.fit does before its
         # first step, not by the first trace inside strategy.run (tf_compat says why).
         tf_compat.build_training_state(model, setup.images[:1], setup.labels[:1])
@@ -493,7 +473,11 @@ class KerasBackend(harness.Backend):
             _, self.jit = build_compiled_model(args, self.prepared)
 
     def header(self, per_gpu_batch: int) -> dict:
-        return header_record(self.args, self.prepared, per_gpu_batch, self.jit)
+        setup = self.prepared
+        return harness.header_record(
+            self.args, self.framework, per_gpu_batch, setup.replicas,
+            steps_per_epoch(setup.image_count, per_gpu_batch * setup.replicas), setup.image_count,
+            own_header_keys(setup, self.jit))
 
     def attempt(self, per_gpu_batch: int, attempt: int, repeat: str) -> KerasAttempt:
         args, setup = self.args, self.prepared

@@ -108,10 +108,6 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
-def scaled_learning_rate(base_lr: float, world_size: int) -> float:
-    return base_lr * max(1, world_size)
-
-
 def count_parameters(model: nn.Module) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 
@@ -164,7 +160,7 @@ class Trainer:
         self.memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
         self.dtype = autocast_dtype(args.precision)
         self.global_batch = per_gpu_batch * world.world_size
-        self.lr = scaled_learning_rate(args.base_lr, world.world_size)
+        self.lr = harness.scaled_learning_rate(args.base_lr, world.world_size)
         # Steps are timed per rank, with no barrier (that would serialize the ranks each step);
         # DDP's gradient all-reduce already makes a step wait for the slowest rank.
         cuda = device.type == "cuda"
@@ -441,32 +437,13 @@ def run_facts(world: World, device: torch.device, start_timestamp: float) -> dic
     }
 
 
-def header_record(args: argparse.Namespace, world: World, device: torch.device, data: TrainData,
-                  facts: dict, per_gpu_batch: int) -> dict:
-    """The header of an attempt at `per_gpu_batch` (the batch the run trains with, once it is
-    committed to it)."""
-    global_batch = per_gpu_batch * world.world_size
-    steps = steps_per_epoch(len(data.train_set), world.world_size, per_gpu_batch)
+def own_header_keys(args: argparse.Namespace, world: World, device: torch.device, facts: dict) -> dict:
+    """The header keys only this backend knows (harness.header_record writes the rest)."""
     return {
-        "record": "header",
-        "framework": "pytorch",
-        "model": args.model,
-        "dataset": args.dataset_name or os.path.basename(os.path.normpath(args.data)),
-        "resolution": args.resolution,
-        "gpus": args.gpus,
         "device_kind": "gpu" if device.type == "cuda" else "cpu",
-        "world_size": world.world_size,
         "nodes": args.nodes or max(1, world.world_size // world.local_world_size),
-        "per_gpu_batch": per_gpu_batch,
-        "global_batch": global_batch,
-        "requested_per_gpu_batch": args.per_gpu_batch,
-        "oom_policy": args.oom_policy,
-        "learning_rate": scaled_learning_rate(args.base_lr, world.world_size),
-        "precision": args.precision,
-        "compile": args.compile,
         "channels_last": args.channels_last,
         "num_workers": args.num_workers,
-        **harness.protocol_fields(args, global_batch, steps, len(data.train_set)),
         **facts,
     }
 
@@ -513,7 +490,11 @@ class TorchBackend(harness.Backend):
             self.facts["flops_per_image"] = flops.count_flops_or_none(build, args.resolution)
 
     def header(self, per_gpu_batch: int) -> dict:
-        return header_record(self.args, self.world, self.device, self.data, self.facts, per_gpu_batch)
+        images, world_size = len(self.data.train_set), self.world.world_size
+        return harness.header_record(
+            self.args, self.framework, per_gpu_batch, world_size,
+            steps_per_epoch(images, world_size, per_gpu_batch), images,
+            own_header_keys(self.args, self.world, self.device, self.facts))
 
     def trainer(self, per_gpu_batch: int, attempt: int, endless: bool) -> Trainer:
         return Trainer(self.args, self.world, self.device, self.console, self.data, per_gpu_batch, attempt, endless)

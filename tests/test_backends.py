@@ -29,7 +29,8 @@ import make_cifar  # noqa: E402
 import make_imagefolder  # noqa: E402
 import measure  # noqa: E402
 import runlog  # noqa: E402
-from scalesweep import catalog, parse, records  # noqa: E402
+from scalesweep import catalog, parse  # noqa: E402
+from scalesweep.records import FIRST_STEADY_EPOCH  # noqa: E402
 from stacks import TRAINER_PYTHON_ENV, container_python, trainer_python  # noqa: E402
 
 FRAMEWORKS = ("tensorflow", "pytorch")
@@ -504,7 +505,7 @@ def test_steps_protocol_records_a_warmup_and_a_timed_window(framework, data):
     # The records' reader takes the timed window as the steady state, without knowing the protocol.
     (run,) = parse.parse_log(done.stdout)
     assert run.summary["status"] == "ok"
-    assert [e for e in run.epochs if e["epoch"] >= records.FIRST_STEADY_EPOCH] == [
+    assert [e for e in run.epochs if e["epoch"] >= FIRST_STEADY_EPOCH] == [
         {key: value for key, value in timed.items() if key not in ("record", "schema")}]
 
 

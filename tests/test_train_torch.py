@@ -250,8 +250,8 @@ def test_vit_resolution_must_fit_the_patches():
 
 
 def test_learning_rate_scales_with_the_world():
-    assert train_torch.scaled_learning_rate(0.01, 4) == pytest.approx(0.04)
-    assert train_torch.scaled_learning_rate(0.01, 1) == pytest.approx(0.01)
+    assert harness.scaled_learning_rate(0.01, 4) == pytest.approx(0.04)
+    assert harness.scaled_learning_rate(0.01, 1) == pytest.approx(0.01)
 
 
 @pytest.mark.parametrize(
