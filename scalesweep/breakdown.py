@@ -31,7 +31,9 @@ import math
 import numpy as np
 import pandas as pd
 
-PARTS = ("data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
+from scalesweep.records import BREAKDOWN_PARTS
+
+PARTS = BREAKDOWN_PARTS
 PART_NAMES = {"data_wait_s": "data", "compute_s": "compute", "sync_wait_s": "sync wait",
               "sync_comm_s": "sync comm", "other_s": "other"}
 # runs.csv columns of the breakdown, in order (medians of the timed steps; the probes' results).
@@ -43,12 +45,6 @@ BREAKDOWN_COLUMNS = (
 )
 LOSS_COLUMNS = ("step_efficiency_pct", *(f"loss_{PART_NAMES[p].replace(' ', '_')}_pct" for p in PARTS))
 NO_BREAKDOWN_NOTE = "no step breakdown in the log (reference or older records): columns left empty"
-
-
-def bus_bandwidth_gb_s(algbw_gb_s, ranks):
-    """nccl-tests' bus bandwidth of an all-reduce: algbw x 2 (n - 1) / n."""
-    ranks = np.asarray(ranks, float)
-    return np.asarray(algbw_gb_s, float) * 2.0 * (ranks - 1.0) / ranks
 
 
 def per_image_gpu_seconds(gpus, seconds, images_per_step):

@@ -46,6 +46,9 @@ PROTOCOLS = ("epochs", "steps")
 OOM_POLICIES = ("fail", "halve")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICE_KINDS = ("gpu", "cpu")
+# Where a step's time goes (scripts/stepparts.py computes them, scalesweep/breakdown.py attributes
+# them): parts that add up to the wall time per step, `breakdown_step_s`.
+BREAKDOWN_PARTS = ("data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
 
 
 @dataclass(frozen=True)

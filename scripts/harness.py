@@ -24,6 +24,7 @@ import traceback
 import energy
 import faults
 import measure
+import repository  # noqa: F401  (for scalesweep.records)
 import runlog
 import stepparts
 from measure import (
@@ -35,7 +36,7 @@ from measure import (
     DEFAULT_WARMUP_STEPS,
     PROBE_STEPS,
 )
-from scalesweep.records import OOM_POLICIES, PRECISIONS, PROTOCOLS  # noqa: E402  (runlog put the repository on the path)
+from scalesweep.records import OOM_POLICIES, PRECISIONS, PROTOCOLS
 
 # Any failure but out of memory: Snakemake marks the job failed and a rerun repeats it.
 EXIT_FAILED = 1

@@ -14,16 +14,12 @@ import signal
 import statistics
 import sys
 import time
-from pathlib import Path
 
-# The record contract is defined once, in scalesweep/records.py (standard library only): the
-# repository is on every container's bind list, so the trainers import it from there too.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scalesweep.records import FIRST_STEADY_EPOCH, PREFIX, SCHEMA, SUMMARY_STATUSES  # noqa: E402
-
-import stepparts  # noqa: E402
-from measure import batch_means_interval  # noqa: E402
-from node import peak_host_rss_gb  # noqa: E402
+import repository  # noqa: F401  (scalesweep.records: the record contract, defined once)
+import stepparts
+from measure import batch_means_interval
+from node import peak_host_rss_gb
+from scalesweep.records import FIRST_STEADY_EPOCH, PREFIX, SCHEMA, SUMMARY_STATUSES
 
 
 def _json_safe(value):

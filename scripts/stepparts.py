@@ -29,6 +29,9 @@ from __future__ import annotations
 import math
 import statistics
 
+import repository  # noqa: F401  (for scalesweep.records)
+from scalesweep.records import BREAKDOWN_PARTS
+
 # DDP's default bucket (bucket_cap_mb=25): the all-reduce probe reduces one bucket-sized buffer
 # as many times as the gradients fill buckets, so it needs 25 MB, not a second copy of them.
 BUCKET_BYTES = 25 * 1024 * 1024
@@ -38,7 +41,7 @@ COMPUTE_PROBE_STEPS = 5
 # A probe step after every PROBE_EVERY-th timed step: at most 1/20 = 5 % more training work
 # (a probe step has no data wait and no synchronisation, so it is shorter than a step).
 PROBE_EVERY = 20
-PART_KEYS = ("breakdown_step_s", "data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
+PART_KEYS = ("breakdown_step_s", *BREAKDOWN_PARTS)
 
 
 def _median_or_none(values):

@@ -48,6 +48,7 @@ import faults  # noqa: E402
 import harness  # noqa: E402
 import measure  # noqa: E402
 import node  # noqa: E402
+import repository  # noqa: E402,F401  (for scalesweep.catalog)
 import runlog  # noqa: E402
 import stepparts  # noqa: E402
 import tf_compat  # noqa: E402

@@ -119,12 +119,6 @@ def test_peak_table(device, framework, precision, peak):
     assert hardware.peak_tflops(device, hardware.compute_dtype(framework, precision)) == peak
 
 
-def test_bus_bandwidth_is_nccl_tests_definition():
-    # algbw 100 GB/s over 4 ranks -> busbw 100 x 2 x 3 / 4 = 150 GB/s; 2 ranks -> 100 GB/s
-    assert breakdown.bus_bandwidth_gb_s([100.0, 100.0], [4, 2]).tolist() == [150.0, 100.0]
-    assert math.isclose(float(breakdown.bus_bandwidth_gb_s(10.0, 8)), 17.5)
-
-
 def test_breakdown_figures_draw_the_hand_computed_parts(tmp_path):
     """Stacked bars of N x part / images per step: at N=4, 4 x 0.015 / 128 s = 0.46875 ms of
     sync wait and 4 x 0.030 / 128 s = 0.9375 ms of sync comm per image, two bars of their own; the bus-bandwidth figure marks where runs span nodes."""
