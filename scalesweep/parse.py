@@ -18,6 +18,7 @@ status failed / oom / timeout and a one-line reason, never numbers that look val
 whose log holds a value the contract does not allow (its reason names the log, line and key).
 """
 
+import codecs
 import json
 import math
 import os
@@ -25,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scalesweep import records
+from scalesweep import invariants, records
 from scalesweep.catalog import MODELS
 from scalesweep.records import FIRST_STEADY_EPOCH, RECORD_PREFIX, SCHEMA, STATUSES  # noqa: F401
 
@@ -101,10 +102,38 @@ class _Draft:
 def parse_file(path, world_size: int | None = None, images_per_epoch: int | None = None) -> list[ParsedRun]:
     """Parse a log file; `world_size` is needed only for ddp-reference logs whose name lacks it,
     `images_per_epoch` (the dataset's training images) only for Keras logs, which count steps."""
+    raw = Path(path).read_bytes()
+    encoding = wide_encoding(raw)
+    if encoding:
+        raise LogFormatError(path, f"{encoding} encoded (re-save as UTF-8, e.g. iconv -f {encoding} -t UTF-8)")
     # Logs of crashed jobs can hold stray bytes (killed mid-write, binary progress output):
     # replacing them keeps every readable line instead of losing the whole run.
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    text = raw.decode("utf-8", errors="replace")
     return parse_log(text, source=str(path), world_size=world_size, images_per_epoch=images_per_epoch)
+
+
+# Byte order marks, UTF-32's first: UTF-32LE's starts with UTF-16LE's.
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+              (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
+# Without a byte order mark: in UTF-16 text of Latin script every other byte is 0 (a log saved by
+# Windows PowerShell's `>`); a stray NUL of a crashed job's binary output is no such pattern.
+_WIDE_SAMPLE = 4096
+_WIDE_NUL_SHARE = 0.5
+
+
+def wide_encoding(raw: bytes) -> str | None:
+    """"UTF-16" or "UTF-32" when the bytes of a log are text in one of those (a byte order mark,
+    or every other byte NUL), which read as UTF-8 would give no line of any format; else None."""
+    for bom, name in _WIDE_BOMS:
+        if raw.startswith(bom):
+            return name
+    sample = raw[:_WIDE_SAMPLE]
+    pairs = list(zip(sample[0::2], sample[1::2]))
+    # A character and a NUL, in either order (little or big endian); NUL blocks (a file
+    # preallocated and never written) are neither.
+    little = sum(1 for first, second in pairs if first and not second)
+    big = sum(1 for first, second in pairs if second and not first)
+    return "UTF-16" if pairs and max(little, big) >= _WIDE_NUL_SHARE * len(pairs) else None
 
 
 def parse_log(text: str, source: str = "<string>", world_size: int | None = None,
@@ -115,13 +144,26 @@ def parse_log(text: str, source: str = "<string>", world_size: int | None = None
     lines = list(enumerate(text.splitlines(), start=1))
     fmt = detect_format(lines)
     if fmt == "scalesweep":
-        return _parse_scalesweep(lines, source, world_size)
+        return [_consistent(run) for run in _parse_scalesweep(lines, source, world_size)]
     if fmt == "ddp-reference":
-        return [_checked(_parse_ddp(lines, source, world_size))]
+        return [_consistent(_checked(_parse_ddp(lines, source, world_size)))]
     if fmt in ("tf-reference-keras2", "tf-keras3"):
         runs = _parse_keras(lines, source, fmt, world_size, images_per_epoch)
-        return [_checked(run) for run in runs]
+        return [_consistent(_checked(run)) for run in runs]
     return [_unknown_format_run(lines, source)]
+
+
+def _consistent(run: ParsedRun) -> ParsedRun:
+    """An ok run whose records contradict each other (scalesweep/invariants.py) is failed, the
+    first contradiction its reason. A run failed already keeps its reason: the trainer's verdict,
+    or the value that broke the contract."""
+    if run.problems or run.summary.get("status") != "ok":
+        return run
+    run.problems = [f"{run.source}: {problem}" for problem in
+                    invariants.run_problems(run.header, run.epochs, run.summary)]
+    if run.problems:
+        run.summary = refused_summary(run.problems, len(run.epochs))
+    return run
 
 
 def _unknown_format_run(lines, source) -> ParsedRun:
@@ -326,6 +368,10 @@ def iter_records(lines, source="<string>"):
 
 
 def _parse_scalesweep(lines, source, world_size) -> list[ParsedRun]:
+    writers = invariants.writers_problem(line[: line.find(RECORD_PREFIX)] for _, line in lines
+                                         if RECORD_PREFIX in line)
+    if writers:
+        raise LogFormatError(source, writers)
     drafts: list[_Draft] = []
     prelude: list[tuple[int, str]] = []
     texts = dict(lines)
@@ -347,6 +393,15 @@ def _parse_scalesweep(lines, source, world_size) -> list[ParsedRun]:
         _add_record(drafts[-1], kind, record, source, number)
     if not drafts:
         raise LogFormatError(source, "':::SCALESWEEP' records but no header record")
+    overlap = invariants.overlapping_runs([(draft.header, draft.epochs) for draft in drafts])
+    if overlap:
+        first, second = (drafts[index] for index in overlap)
+        message = (f"the runs of the header records on lines {first.header_line} and "
+                   f"{second.header_line} ran at the same time (start_time "
+                   f"{records.shown(first.header.get('start_time'))} and "
+                   f"{records.shown(second.header.get('start_time'))}): one run printed by two "
+                   "processes, or two jobs writing one log; one writer per log")
+        raise LogFormatError(source, message, second.header_line)
     return [_finish_scalesweep(draft, source, world_size) for draft in drafts]
 
 
@@ -431,7 +486,7 @@ def _finish_scalesweep(draft: _Draft, source, world_size) -> ParsedRun:
         draft.header = _keep_valid(draft, "header", draft.header, where)
     summary = draft.summary
     if draft.problems:
-        summary = _refused_summary(draft.problems, len(draft.epochs))
+        summary = refused_summary(draft.problems, len(draft.epochs))
     elif summary is None:
         summary = _unfinished_summary(draft, TRUNCATED_REASON)
     else:
@@ -446,7 +501,7 @@ def _failed_by_trainer(draft: _Draft) -> bool:
     return draft.summary is not None and draft.summary["status"] != "ok"
 
 
-def _refused_summary(problems: list[str], epochs: int) -> dict:
+def refused_summary(problems: list[str], epochs: int) -> dict:
     """The verdict on a run whose log breaks the contract: failed, the first problem the reason."""
     more = len(problems) - 1
     reason = problems[0] + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
@@ -467,7 +522,7 @@ def _checked(run: ParsedRun) -> ParsedRun:
     ]
     summary = _keep_valid(draft, "summary", run.summary, f"{run.source}: summary", required=False)
     if draft.problems:
-        summary = _refused_summary(draft.problems, len(run.epochs))
+        summary = refused_summary(draft.problems, len(run.epochs))
     run.summary, run.problems = summary, draft.problems
     return run
 
