@@ -11,6 +11,11 @@ When a figure would need more than MAX_COLOURS colours (a sweep of hundreds of g
 by fewer axes (`colouring`) and draws, per colour, the median over its series with their range as
 a band: hundreds of lines and legend entries can neither be read nor drawn in reasonable time.
 The figure's data keeps every series.
+
+Names from the data (models, datasets, axis values) reach every label, title and legend through
+`plot_text`: shown verbatim (a `$` escaped, or matplotlib would typeset `$x^2$` as math and fail
+on `$\\frac{$`, losing every figure) and cut to LABEL_LIMIT characters (a 100 kB name would
+size a legend, and the PNG, beyond any memory).
 """
 
 from __future__ import annotations
