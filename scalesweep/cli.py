@@ -81,6 +81,9 @@ def check_text(path):
         raw = Path(path).read_bytes()
     except OSError as error:
         raise Refused(f"{path}: cannot read: {error.strerror or error}") from None
+    wide = parse.wide_encoding(raw)
+    if wide:
+        raise Refused(f"{path}: {wide} encoded (re-save as UTF-8, e.g. iconv -f {wide} -t UTF-8)")
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -163,10 +166,27 @@ def distinct_files(logs):
     return distinct
 
 
+def dangling_link(path) -> bool:
+    return Path(path).is_symlink() and not Path(path).exists()
+
+
+def without_dangling_links(paths, stream=None):
+    """`paths` without the links to nothing (a deleted attempt log's `<run>.log`), each named in a
+    one-line warning: they hold no run, and the logs beside them are still analysed."""
+    kept = []
+    for path in paths:
+        if dangling_link(path):
+            print(f"scalesweep analyze: warning: {path}: dangling link (to {os.readlink(path)}), skipped",
+                  file=sys.stderr if stream is None else stream)
+        else:
+            kept.append(path)
+    return kept
+
+
 def folder_items(folder, all_attempts=False):
     """((log, axes) pairs, [refused]) below `folder`: axes from the manifest of each log's folder."""
     items, refused, manifests = [], [], {}
-    logs = distinct_files(list(log_files(folder)))
+    logs = distinct_files(without_dangling_links(log_files(folder)))
     for log in logs if all_attempts else latest_attempts(logs):
         if log.parent not in manifests:
             try:
@@ -214,9 +234,10 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
 
     Returns (runs.csv's path or None when there is no run at all, [refused inputs]).
     """
-    missing = [str(p) for p in paths if not p.exists()]
+    missing = [str(p) for p in paths if not p.exists() and not dangling_link(p)]
     if missing:
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
+    paths = without_dangling_links(paths)
     items, refused = log_items(paths, all_attempts)
     epochs, runs, refused_logs = tidy.tidy_tables(items, images_per_epoch)
     refused += refused_logs

@@ -11,10 +11,16 @@ When a figure would need more than MAX_COLOURS colours (a sweep of hundreds of g
 by fewer axes (`colouring`) and draws, per colour, the median over its series with their range as
 a band: hundreds of lines and legend entries can neither be read nor drawn in reasonable time.
 The figure's data keeps every series.
+
+Names from the data (models, datasets, axis values) reach every label, title and legend through
+`plot_text`: shown verbatim (a `$` escaped, or matplotlib would typeset `$x^2$` as math and fail
+on `$\\frac{$`, losing every figure) and cut to LABEL_LIMIT characters (a 100 kB name would
+size a legend, and the PNG, beyond any memory).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +60,10 @@ COL_WRAP = 3
 GROUP_NOTE_MARKERS = (SINGLE_COUNT_NOTE, NO_BASELINE_NOTE, "baseline is N=", "mixed protocols")
 MAX_COLOURS = 12
 DEFAULT_PALETTE_SIZE = 10  # seaborn's default palette repeats its colours after this many
+# Text from the data (names, labels, panel titles) is cut to this many characters: a 100 kB dataset
+# name would size a legend, and with it the PNG, of gigapixels.
+LABEL_LIMIT = 60
+LABEL_DIGEST_CHARS = 6  # hex digits that keep two long names with one start apart
 # plot_table adds series and label, with_step_times the step times.
 PLOT_VALUE_COLUMNS = (*SCALING_COLUMNS, "series", "label", "step_time_s", "step_time_s_min",
                       "step_time_s_max")
@@ -73,19 +83,42 @@ class PlotFigure:
 
 # ----------------------------------------------------------------------------- data
 
+def math_free(text) -> str:
+    """`text` as matplotlib shows it verbatim: every `$` escaped, since an even number of them
+    makes a text mathtext (a model `$x^2$` typeset; `$\\frac{$` a parse error that loses the
+    figure). Idempotent: an escaped `\\$` stays one (so a name holding `\\$` shows as `$`)."""
+    return _unescaped(str(text)).replace("$", r"\$")
+
+
+def plot_text(value, limit: int = LABEL_LIMIT) -> str:
+    """A data value as a label, title or legend entry: math_free and at most `limit` characters,
+    a longer one cut with an ellipsis and a digest of the whole (distinct names stay distinct
+    series). Idempotent, so a label built from labels is not escaped twice."""
+    plain = _unescaped(str(value))
+    if len(plain) > limit:
+        digest = hashlib.blake2b(plain.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+        keep = limit - LABEL_DIGEST_CHARS - 2
+        plain = plain[:keep] + "…#" + digest[:LABEL_DIGEST_CHARS]
+    return plain.replace("$", r"\$")
+
+
+def _unescaped(text: str) -> str:
+    return text.replace(r"\$", "$")
+
+
 def series_labels(table: pd.DataFrame, keys: list[str], fallback: str = "model") -> pd.Series:
     """Legend label per row from the given keys, e.g. "resnet50v2, per_gpu_batch=64"; the
     `fallback` column's value when `keys` is empty."""
     if not keys:
         if fallback in table:
-            return table[fallback].map(format_value)
+            return table[fallback].map(format_value).map(plot_text)
         return pd.Series("all", table.index)
     parts = [table[k].map(format_value).astype(str) for k in keys]
     parts = [part if k in PLAIN_KEYS else f"{k}=" + part for k, part in zip(keys, parts)]
     labels = parts[0]
     for part in parts[1:]:
         labels = labels + ", " + part
-    return labels
+    return labels.map(plot_text)
 
 
 def telling_keys(table: pd.DataFrame, keys: list[str]) -> list[str]:
@@ -112,7 +145,7 @@ def plot_table(scaling: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     data = scaling.copy()
     if "model" not in data:
         data["model"] = "all"
-    data["model"] = data["model"].map(format_value)
+    data["model"] = data["model"].map(format_value).map(plot_text)  # the panels' titles
     # Within a model panel the model is known: keys it determines need no place in the label.
     within = [k for k in telling_keys(data, ["model", *varying]) if k not in ("model",)]
     data["series"] = series_labels(data, [k for k in varying if k in within and k != "model"])
@@ -186,7 +219,7 @@ def _legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool = 
                     plt.Line2D([], [], color="0.3", marker="o"),
                     plt.Line2D([], [], color="0.3", marker="X", dashes=DASHES[IDEAL])]
         labels += ["kind", MEASURED, IDEAL]
-    title = "configuration" if title in ("series", "label") else title  # not a column name
+    title = "configuration" if title in ("series", "label") else plot_text(title)  # not a column name
     grid.figure.legend(handles, labels, title=title, loc="center left",
                        bbox_to_anchor=(1.0, 0.5), frameon=False)
 
@@ -240,7 +273,7 @@ def _finish(grid: sns.FacetGrid, ylabel: str, ticks, note: str, log2: bool = Tru
 def _note(figure, note: str) -> None:
     """Notes under the panels, left-aligned (the tight bounding box keeps them in the file)."""
     if note:
-        figure.text(0.01, 0.0, note, fontsize=7, va="top", ha="left")
+        figure.text(0.01, 0.0, math_free(note), fontsize=7, va="top", ha="left")
 
 
 def _error_bars(ax, rows: pd.DataFrame, y: str, low: str, high: str, colors: dict,
@@ -445,6 +478,8 @@ def amdahl_curves(data: pd.DataFrame, fits: pd.DataFrame, target: str) -> pd.Dat
                   & ~_explains_nothing(fits)]
     labels = data[list(dict.fromkeys([*keys, "model", "series", "label"]))]
     labels = labels.drop_duplicates(subset=keys or None)
+    if "model" in fits:  # as plot_table shows it
+        chosen = chosen.assign(model=chosen["model"].map(format_value).map(plot_text))
     if keys:
         chosen = chosen.merge(labels, on=keys, how="inner", suffixes=("_fit", ""))
     elif len(chosen):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from scalesweep import records
-from scalesweep.records import RECORD_PREFIX, SCHEMA, STATUSES
+from scalesweep import invariants, records
 from scalesweep.failures import TRUNCATED_REASON, unfinished_summary
 from scalesweep.parsed import (
     Draft, LogFormatError, ParsedRun, keep_valid, refused_summary, run_identity,
 )
+from scalesweep.records import RECORD_PREFIX, SCHEMA, STATUSES
 
 
 def iter_records(lines, source="<string>"):
@@ -26,6 +26,10 @@ def iter_records(lines, source="<string>"):
 
 
 def parse_scalesweep(lines, source, world_size) -> list[ParsedRun]:
+    writers = invariants.writers_problem(line[: line.find(RECORD_PREFIX)] for _, line in lines
+                                         if RECORD_PREFIX in line)
+    if writers:
+        raise LogFormatError(source, writers)
     drafts: list[Draft] = []
     prelude: list[tuple[int, str]] = []
     texts = dict(lines)
@@ -47,6 +51,15 @@ def parse_scalesweep(lines, source, world_size) -> list[ParsedRun]:
         _add_record(drafts[-1], kind, record, source, number)
     if not drafts:
         raise LogFormatError(source, "':::SCALESWEEP' records but no header record")
+    overlap = invariants.overlapping_runs([(draft.header, draft.epochs) for draft in drafts])
+    if overlap:
+        first, second = (drafts[index] for index in overlap)
+        message = (f"the runs of the header records on lines {first.header_line} and "
+                   f"{second.header_line} ran at the same time (start_time "
+                   f"{records.shown(first.header.get('start_time'))} and "
+                   f"{records.shown(second.header.get('start_time'))}): one run printed by two "
+                   "processes, or two jobs writing one log; one writer per log")
+        raise LogFormatError(source, message, second.header_line)
     return [_finish_scalesweep(draft, source, world_size) for draft in drafts]
 
 

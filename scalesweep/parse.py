@@ -20,9 +20,10 @@ whose log holds a value the contract does not allow (its reason names the log, l
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 
-from scalesweep.records import RECORD_PREFIX
+from scalesweep import invariants
 from scalesweep.failures import failure_from_signatures, last_exception, one_line
 from scalesweep.format_ddp import is_ddp_line, parse_ddp
 from scalesweep.format_keras import (
@@ -30,17 +31,46 @@ from scalesweep.format_keras import (
 )
 from scalesweep.format_scalesweep import parse_scalesweep
 from scalesweep.parsed import (
-    EmptyLogError, LogFormatError, ParsedRun, UNIDENTIFIED, checked, run_identity,
+    EmptyLogError, LogFormatError, ParsedRun, UNIDENTIFIED, checked, refused_summary, run_identity,
 )
+from scalesweep.records import RECORD_PREFIX
 
 
 def parse_file(path, world_size: int | None = None, images_per_epoch: int | None = None) -> list[ParsedRun]:
     """Parse a log file; `world_size` is needed only for ddp-reference logs whose name lacks it,
     `images_per_epoch` (the dataset's training images) only for Keras logs, which count steps."""
+    raw = Path(path).read_bytes()
+    encoding = wide_encoding(raw)
+    if encoding:
+        raise LogFormatError(path, f"{encoding} encoded (re-save as UTF-8, e.g. iconv -f {encoding} -t UTF-8)")
     # Logs of crashed jobs can hold stray bytes (killed mid-write, binary progress output):
     # replacing them keeps every readable line instead of losing the whole run.
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    text = raw.decode("utf-8", errors="replace")
     return parse_log(text, source=str(path), world_size=world_size, images_per_epoch=images_per_epoch)
+
+
+# Byte order marks, UTF-32's first: UTF-32LE's starts with UTF-16LE's.
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+              (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
+# Without a byte order mark: in UTF-16 text of Latin script every other byte is 0 (a log saved by
+# Windows PowerShell's `>`); a stray NUL of a crashed job's binary output is no such pattern.
+_WIDE_SAMPLE = 4096
+_WIDE_NUL_SHARE = 0.5
+
+
+def wide_encoding(raw: bytes) -> str | None:
+    """"UTF-16" or "UTF-32" when the bytes of a log are text in one of those (a byte order mark,
+    or every other byte NUL), which read as UTF-8 would give no line of any format; else None."""
+    for bom, name in _WIDE_BOMS:
+        if raw.startswith(bom):
+            return name
+    sample = raw[:_WIDE_SAMPLE]
+    pairs = list(zip(sample[0::2], sample[1::2]))
+    # A character and a NUL, in either order (little or big endian); NUL blocks (a file
+    # preallocated and never written) are neither.
+    little = sum(1 for first, second in pairs if first and not second)
+    big = sum(1 for first, second in pairs if second and not first)
+    return "UTF-16" if pairs and max(little, big) >= _WIDE_NUL_SHARE * len(pairs) else None
 
 
 def parse_log(text: str, source: str = "<string>", world_size: int | None = None,
@@ -51,13 +81,26 @@ def parse_log(text: str, source: str = "<string>", world_size: int | None = None
     lines = list(enumerate(text.splitlines(), start=1))
     fmt = detect_format(lines)
     if fmt == "scalesweep":
-        return parse_scalesweep(lines, source, world_size)
+        return [_consistent(run) for run in parse_scalesweep(lines, source, world_size)]
     if fmt == "ddp-reference":
-        return [checked(parse_ddp(lines, source, world_size))]
+        return [_consistent(checked(parse_ddp(lines, source, world_size)))]
     if fmt in ("tf-reference-keras2", "tf-keras3"):
         runs = parse_keras(lines, source, fmt, world_size, images_per_epoch)
-        return [checked(run) for run in runs]
+        return [_consistent(checked(run)) for run in runs]
     return [_unknown_format_run(lines, source)]
+
+
+def _consistent(run: ParsedRun) -> ParsedRun:
+    """An ok run whose records contradict each other (scalesweep/invariants.py) is failed, the
+    first contradiction its reason. A run failed already keeps its reason: the trainer's verdict,
+    or the value that broke the contract."""
+    if run.problems or run.summary.get("status") != "ok":
+        return run
+    run.problems = [f"{run.source}: {problem}" for problem in
+                    invariants.run_problems(run.header, run.epochs, run.summary)]
+    if run.problems:
+        run.summary = refused_summary(run.problems, len(run.epochs))
+    return run
 
 
 def _unknown_format_run(lines, source) -> ParsedRun:

@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from scalesweep import atomic, breakdown, hardware, records
+from scalesweep import atomic, breakdown, hardware, invariants, records
 from scalesweep.parse import parse_file
-from scalesweep.parsed import EmptyLogError, LogFormatError
+from scalesweep.parsed import EmptyLogError, LogFormatError, refused_summary
 from scalesweep.provenance import PROVENANCE_COLUMNS, run_id, run_provenance
 from scalesweep.records import FIRST_STEADY_EPOCH
 
@@ -233,6 +233,11 @@ def _rows_for_item(path, config: dict, images_per_epoch=None) -> list[tuple[dict
     rows = []
     for run in runs:
         row, run_epochs = _run_rows(run, config, path)
+        mfu = invariants.mfu_problem(row.get("mfu_pct"), row.get("tflops_per_gpu"))
+        if mfu:  # the MFU needs the run's GPU count, which the axes may give: judged here
+            run.problems = [f"{path}: {mfu}"]
+            run.summary = refused_summary(run.problems, len(run.epochs))
+            row, run_epochs = _run_rows(run, config, path)
         refusal = run.summary["reason"] if run.problems else None
         rows.append(_refused_without_gpu_count(row, run_epochs, refusal))
     return rows

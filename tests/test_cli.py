@@ -226,3 +226,37 @@ def test_the_regression_gate_fails_closed_when_it_cannot_judge(tmp_path):
     assert "--fail-above cannot pass" in result.stderr and "have no verdict" in result.stderr
     nan_gate = compare(baseline, baseline, "--out", tmp_path / "cmp2", "--fail-above", "nan")
     assert nan_gate.returncode == 2 and "must be a finite number" in nan_gate.stderr
+
+
+@pytest.mark.parametrize("given", ["folder", "files"])
+def test_a_dangling_link_beside_a_valid_log_is_skipped_with_a_warning(tmp_path, given):
+    """A `<run>.log` link whose attempt log was deleted holds no run: one warning naming it, and
+    the valid log beside it is analysed (before: exit 2 for the files, a 'no log' row for the
+    folder)."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    valid = folder / "scalesweep_ok.log"
+    valid.write_bytes((LOGS / "scalesweep_ok.log").read_bytes())
+    dangling = folder / "gone.log"
+    dangling.symlink_to(tmp_path / "deleted.attempt-1.log")
+    paths = [folder] if given == "folder" else [valid, dangling]
+    result = analyze(*paths, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"scalesweep analyze: warning: {dangling}: dangling link (to {tmp_path / 'deleted.attempt-1.log'}), skipped"]
+    runs = pd.read_csv(tmp_path / "out" / "tidy" / "runs.csv")
+    assert list(runs["log"]) == [str(valid)] and list(runs["status"]) == ["ok"]
+    assert runs.loc[0, "throughput_img_s"] == pytest.approx(115.2)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le"])
+def test_a_utf16_log_is_refused_as_utf16_naming_the_file(tmp_path, encoding):
+    """Saved by Windows PowerShell (`>`: UTF-16 with a byte order mark) or without one."""
+    wide = tmp_path / "wide.log"
+    wide.write_text((LOGS / "scalesweep_ok.log").read_text(), encoding=encoding)
+    result = analyze(wide, LOGS / "scalesweep_ok.log", "--out", tmp_path / "out")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[1] == (
+        f"  {wide}: UTF-16 encoded (re-save as UTF-8, e.g. iconv -f UTF-16 -t UTF-8)")
+    runs = pd.read_csv(tmp_path / "out" / "tidy" / "runs.csv")
+    assert sorted(runs["status"]) == ["failed", "ok"]

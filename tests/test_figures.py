@@ -184,3 +184,52 @@ def test_an_amdahl_fit_that_explains_nothing_is_not_drawn():
     assert "no Amdahl curve where the fit explains nothing" in notes
     assert not figures["speedup_all"].curves.empty
     plt.close("all")
+
+
+def test_plot_text_escapes_every_dollar_and_cuts_long_names_keeping_them_apart():
+    from matplotlib import cbook
+
+    from scalesweep.figures import LABEL_LIMIT, plot_text
+
+    assert plot_text("$x^2$") == r"\$x^2\$" and not cbook.is_math_text(plot_text("$x^2$"))
+    assert plot_text(plot_text("$x^2$")) == plot_text("$x^2$")  # a label of labels: once
+    first, second = plot_text("d" * 100_000), plot_text("d" * 99_999 + "e")
+    assert len(first) == len(second) == LABEL_LIMIT and first != second
+    assert first.startswith("d" * (LABEL_LIMIT - 8) + "…#")
+    assert plot_text(first) == first
+    assert plot_text("resnet50v2") == "resnet50v2"
+
+
+def test_names_that_look_like_math_or_are_100_kb_long_still_give_every_figure(tmp_path):
+    """A model `$x^2$` (mathtext), a dataset `$\\frac{$` (a mathtext parse error: before, no
+    figure at all) and one of 100 kB (before, a legend of gigapixels: out of memory) give every
+    figure, the names shown verbatim and cut to LABEL_LIMIT characters, in well under 1 GB."""
+    import resource
+
+    from matplotlib import cbook
+
+    from scalesweep.figures import LABEL_LIMIT
+
+    runs = runs_table()
+    runs.loc[runs["model"] == "resnet152v2", "model"] = "$x^2$"
+    runs = pd.concat([runs, runs.assign(dataset="d" * 100_000), runs.assign(dataset=r"$\frac{$")],
+                     ignore_index=True)
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    figures = build_figures(scaling_table(runs), fit_table(runs, n_bootstrap=5))
+    texts = []
+    for figure in figures.values():
+        texts += [t.get_text() for t in figure.figure.texts]
+        for legend in figure.figure.legends:
+            texts += [legend.get_title().get_text(), *(t.get_text() for t in legend.get_texts())]
+        texts += [ax.get_title() for ax in figure.figure.axes]
+    assert not any(cbook.is_math_text(text) for text in texts)
+    assert max(len(line) for text in texts for line in text.split("\n")) < 2_000
+    legend = [t.get_text() for t in figures["time_all"].figure.legends[0].get_texts()]
+    assert r"\$x^2\$, cifar10" in legend and r"\$x^2\$, \$\frac{\$" in legend
+    assert any(label.startswith("resnet50v2, " + "d" * 10) and len(label) == LABEL_LIMIT for label in legend)
+    assert r"\$x^2\$" in set(figures["speedup_by_model"].curves["model"])  # fits still matched
+    paths = save_figures(figures, tmp_path)
+    assert [p.name for p in paths] == [f"{name}.png" for name in FIGURE_NAMES]
+    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in paths)
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
+    assert grown_kib < 1 << 20  # 1 GiB
