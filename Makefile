@@ -36,6 +36,7 @@ bench: $(VENV)/.installed
 	$(PYTHON) benchmarks/bench_breakdown.py
 	$(PYTHON) benchmarks/bench_history.py
 	$(PYTHON) benchmarks/bench_energy.py
+	$(PYTHON) benchmarks/bench_timing.py
 
 $(VENV)/.installed: envs/requirements.txt envs/workflow.txt envs/constraints.txt pyproject.toml
 	python3 -m venv $(VENV)

@@ -123,3 +123,46 @@ def make_loader(dataset, batch_size: int, sampler, num_workers: int, device: tor
         # Validation runs once; keeping its workers alive would only hold memory.
         persistent_workers=train and num_workers > 0,
     )
+
+
+class DevicePrefetcher:
+    """The (images, labels) of `batches` on a CUDA device, each copied by `copy(images, labels)`
+    on a stream of its own one batch ahead of its use: while a step computes, the next batch's
+    host-to-device copy (from pinned memory, non_blocking) runs beside it. Taking a batch makes
+    the current stream wait for that batch's copy alone, then starts the next one's; at the end
+    of `batches` it stops (StopIteration) once the last prefetched batch was taken."""
+
+    def __init__(self, batches, copy, device: torch.device):
+        self.batches, self.copy, self.device = iter(batches), copy, device
+        self.stream = torch.cuda.Stream(device)
+        self.pending = None
+        self.started = False
+
+    def __iter__(self):
+        return self
+
+    def _fetch(self):
+        """The next host batch's copy, started; None when `batches` ran out."""
+        try:
+            images, labels = next(self.batches)
+        except StopIteration:
+            return None
+        with torch.cuda.stream(self.stream):
+            images, labels = self.copy(images, labels)
+            copied = torch.cuda.Event()
+            copied.record(self.stream)
+        return images, labels, copied
+
+    def __next__(self):
+        if not self.started:
+            self.pending, self.started = self._fetch(), True
+        if self.pending is None:
+            raise StopIteration
+        images, labels, copied = self.pending
+        stream = torch.cuda.current_stream(self.device)
+        stream.wait_event(copied)
+        # Allocated on the copy stream, used on this one: not to be reused before this one is done.
+        images.record_stream(stream)
+        labels.record_stream(stream)
+        self.pending = self._fetch()
+        return images, labels

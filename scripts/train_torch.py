@@ -66,7 +66,7 @@ import repository  # noqa: E402,F401  (for scalesweep.catalog)
 import runlog  # noqa: E402
 import stepparts  # noqa: E402
 import torch_probes  # noqa: E402
-from torch_data import (RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
+from torch_data import (DevicePrefetcher, RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
                         make_loader, make_train_sampler, steps_per_epoch)
 from scalesweep.catalog import MODELS as CATALOG  # noqa: E402  (standard library only, as records.py)
 from torch_distributed import (OUT_OF_MEMORY, Console, World, agree_on_oom, all_reduce_sum,  # noqa: E402
@@ -163,9 +163,12 @@ class Trainer:
         self.global_batch = per_gpu_batch * world.world_size
         self.lr = harness.scaled_learning_rate(args.base_lr, world.world_size)
         # Steps are timed per rank, with no barrier (that would serialize the ranks each step);
-        # DDP's gradient all-reduce already makes a step wait for the slowest rank.
+        # DDP's gradient all-reduce already makes a step wait for the slowest rank. On CUDA by
+        # events on the stream, read once per window: a wait per step would keep the next
+        # batch's copy from overlapping this step's compute (docs/metrics.md).
         cuda = device.type == "cuda"
-        self.clock = harness.StepClock(lambda: torch.cuda.synchronize(device) if cuda else None, at_begin=True)
+        self.clock = (harness.EventStepClock(lambda: torch.cuda.Event(enable_timing=True)) if cuda
+                      else harness.StepClock())
         # Until the run's first epoch record every step agrees on out-of-memory across the ranks
         # (the module's docstring says why, and what it costs).
         self.guarding_oom = True
@@ -260,17 +263,30 @@ class Trainer:
         count = labels.new_tensor(labels.numel())
         return torch.stack([loss.detach().double() * labels.numel(), correct.double(), count.double()])
 
+    def _on_device(self, batches: Iterator) -> Iterator:
+        """`batches` as the steps take them: on CUDA copied one batch ahead on a stream of their
+        own (torch_data.DevicePrefetcher); on the CPU as the loader gives them."""
+        if self.device.type != "cuda":
+            return batches
+        return DevicePrefetcher(batches, self._to_device, self.device)
+
+    def _next_batch(self, batches: Iterator):
+        if self.guarding_oom and isinstance(batches, DevicePrefetcher):
+            # The prefetcher copies the next batch here: the first agreed part of the step.
+            return agree_on_oom(lambda: next(batches), self.device)
+        return next(batches)
+
     def _run_steps(self, batches: Iterator, window: measure.TimedWindow, probing: bool = False) -> tuple:
-        """Timed steps until `window` is done, each from the fetch of its batch to its
-        synchronized end; ([loss sum, correct, images] over them, on the device; seconds of the
-        probe steps between them, with `probing`: stepparts.probe_every())."""
+        """Timed steps until `window` is done, each from the fetch of its batch to its end on the
+        device; ([loss sum, correct, images] over them, on the device; seconds of the probe steps
+        between them, with `probing`: stepparts.probe_every())."""
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)
         first_step = self.clock.finished
         every = stepparts.probe_every(None if window.auto else window.max_steps)
         probed = 0.0
-        while not self._window_done(window, self.clock.durations[first_step:]):
+        while not self._window_done(window, first_step):
             self.clock.begin()
-            images, labels = next(batches)
+            images, labels = self._next_batch(batches)
             totals += self._train_step(images, labels)
             self.clock.end()
             if self.joins is not None:
@@ -289,12 +305,15 @@ class Trainer:
         self.scaler.scale(loss).backward()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _window_done(self, window: measure.TimedWindow, timed: list) -> bool:
+    def _window_done(self, window: measure.TimedWindow, first_step: int) -> bool:
         """Whether every rank's window is done. An adaptive window is judged on each rank's own
         steps, so the ranks agree (all-reduce) or one would wait forever in the next all-reduce;
-        a fixed one ends at the same step everywhere without a collective."""
-        done = window.done(timed)
-        if not window.auto or not self.world.distributed or not window.decides_at(len(timed)):
+        a fixed one ends at the same step everywhere without a collective. The step times are
+        read only where the window may end (an event clock waits for the device to read them)."""
+        if not window.decides_at(self.clock.finished - first_step):
+            return False
+        done = window.done(self.clock.durations[first_step:])
+        if not window.auto or not self.world.distributed:
             return done
         flags = all_reduce_sum(torch.tensor([float(done)], dtype=torch.float64, device=self.device))
         return int(flags.item()) == self.world.world_size
@@ -336,13 +355,14 @@ class Trainer:
         """The epochs protocol: one epoch record per epoch."""
         for epoch in range(1, epochs + 1):
             self.console.info(f"[EPOCH: {epoch}] Starting training loop...")
-            self._window(meter, epoch, measure.TimedWindow(self.steps), lambda: self.epoch_batches(epoch),
+            self._window(meter, epoch, measure.TimedWindow(self.steps),
+                         lambda: self._on_device(self.epoch_batches(epoch)),
                          steady=epoch >= runlog.FIRST_STEADY_EPOCH)
 
     def fit_steps(self, meter: harness.WindowMeter, windows: list) -> None:
         """The steps protocol's windows from one loader iterator (no pipeline restart between or
         inside them)."""
-        stream = iter(self.loader)
+        stream = self._on_device(iter(self.loader))
         for number, phase, window in windows:
             self._window(meter, number, window, lambda: stream, phase, steady=phase == "timed")
 
@@ -366,7 +386,7 @@ class Trainer:
         """`steps` training steps, agreed on out-of-memory: torch.OutOfMemoryError on every rank
         when any rank ran out."""
         self.model.train()
-        self._run_steps(iter(self.loader), measure.TimedWindow(steps))
+        self._run_steps(self._on_device(iter(self.loader)), measure.TimedWindow(steps))
         synchronize(self.device)
 
     def evaluate(self, epoch: int) -> dict:
