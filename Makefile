@@ -8,12 +8,21 @@ PYTEST_ARGS ?=
 # Supported stacks). `make test STACKS=` skips them (their tests are then skipped).
 STACKS ?= ngc-tensorflow-23.03 ngc-pytorch-24.07
 
-.PHONY: sweep test test-fast stacks bench clean
+# Local runs never talk to SLURM, yet Snakemake imports every installed executor plugin at start,
+# and the slurm plugin then runs `scontrol show config`: where a SLURM client is installed but no
+# controller answers, that waits 10 s per start. An empty SLURM_CONF makes scontrol fail at once.
+LOCAL_ENV := SLURM_CONF=/dev/null
+
+.PHONY: sweep preview test test-fast stacks bench clean
 
 # The default sweep of config/config.yaml on this machine; jobs run one at a time (each takes
 # every core), so timings are not disturbed by a neighbour.
 sweep: $(VENV)/.installed
-	$(SNAKEMAKE) --cores $(CORES) --keep-going
+	$(LOCAL_ENV) $(SNAKEMAKE) --cores $(CORES) --keep-going
+
+# What `make sweep` would run: the plan (configurations, GPU-hours) and the job list.
+preview: $(VENV)/.installed
+	$(LOCAL_ENV) $(SNAKEMAKE) -n
 
 test: $(VENV)/.installed stacks
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

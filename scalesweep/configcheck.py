@@ -216,6 +216,13 @@ def strict_validator(schema):
     return jsonschema.validators.extend(base, type_checker=checker)(document)
 
 
+@functools.lru_cache(maxsize=4)
+def training_defaults(schema=SCHEMA) -> dict:
+    """The value of each `training:` setting when no config sets it, as the schema gives it."""
+    properties = yaml.safe_load(Path(schema).read_text())["properties"]["training"]["properties"]
+    return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
+
+
 def whole_number_problem(error):
     problem = schema_problem(error)
     if error.validator == "type" and isinstance(error.instance, float):

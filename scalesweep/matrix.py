@@ -387,6 +387,67 @@ def run_settings(run, config):
     return settings
 
 
+# ----------------------------------------------------------------------- where a run's result lives
+# A run is found by what it measures: its path names the core axes, then each setting that changes
+# the measurement and is not at its default, as /key~value sorted by key. A setting at its default
+# adds nothing, so adding an axis (repeat: [0, 1]) keeps the runs already measured where they are,
+# and a config that moves away from a default (protocol: steps) and back finds its old results.
+# The defaults are the schema's and the catalog's, not the config's: a config's own values are the
+# settings a run is known by.
+RUN_PATTERN = "model~{model}/dataset~{dataset}/gpus~{gpus}{settings}"
+# The settings wildcard: empty (every setting at its default), or /key~value per setting.
+SETTINGS_WILDCARD = "(/[^/~]+~[^/]+)*"
+
+# Training settings that do not change what a run measures: the ceiling of the maximum-batch
+# search (its own target), not of the sweep's runs.
+UNMEASURED = ("max_batch_limit",)
+AUTO_TIMED_STEPS = "auto"
+
+
+def measured_defaults(framework, model, training_defaults) -> dict:
+    """Each setting that changes what a run measures, at its value when no config sets it: the
+    schema's training defaults (configcheck.training_defaults), the model's built-in batch and
+    learning rate, the first repeat."""
+    unset = {key: value for key, value in training_defaults.items() if key not in UNMEASURED}
+    return {**unset, **MODEL_DEFAULTS[framework][model], "repeat": 0}
+
+
+def unread_settings(settings) -> set:
+    """The settings a run's protocol never reads (scripts/harness.py, _protocol_keys): a value left
+    over from another protocol must not move a run whose measurement it does not change."""
+    if settings.get("protocol", "epochs") != "steps":
+        return {"timed_steps", "target_ci_pct", "max_timed_steps"}
+    if settings.get("timed_steps") != AUTO_TIMED_STEPS:
+        return {"epochs", "target_ci_pct", "max_timed_steps"}  # epochs only cap an auto window
+    return set()
+
+
+def path_value(value) -> str:
+    """A setting as a path word: booleans as YAML writes them (compile~true)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def settings_segments(settings, defaults) -> str:
+    """'/key~value' for each measured setting away from its default, sorted by key; '' if none."""
+    unread = unread_settings(settings)
+    return "".join(
+        f"/{key}~{path_value(settings[key])}"
+        for key in sorted(defaults)
+        if key not in unread and key in settings and settings[key] != defaults[key]
+    )
+
+
+def run_path(settings, training_defaults) -> str:
+    """<framework>/model~M/dataset~D/gpus~N[/key~value...]: the run's place under results/runs/
+    and logs/train/ (the workflow's output pattern is <framework>/RUN_PATTERN)."""
+    framework, model = settings["framework"], settings["model"]
+    defaults = measured_defaults(framework, model, training_defaults)
+    return f"{framework}/" + RUN_PATTERN.format(
+        model=model, dataset=settings["dataset"], gpus=settings["gpus"],
+        settings=settings_segments(settings, defaults),
+    )
+
+
 def dataset_path(name, config):
     """Generated datasets live under resources/datasets/<format>/<name>; others where configured."""
     spec = config["datasets"][name]

@@ -1,5 +1,6 @@
 """Shared fixtures: the tiny sweep run once through Snakemake for every test that needs results."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +12,19 @@ SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 TINY = REPO / "tests" / "configs" / "tiny.yaml"
 
 
+# What `make sweep` / `make preview` give a local run (Makefile: LOCAL_ENV): Snakemake imports the
+# slurm executor plugin at every start, and the plugin's `scontrol show config` waits up to 10 s
+# where a SLURM client is installed but no controller answers; an empty SLURM_CONF ends it at once.
+LOCAL_ENV = {"SLURM_CONF": os.devnull}
+
+
 def snakemake(workdir, *args, configfile=TINY, timeout=900):
-    """Snakemake on the project's Snakefile from `workdir`, with only `configfile` as config."""
+    """A local Snakemake run on the project's Snakefile from `workdir`, with only `configfile`
+    as config."""
     return subprocess.run(
         [str(SNAKEMAKE), "--snakefile", str(REPO / "Snakefile"), "--configfile", str(configfile),
          "--replace-workflow-config", *args],
-        cwd=workdir, capture_output=True, text=True, timeout=timeout,
+        cwd=workdir, capture_output=True, text=True, timeout=timeout, env={**os.environ, **LOCAL_ENV},
     )
 
 

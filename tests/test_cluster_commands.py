@@ -59,9 +59,10 @@ def mn5_dryrun(tmp_path_factory):
 
 
 def job_block(output, rule, wildcards):
-    """The dry-run block of one job: its resources line and its shell command."""
+    """The dry-run block of one job (by its model, dataset and gpus wildcards; the settings
+    wildcard after them is the run's path below gpus~N): its resources line and its shell command."""
     for block in output.split("rule ")[1:]:
-        if block.startswith(rule + ":") and f"wildcards: {wildcards}\n" in block:
+        if block.startswith(rule + ":") and f"wildcards: {wildcards}, settings=" in block:
             return block
     raise AssertionError(f"no {rule} job with wildcards {wildcards}")
 

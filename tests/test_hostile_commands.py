@@ -272,7 +272,8 @@ def sweep_config(tmp, value):
 
 
 def train(workdir, configfile, env):
-    target = "results/runs/pytorch/model~vit_tiny/dataset~d/gpus~1/train.log"
+    # epochs 1 is away from the default (3), so it is a folder of the run's path
+    target = "results/runs/pytorch/model~vit_tiny/dataset~d/gpus~1/epochs~1/train.log"
     return subprocess.run(
         [str(SNAKEMAKE), "--snakefile", str(REPO / "Snakefile"), "--configfile", str(configfile),
          "--replace-workflow-config", "--cores", "1", target],
@@ -288,9 +289,9 @@ def test_rerun_keeps_the_log_of_every_attempt_and_links_the_latest(tmp_path):
     workdir = tmp_path / "work"
     workdir.mkdir()
     record = tmp_path / "calls"
-    logs = workdir / "logs/train/pytorch/model~vit_tiny/dataset~d"
-    latest = logs / "gpus~1.log"
-    result = workdir / "results/runs/pytorch/model~vit_tiny/dataset~d/gpus~1/train.log"
+    logs = workdir / "logs/train/pytorch/model~vit_tiny/dataset~d/gpus~1"
+    latest = logs / "epochs~1.log"
+    result = workdir / "results/runs/pytorch/model~vit_tiny/dataset~d/gpus~1/epochs~1/train.log"
 
     for label, code in (("first", "3"), ("second", "3"), ("third", "0")):
         run = train(workdir, configfile, stub_env(bin_dir, record, STUB_LABEL=label, STUB_EXIT=code))
@@ -299,11 +300,11 @@ def test_rerun_keeps_the_log_of_every_attempt_and_links_the_latest(tmp_path):
             # What the analysis reads for a failed run (best_log): the latest attempt.
             assert latest.read_text() == "attempt second\n" and not result.exists()
 
-    attempts = sorted(path.name for path in logs.glob("gpus~1.attempt-*.log"))
-    assert attempts == [f"gpus~1.attempt-{n}.log" for n in (1, 2, 3)]
+    attempts = sorted(path.name for path in logs.glob("epochs~1.attempt-*.log"))
+    assert attempts == [f"epochs~1.attempt-{n}.log" for n in (1, 2, 3)]
     assert [(logs / name).read_text() for name in attempts] == [
         "attempt first\n", "attempt second\n", "attempt third\n"]
-    assert os.readlink(latest) == "gpus~1.attempt-3.log"
+    assert os.readlink(latest) == "epochs~1.attempt-3.log"
     assert result.read_text() == "attempt third\n"
     assert not marker.exists()
     calls = recorded_calls(record)

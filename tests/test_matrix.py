@@ -10,7 +10,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from scalesweep import launch, matrix
+from scalesweep import configcheck, launch, matrix
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -185,3 +185,59 @@ def test_a_container_python_that_does_not_run_is_refused_before_any_job(config, 
         matrix.plan(config)
     config["container"]["python"]["pytorch"] = sys.executable
     assert matrix.plan(config)[0]
+
+
+def paths_of(config):
+    defaults = configcheck.training_defaults()
+    runs, _ = matrix.plan(config)
+    return [matrix.run_path(matrix.run_settings(run, config), defaults) for run in runs]
+
+
+def test_a_run_path_names_only_the_settings_away_from_their_defaults(config):
+    # config.yaml: epochs 3, fp32, seed 0 are the schema's defaults; cnn_small's batch 32 is the
+    # catalog's, mobilenetv3small's 32 is not (catalog: 64)
+    paths = paths_of(config)
+    assert "tensorflow/model~cnn_small/dataset~synth-cifar/gpus~2" in paths
+    assert "tensorflow/model~mobilenetv3small/dataset~synth-cifar/gpus~2/per_gpu_batch~32" in paths
+    assert len(set(paths)) == len(paths) == 12
+
+
+def test_an_axis_at_its_default_keeps_the_measured_runs_where_they_are(config):
+    before = paths_of(config)
+    config["matrix"]["repeat"] = [0, 1]
+    config["matrix"]["precision"] = ["bf16", "fp32"]
+    after = paths_of(config)
+    assert set(before) < set(after) and len(after) == 48
+    assert "pytorch/model~vit_tiny/dataset~synth-folder/gpus~1/precision~bf16/repeat~1" in after
+    # settings in key order, whatever order the config lists its axes in
+    assert "pytorch/model~resnet18/dataset~synth-folder/gpus~4/per_gpu_batch~32/precision~bf16" in after
+
+
+def test_a_protocol_switch_moves_the_runs_and_switching_back_finds_the_old_ones(config):
+    before = paths_of(config)
+    config["training"].update(protocol="steps", timed_steps=20)
+    steps = paths_of(config)
+    assert "pytorch/model~vit_tiny/dataset~synth-folder/gpus~1/protocol~steps/timed_steps~20" in steps
+    assert not set(steps) & set(before)
+    # back to epochs with timed_steps left at 20: epochs never reads it, so the runs are the old ones
+    config["training"]["protocol"] = "epochs"
+    assert paths_of(config) == before
+
+
+def test_settings_a_protocol_does_not_read_stay_out_of_the_path():
+    defaults = matrix.measured_defaults("pytorch", "vit_tiny", configcheck.training_defaults())
+    run = {"framework": "pytorch", "model": "vit_tiny", "dataset": "d", "gpus": 1, **defaults}
+    steps = {**run, "protocol": "steps", "epochs": 9, "target_ci_pct": 0.5}
+    assert matrix.run_path(steps, configcheck.training_defaults()) == (
+        "pytorch/model~vit_tiny/dataset~d/gpus~1/protocol~steps")
+    auto = {**steps, "timed_steps": "auto"}  # an adaptive window is capped by the epochs
+    assert matrix.run_path(auto, configcheck.training_defaults()) == (
+        "pytorch/model~vit_tiny/dataset~d/gpus~1/epochs~9/protocol~steps/target_ci_pct~0.5/timed_steps~auto")
+    tuned = {**run, "compile": True, "max_batch_limit": 64, "time_limit_min": 5}
+    assert matrix.run_path(tuned, configcheck.training_defaults()) == (
+        "pytorch/model~vit_tiny/dataset~d/gpus~1/compile~true")
+
+
+def test_every_extra_axis_is_a_setting_of_the_run_path():
+    defaults = matrix.measured_defaults("pytorch", "vit_tiny", configcheck.training_defaults())
+    assert set(matrix.EXTRA_AXES) <= set(defaults)

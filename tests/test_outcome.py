@@ -48,7 +48,7 @@ def test_without_a_runs_table_the_outcome_says_so(tmp_path):
 def test_after_a_failed_rerun_tables_agree_with_runs_csv_and_the_outcome_is_printed(tiny_sweep, tmp_path, monkeypatch):
     sweep = tmp_path / "sweep"
     shutil.copytree(tiny_sweep, sweep, symlinks=True)
-    (sweep / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/train.log").unlink()
+    (sweep / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16/train.log").unlink()
     monkeypatch.setenv("SCALESWEEP_FAIL_INJECT", "crash")
     result = snakemake(sweep, "--cores", "2", "--keep-going")
     assert result.returncode != 0

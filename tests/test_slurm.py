@@ -95,7 +95,7 @@ def test_two_node_run_spans_node1_and_node2_with_world_size_two(first_sweep):
     multinode = [j for j, where in jobs.items() if where.startswith("rule_train_pytorch_multinode")]
     assert len(multinode) == 1
     assert sacct(multinode)[multinode[0]] == ("COMPLETED", "node[1-2]")
-    header = header_of(workdir / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/train.log")
+    header = header_of(workdir / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16/train.log")
     assert header["world_size"] == 2 and header["nodes"] == 2
 
 
@@ -103,7 +103,7 @@ def test_two_node_run_measures_where_its_steps_go(first_sweep):
     """The step breakdown across nodes: the parts add up to the step, the all-reduce probe ran
     between the two nodes' processes, and the human line with `other` is in the log."""
     workdir, _, _ = first_sweep
-    log = workdir / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/train.log"
+    log = workdir / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16/train.log"
     assert "step breakdown:" in log.read_text() and " + other " in log.read_text()
     runs = pd.read_csv(workdir / "results/tidy/runs.csv").set_index(["framework", "dataset", "gpus"])
     run = runs.loc[("pytorch", "synth-folder", 2)]
@@ -124,7 +124,7 @@ def test_failure_is_recorded_with_its_reason_in_runs_csv(first_sweep):
     assert failed["status"].iloc[0] == "failed"
     assert isinstance(failed["reason"].iloc[0], str) and failed["reason"].iloc[0]
     assert failed["throughput_img_s"].isna().all()
-    assert not (workdir / "results/runs/pytorch/model~vit_tiny/dataset~late-folder/gpus~1/train.log").exists()
+    assert not (workdir / "results/runs/pytorch/model~vit_tiny/dataset~late-folder/gpus~1/epochs~2/per_gpu_batch~16/train.log").exists()
 
 
 def test_rerun_submits_exactly_the_failed_configuration(first_sweep):

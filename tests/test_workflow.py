@@ -68,7 +68,7 @@ def test_preview_after_losing_one_result_lists_only_that_run_and_its_dependents(
     assert "Nothing to be done" in finished.stdout
     assert "scalesweep: 0 configurations to run (4 already measured) of 4;" in finished.stderr
     assert "  nothing to run: every job has its result" in finished.stderr
-    lost = tiny_sweep / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/train.log"
+    lost = tiny_sweep / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16/train.log"
     lost.unlink()
     preview = snakemake(tiny_sweep, "-n")
     assert preview.returncode == 0, preview.stderr

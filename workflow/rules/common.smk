@@ -4,10 +4,9 @@ import re
 import sys
 from pathlib import Path
 
-import pandas as pd
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
-from snakemake.utils import Paramspace, min_version
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -60,18 +59,15 @@ except matrix.ConfigError as error:
     config_sources = configcheck.sources(CONFIG_FILES, workflow.config_settings.config)
     raise WorkflowError(f"{error} {config_sources}") from None
 
-# One folder level per axis (model~vit_tiny/dataset~synth-folder/gpus~2/...), below the
-# framework: the two trainers are separate rules with their own commands and resources.
-PARAMSPACE = Paramspace(pd.DataFrame(RUNS).drop(columns="framework"))
-RUN_PATTERN = PARAMSPACE.wildcard_pattern
-RUN_PATHS = [
-    f"{run['framework']}/{instance}"
-    for run, instance in zip(RUNS, PARAMSPACE.instance_patterns)
-]
+# A run's result and logs live at <framework>/model~M/dataset~D/gpus~N, then one folder level per
+# setting it measures away from the default (matrix.run_path); the two trainers are separate
+# rules with their own commands and resources.
+RUN_PATTERN = matrix.RUN_PATTERN
+TRAINING_DEFAULTS = configcheck.training_defaults()
+RUN_SETTINGS = [matrix.run_settings(run, config) for run in RUNS]
+RUN_PATHS = [matrix.run_path(settings, TRAINING_DEFAULTS) for settings in RUN_SETTINGS]
 WORKDIR = os.getcwd()
-SETTINGS = {
-    path: matrix.run_settings(run, config) for path, run in zip(RUN_PATHS, RUNS)
-}
+SETTINGS = dict(zip(RUN_PATHS, RUN_SETTINGS))
 try:
     feasibility.check_planned(config, SETTINGS.values(), WORKDIR)
 except matrix.ConfigError as error:
@@ -87,7 +83,10 @@ PYTHON = (
 
 
 wildcard_constraints:
-    **{axis: "[^/]+" for axis in PARAMSPACE.dataframe.columns},
+    model="[^/]+",
+    dataset="[^/]+",
+    gpus="[^/]+",
+    settings=matrix.SETTINGS_WILDCARD,
 
 
 def run_path(framework, wildcards):
@@ -234,7 +233,8 @@ def max_batch_configs():
 
 def profile_slurm_extra(resource_settings):
     """The slurm_extra of the profile's (or --default-resources') defaults, or None: the train
-    rules set slurm_extra themselves, which replaces a default (launch.slurm_resources merges it)."""
+    rules set slurm_extra themselves, which replaces a default (launch.slurm_resources merges it).
+    """
     from snakemake.resources import Resources
 
     defaults = resource_settings.default_resources
@@ -270,7 +270,9 @@ def slurm_resource(framework, name, default=None):
             if name == "slurm_extra"
             else ""
         )
-        return launch.slurm_resources(settings, config["cluster"], extra).get(name, default)
+        return launch.slurm_resources(settings, config["cluster"], extra).get(
+            name, default
+        )
 
     return resource_of
 
@@ -331,7 +333,9 @@ def preview_of(max_batch):
             jobs = preview_jobs(max_batch)
             forced = workflow.dag_settings.forceall
             done = set() if forced else {path for path in jobs if Path(path).exists()}
-            summary = preview.plan_summary(RUNS, EXCLUDED, jobs, done, max_batch=max_batch)
+            summary = preview.plan_summary(
+                RUNS, EXCLUDED, jobs, done, max_batch=max_batch
+            )
             print(summary, file=sys.stderr)
             PREVIEWED.append(max_batch)
         return []

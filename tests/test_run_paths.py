@@ -1,0 +1,87 @@
+"""Where a run's result lives, through the real workflow (issue 21, item 1): after a finished tiny
+sweep, an axis added at its default and a protocol switch schedule only runs not yet measured, and
+switching back reruns nothing."""
+
+import shutil
+
+import pytest
+import yaml
+
+from conftest import TINY, snakemake
+from test_workflow import job_counts
+
+TRAIN_RULES = ("train_tensorflow", "train_pytorch", "train_pytorch_multinode")
+
+
+def edited_config(folder, **changes):
+    """tests/configs/tiny.yaml with `changes` merged into its sections, written into `folder`."""
+    config = yaml.safe_load(TINY.read_text())
+    for section, values in changes.items():
+        config[section].update(values)
+    path = folder / "edited.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))  # tiny.yaml's key order: the data rules' params keep it
+    return path
+
+
+def trainings(dryrun):
+    """The training jobs a dry run schedules, by rule (none: {})."""
+    counts = job_counts(dryrun.stdout) if "Job stats" in dryrun.stdout else {}
+    return {rule: count for rule, count in counts.items() if rule in TRAIN_RULES}
+
+
+def measured(folder):
+    """{result path: (bytes, mtime)} of every finished run under folder."""
+    return {str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns)
+            for path in sorted((folder / "results/runs").rglob("train.log"))}
+
+
+@pytest.fixture
+def sweep_copy(tiny_sweep, tmp_path):
+    copy = tmp_path / "sweep"
+    shutil.copytree(tiny_sweep, copy, symlinks=True)
+    return copy
+
+
+@pytest.mark.slow
+def test_an_added_repeat_axis_schedules_only_the_new_repeats(sweep_copy):
+    at_default = edited_config(sweep_copy, matrix={"repeat": [0]})
+    preview = snakemake(sweep_copy, "-n", configfile=at_default)
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    assert trainings(preview) == {}
+    assert "scalesweep: 0 configurations to run (4 already measured) of 4;" in preview.stderr
+
+    two = edited_config(sweep_copy, matrix={"repeat": [0, 1]})
+    preview = snakemake(sweep_copy, "-n", configfile=two)
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    assert trainings(preview) == {"train_tensorflow": 2, "train_pytorch": 2}
+    assert "scalesweep: 4 configurations to run (4 already measured) of 8;" in preview.stderr
+    outputs = [line.split()[1] for line in preview.stdout.splitlines() if line.strip().startswith("output:")]
+    assert sorted(out for out in outputs if out.startswith("results/runs/")) == [
+        f"results/runs/{run}/epochs~2/per_gpu_batch~16/repeat~1/train.log" for run in (
+            "pytorch/model~vit_tiny/dataset~synth-folder/gpus~1",
+            "pytorch/model~vit_tiny/dataset~synth-folder/gpus~2",
+            "tensorflow/model~cnn_small/dataset~synth-cifar/gpus~1",
+            "tensorflow/model~cnn_small/dataset~synth-cifar/gpus~2",
+        )]
+
+
+@pytest.mark.slow
+def test_a_protocol_switch_leaves_the_measured_runs_and_switching_back_reruns_nothing(sweep_copy):
+    before = measured(sweep_copy)
+    assert len(before) == 4
+    steps = edited_config(sweep_copy, training={"protocol": "steps", "warmup_steps": 1, "timed_steps": 3})
+    preview = snakemake(sweep_copy, "-n", configfile=steps)
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    assert trainings(preview) == {"train_tensorflow": 2, "train_pytorch": 2}
+    ran = snakemake(sweep_copy, "--cores", "2", configfile=steps)
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    after = measured(sweep_copy)
+    # the epochs runs untouched (bytes and times), the steps runs beside them
+    assert {path: after[path] for path in before} == before
+    assert sorted(set(after) - set(before)) == sorted(
+        path.replace("/epochs~2/per_gpu_batch~16/", "/per_gpu_batch~16/protocol~steps/timed_steps~3/warmup_steps~1/")
+        for path in before)
+    back = snakemake(sweep_copy, "-n")
+    assert back.returncode == 0, back.stderr[-3000:]
+    assert trainings(back) == {}
+    assert "scalesweep: 0 configurations to run (4 already measured) of 4;" in back.stderr
