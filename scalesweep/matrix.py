@@ -18,11 +18,6 @@ from scalesweep.records import FIRST_STEADY_EPOCH
 
 CORE_AXES = ("framework", "model", "dataset", "gpus")
 
-# Axes a user may add to the matrix. Every extra axis sets a trainer option (or, for repeat, asks
-# for an independent measurement): an axis that set nothing would give identical runs under
-# different labels, so the schema refuses unknown ones.
-EXTRA_AXES = ("repeat", "per_gpu_batch", "precision", "epochs", "num_workers", "compile",
-              "channels_last", "base_lr")
 
 
 # The options of scripts/make_cifar.py and scripts/make_imagefolder.py a `synthetic:` entry may

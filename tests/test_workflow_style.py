@@ -17,7 +17,10 @@ def test_snakefiles_are_snakefmt_clean():
 
 
 def test_lint_is_clean_with_and_without_a_comparison(tmp_path):
-    for extra in ([], ["--config", "compare_with=some-sweep"]):
+    # The sweep to compare with must exist when the workflow is parsed: here a runs table of it.
+    (tmp_path / "base-sweep").mkdir()
+    (tmp_path / "base-sweep" / "runs.csv").write_text("framework,model,dataset,gpus,status\n")
+    for extra in ([], ["--config", "compare_with=base-sweep"]):
         done = subprocess.run(
             [str(BIN / "snakemake"), "--lint", "--snakefile", str(REPO / "Snakefile"),
              "--configfile", str(REPO / "config" / "config.yaml"), *extra],
