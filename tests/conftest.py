@@ -1,6 +1,7 @@
 """Shared fixtures: the tiny sweep run once through Snakemake for every test that needs results."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,14 @@ def tiny_sweep(tmp_path_factory):
     result = snakemake(workdir, "--cores", "2")
     assert result.returncode == 0, result.stderr[-4000:]
     return workdir
+
+
+@pytest.fixture
+def sweep_copy(tiny_sweep, tmp_path):
+    """A copy of the finished sweep (times and Snakemake's metadata kept) that a test may damage."""
+    copy = tmp_path / "sweep"
+    shutil.copytree(tiny_sweep, copy, symlinks=True)
+    return copy
 
 
 # ------------------------------------------------------------------ the `workflow` mark

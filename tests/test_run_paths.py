@@ -2,7 +2,6 @@
 sweep, an axis added at its default and a protocol switch schedule only runs not yet measured, and
 switching back reruns nothing."""
 
-import shutil
 
 import pytest
 import yaml
@@ -33,13 +32,6 @@ def measured(folder):
     """{result path: (bytes, mtime)} of every finished run under folder."""
     return {str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns)
             for path in sorted((folder / "results/runs").rglob("train.log"))}
-
-
-@pytest.fixture
-def sweep_copy(tiny_sweep, tmp_path):
-    copy = tmp_path / "sweep"
-    shutil.copytree(tiny_sweep, copy, symlinks=True)
-    return copy
 
 
 @pytest.mark.slow

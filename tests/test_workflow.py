@@ -3,7 +3,6 @@ then what a user does next (preview, rerun after losing a result), and bad confi
 any job runs."""
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -51,14 +50,6 @@ def test_sweep_leaves_tidy_tables_and_figures(tiny_sweep):
     for name in ("time_all.png", "throughput_by_model.png", "speedup_all.png", "efficiency_by_model.png",
                  "step_breakdown.png", "bus_bandwidth.png"):
         assert name in figures
-
-
-@pytest.fixture
-def sweep_copy(tiny_sweep, tmp_path):
-    """A copy of the finished sweep (times and Snakemake's metadata kept) that a test may damage."""
-    copy = tmp_path / "sweep"
-    shutil.copytree(tiny_sweep, copy, symlinks=True)
-    return copy
 
 
 @pytest.mark.slow
