@@ -53,6 +53,9 @@ class UntimedClock:
     def data_ready(self) -> None:
         pass
 
+    def host_waited(self, seconds: float) -> None:
+        pass
+
     def end(self) -> None:
         self.finished += 1
 

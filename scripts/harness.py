@@ -193,6 +193,14 @@ class EventStepClock:
         self.anchor = self.anchor_host = None
         self.marks = {"begin": [], "ready": [], "end": []}
         self.resolved = {"begin": [], "ready": [], "end": []}
+        self.host_waits = []
+
+    def host_waited(self, seconds: float) -> None:
+        """The host's own wait for this step's batch (the loader). While the device still works
+        off earlier steps, that wait leaves no gap between the step's begin and data-ready
+        events: it shows later, as the device idling inside the step for the host's launches.
+        The step's data wait is the longer of the two (StepClock's host timers see it directly)."""
+        self.host_waits.append(seconds)
 
     def _mark(self, kind: str) -> None:
         event = self.new_event()
@@ -241,7 +249,13 @@ class EventStepClock:
     def finished(self) -> int:
         return len(self.marks["end"])
 
-    data_waits = StepClock.data_waits
+    @property
+    def data_waits(self) -> list[float]:
+        device = StepClock.data_waits.fget(self)
+        if len(self.host_waits) != len(device):
+            return device
+        return [max(on_device, on_host) for on_device, on_host in zip(device, self.host_waits)]
+
     durations = StepClock.durations
 
 

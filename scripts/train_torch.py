@@ -271,10 +271,13 @@ class Trainer:
         return DevicePrefetcher(batches, self._to_device, self.device)
 
     def _next_batch(self, batches: Iterator):
-        if self.guarding_oom and isinstance(batches, DevicePrefetcher):
-            # The prefetcher copies the next batch here: the first agreed part of the step.
-            return agree_on_oom(lambda: next(batches), self.device)
-        return next(batches)
+        if not isinstance(batches, DevicePrefetcher):
+            return next(batches)
+        waited = time.perf_counter()
+        # The prefetcher copies the next batch here: the first agreed part of the step.
+        batch = agree_on_oom(lambda: next(batches), self.device) if self.guarding_oom else next(batches)
+        self.clock.host_waited(time.perf_counter() - waited)
+        return batch
 
     def _run_steps(self, batches: Iterator, window: measure.TimedWindow, probing: bool = False) -> tuple:
         """Timed steps until `window` is done, each from the fetch of its batch to its end on the

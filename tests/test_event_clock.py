@@ -59,6 +59,22 @@ def test_step_times_and_data_waits_come_from_the_paired_device_times():
     assert [round(w, 6) for w in clock.data_waits] == [0.002, 0.0005]
 
 
+def test_a_host_waiting_for_its_loader_behind_a_busy_device_is_data_wait():
+    """The device still works off step 1 (to 1070 ms) while the host waits 35 ms for step 2's
+    batch: step 2's begin and data-ready events both land at 1070, no gap; the wait shows as the
+    device idling inside step 2 (1070 -> 1140). The host's 35 ms is the step's data wait; where
+    the device wait is the longer (step 1: idle device, 2 ms), that one."""
+    device = Device([1000.0, 1000.0, 1002.0, 1070.0, 1070.0, 1070.0, 1140.0])
+    clock = harness.EventStepClock(device.new_event, now=lambda: 50.0)
+    for host_wait in (0.001, 0.035):
+        clock.begin()
+        clock.host_waited(host_wait)
+        clock.data_ready()
+        clock.end()
+    assert [round(w, 6) for w in clock.data_waits] == [0.002, 0.035]
+    assert [round(d, 6) for d in clock.durations] == [0.070, 0.070]
+
+
 def test_steps_record_without_waiting_and_a_read_waits_once():
     device = Device([0.0] + [float(n) for n in range(30)])
     clock = harness.EventStepClock(device.new_event, now=lambda: 0.0)
