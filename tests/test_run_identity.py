@@ -64,7 +64,7 @@ def test_sweep_rerun_after_failure_and_added_configuration_archive_each_run_once
     assert listing["runs"].tolist() == [3, 1, 1] and listing["ok"].tolist() == [2, 1, 1]
     # a copied archive file doubles nothing
     shutil.copy(sweep1.path, store / f"sweep-{sweep1.sweep_id}-copy.parquet")
-    runs = history.read_runs(store)
+    runs = history.archived_runs(store)
     assert len(runs) == 5 and runs["run_id"].is_unique
     assert history.sweeps_table(store)["runs"].tolist() == [3, 1, 1]
     # compare pools the 4 ok runs of one per configuration, never a copy
