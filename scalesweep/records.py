@@ -124,7 +124,7 @@ def measure(nullable: bool = True) -> Rule:
 
 def percent() -> Rule:
     """A share in %, 0 to 100 (null allowed)."""
-    return Rule("number", minimum=0, maximum=100)
+    return Rule("number", minimum=0, maximum=100, nullable=True)
 
 
 def text(nullable: bool = True, choices: tuple = ()) -> Rule:

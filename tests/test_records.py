@@ -387,3 +387,10 @@ def test_fuzzed_reference_logs_become_rows_never_exceptions(tmp_path):
 
     one_log()
     check_tables(texts, tmp_path)
+
+
+def test_a_share_in_percent_may_be_null_where_it_was_not_measured():
+    """One process synchronises nothing: its summary's overlap_pct is null, not a broken record."""
+    assert records.problems("summary", {"status": "ok", "overlap_pct": None, "probe_overhead_pct": None}) == []
+    found = records.problems("summary", {"status": "ok", "overlap_pct": 100.5})
+    assert [key for key, _ in found] == ["overlap_pct"]
