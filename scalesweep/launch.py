@@ -268,8 +268,8 @@ def slurm_resources(settings, cluster, user_extra=""):
     One node up to gpus_per_node GPUs, else whole nodes with one task per node. tasks_per_gpu=0
     because the plugin otherwise turns `tasks` into --ntasks-per-gpu on GPU jobs. slurm_extra
     holds the workflow's options, then the config's (cluster.slurm_extra), then `user_extra`
-    (the profile's default-resources slurm_extra, which a rule's own slurm_extra would
-    otherwise replace, dropping it).
+    (the profile's default-resources slurm_extra and a --set-resources one, which would
+    otherwise replace, or be replaced by, the rule's own: workflow/rules/common.smk).
     """
     gpus_per_node = settings["gpus_per_node"]
     resources = {

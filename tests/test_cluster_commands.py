@@ -254,7 +254,8 @@ def test_each_trainer_process_gets_its_share_of_the_jobs_cpus(framework, gpus, g
 
 def test_the_users_slurm_extra_is_added_to_the_workflows(tmp_path):
     """The train rules set slurm_extra themselves (--exclusive), which would replace a profile's
-    default-resources slurm_extra: both reach sbatch, with the config's cluster.slurm_extra."""
+    default-resources slurm_extra and be replaced by --set-resources: all reach sbatch, with the
+    config's cluster.slurm_extra, the command line's last (for the rule it names only)."""
     profile = tmp_path / "profile"
     profile.mkdir()
     settings = yaml.safe_load((REPO / "profiles" / "mn5" / "config.yaml").read_text())
@@ -262,17 +263,18 @@ def test_the_users_slurm_extra_is_added_to_the_workflows(tmp_path):
     settings.pop("configfile")
     (profile / "config.yaml").write_text(yaml.safe_dump(settings))
     config = mn5_config(tmp_path)
-    config["cluster"]["slurm_extra"] = "--constraint=hopper"
+    config["cluster"]["slurm_extra"] = "--nice=10"
     path = tmp_path / "mn5.yaml"
     path.write_text(yaml.safe_dump(config))
     workdir = tmp_path / "workdir"
     workdir.mkdir()
     result = subprocess.run(
         [str(SNAKEMAKE), "-n", "-p", "--profile", str(profile), "--snakefile", str(REPO / "Snakefile"),
-         "--configfile", str(path)], cwd=workdir, capture_output=True, text=True, timeout=120)
+         "--configfile", str(path), "--set-resources", "train_pytorch_multinode:slurm_extra='--no-requeue'"],
+        cwd=workdir, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     output = result.stdout + result.stderr
     multinode = resources_of(job_block(output, "train_pytorch_multinode", "model=vit_h_14, dataset=tiny-224, gpus=8"))
-    assert multinode["slurm_extra"] == "--exclusive --constraint=hopper --mail-type=END"
+    assert multinode["slurm_extra"] == "--exclusive --nice=10 --mail-type=END --no-requeue"
     single = resources_of(job_block(output, "train_pytorch", "model=vit_h_14, dataset=tiny-224, gpus=1"))
-    assert single["slurm_extra"] == "--constraint=hopper --mail-type=END"
+    assert single["slurm_extra"] == "--nice=10 --mail-type=END"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -31,17 +32,23 @@ def cluster():
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
 
 
-def sweep(workdir, config=REPO / "tests/configs/slurm.yaml"):
-    """The command a user types, run from the sweep's working directory. Returns the process and
-    Snakemake's complete log of that invocation (the plugin writes its submissions there)."""
+def sweep(workdir, config=REPO / "tests/configs/slurm.yaml", profile=REPO / "profiles/local-slurm", more=()):
+    """The command a user types, run from the sweep's working directory, with `more` (targets,
+    options) first: --configfile takes every word after it. Returns the process and Snakemake's
+    complete log of that invocation (the plugin writes its submissions there)."""
     before = set((workdir / ".snakemake" / "log").glob("*.log"))
     result = subprocess.run(
-        [str(SNAKEMAKE), "--executor", "slurm", "--profile", str(REPO / "profiles/local-slurm"),
+        [str(SNAKEMAKE), *more, "--executor", "slurm", "--profile", str(profile),
          "--snakefile", str(REPO / "Snakefile"), "--configfile", str(config)],
         cwd=workdir, capture_output=True, text=True, timeout=900,
     )
     (log,) = set((workdir / ".snakemake" / "log").glob("*.log")) - before
     return result, log.read_text() + result.stdout + result.stderr
+
+
+# The plugin's log folder of the run made to fail: rule, then its wildcards joined by "_" (the
+# settings wildcard, "/epochs~2/per_gpu_batch~16", with its slashes as "_" too).
+LATE_FOLDER_JOB = "rule_train_pytorch/vit_tiny_late-folder_1__epochs~2_per_gpu_batch~16"
 
 
 def submissions(output):
@@ -84,7 +91,7 @@ def test_failed_configuration_fails_the_sweep_but_not_the_others(first_sweep):
     assert len(trains) == 4, output[-3000:]
     states = sacct(jobs)
     failed = [trains[j] for j in trains if states[j][0] != "COMPLETED"]
-    assert failed == ["rule_train_pytorch/vit_tiny_late-folder_1"], (failed, states)
+    assert failed == [LATE_FOLDER_JOB], (failed, states)
     assert all(states[j][0] == "FAILED" for j in trains if "late-folder" in trains[j])
     assert all(state == "COMPLETED" for j, (state, _) in states.items() if "late-folder" not in jobs[j])
 
@@ -135,7 +142,7 @@ def test_rerun_submits_exactly_the_failed_configuration(first_sweep):
     result, output = sweep(workdir)
     assert result.returncode == 0, output[-3000:]
     jobs = submissions(output)
-    assert list(jobs.values()) == ["rule_train_pytorch/vit_tiny_late-folder_1"], jobs
+    assert list(jobs.values()) == [LATE_FOLDER_JOB], jobs
     assert set(jobs).isdisjoint(submissions(first_output))
     assert [state for state, _ in sacct(jobs).values()] == ["COMPLETED"]
     runs = pd.read_csv(workdir / "results/tidy/runs.csv")
@@ -154,3 +161,44 @@ def test_time_limit_is_recorded_as_timeout_from_accounting(cluster, tmp_path):
     assert runs["status"].tolist() == ["timeout"]
     assert runs["reason"].iloc[0].startswith("SLURM state TIMEOUT")
     assert runs["throughput_img_s"].isna().all()
+
+
+def scontrol_job(jobid):
+    """{field: value} of `scontrol show job` (ended jobs stay there for MinJobAge, 120 s)."""
+    shown = subprocess.run(["scontrol", "show", "job", str(jobid)], capture_output=True, text=True,
+                           check=True).stdout
+    return dict(field.split("=", 1) for field in shown.split() if "=" in field)
+
+
+def test_sbatch_gets_the_workflows_and_the_users_slurm_extra(cluster, tmp_path):
+    """The train rules set slurm_extra themselves (--exclusive here), which a profile's
+    default-resources slurm_extra and --set-resources would replace: the one job submitted gets
+    the workflow's, the config's, the profile's and the command line's options, in that order."""
+    folder = tmp_path / "data" / "given-folder"
+    subprocess.run([sys.executable, str(REPO / "scripts/make_imagefolder.py"), "--out", str(folder),
+                    "--classes", "2", "--train-per-class", "16", "--val-per-class", "4", "--size", "32"],
+                   check=True, capture_output=True)
+    config = yaml.safe_load((REPO / "tests/configs/slurm.yaml").read_text())
+    config["matrix"] = {"framework": ["pytorch"], "model": ["vit_tiny"], "dataset": ["given-folder"], "gpus": [1]}
+    del config["exclude"]
+    config["models"] = {"pytorch": config["models"]["pytorch"]}
+    config["datasets"] = {"given-folder": {"format": "imagefolder", "path": "data/given-folder", "resolution": 32}}
+    config["cluster"].update(exclusive="always", slurm_extra="--nice=7")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    profile = yaml.safe_load((REPO / "profiles/local-slurm/config.yaml").read_text())
+    profile["default-resources"]["slurm_extra"] = "'--mail-type=END'"
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile/config.yaml").write_text(yaml.safe_dump(profile))
+    target = "results/runs/pytorch/model~vit_tiny/dataset~given-folder/gpus~1/epochs~2/per_gpu_batch~16/train.log"
+
+    result, output = sweep(tmp_path, tmp_path / "config.yaml", tmp_path / "profile",
+                           [target, "--set-resources", "train_pytorch:slurm_extra='--no-requeue'"])
+
+    assert result.returncode == 0, output[-3000:]
+    (jobid,) = submissions(output)
+    job = scontrol_job(jobid)
+    assert (job["OverSubscribe"], job["Nice"], job["MailType"], job["Requeue"]) == ("NO", "7", "END", "0")
+    line = subprocess.run(["sacct", "-X", "-n", "-P", "--format=SubmitLine", "-j", str(jobid)],
+                          capture_output=True, text=True, check=True).stdout
+    assert re.search(r" --exclusive --nice=7 --mail-type=END --no-requeue( |$)", line), line
+    assert header_of(tmp_path / target)["world_size"] == 1

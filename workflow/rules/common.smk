@@ -241,23 +241,41 @@ def profile_slurm_extra(resource_settings):
     return Resources.from_mapping(defaults).get("slurm_extra") if defaults else None
 
 
+def command_line_slurm_extra(resource_settings):
+    """{rule: slurm_extra} given with --set-resources (or a profile's set-resources). Snakemake
+    applies these after a rule's own resources, replacing the train rules' options; train.smk
+    puts the merged value back (train_rules_keep_their_slurm_extra)."""
+    from snakemake.resources import Resources
+
+    return {
+        rule_name: Resources.from_mapping(overrides)["slurm_extra"]
+        for rule_name, overrides in resource_settings.overwrite_resources.items()
+        if "slurm_extra" in overrides
+    }
+
+
 PROFILE_SLURM_EXTRA = profile_slurm_extra(workflow.resource_settings)
+COMMAND_LINE_SLURM_EXTRA = command_line_slurm_extra(workflow.resource_settings)
 
 
 def user_slurm_extra(wildcards, input, attempt, threads, rulename):
-    """The profile's slurm_extra for one job (a profile's value is an expression Snakemake
-    evaluates per job)."""
-    if PROFILE_SLURM_EXTRA is None:
-        return ""
-    value = PROFILE_SLURM_EXTRA.evaluate(
-        wildcards,
-        input=input,
-        attempt=attempt,
-        threads=threads,
-        rulename=rulename,
-        async_run=workflow.async_run,
-    ).value
-    return str(value or "")
+    """The user's slurm_extra for one job: the profile's default, then the command line's for
+    this rule; each is an expression Snakemake evaluates per job. The more specific comes
+    later, as sbatch mostly keeps the last of an option given twice."""
+    values = []
+    for resource in (PROFILE_SLURM_EXTRA, COMMAND_LINE_SLURM_EXTRA.get(rulename)):
+        if resource is None:
+            continue
+        value = resource.evaluate(
+            wildcards,
+            input=input,
+            attempt=attempt,
+            threads=threads,
+            rulename=rulename,
+            async_run=workflow.async_run,
+        ).value
+        values.append(str(value or ""))
+    return " ".join(value for value in values if value)
 
 
 def slurm_resource(framework, name, default=None):
@@ -295,6 +313,22 @@ def slurm_resources(framework, multinode=False):
     if multinode:
         resources.update(tasks=slurm_resource(framework, "tasks"), mpi="srun")
     return resources
+
+
+def train_rules_keep_their_slurm_extra():
+    """Run after the train rules are defined. --set-resources <rule>:slurm_extra=... replaces a
+    rule's own slurm_extra (Snakemake applies it after the rule's resources), dropping the
+    workflow's options such as --exclusive: put back the train rules' own, which adds the
+    command line's (user_slurm_extra)."""
+    for rule_name, framework in (
+        ("train_tensorflow", "tensorflow"),
+        ("train_pytorch", "pytorch"),
+        ("train_pytorch_multinode", "pytorch"),
+    ):
+        if rule_name in COMMAND_LINE_SLURM_EXTRA:
+            getattr(rules, rule_name).rule.resources["slurm_extra"] = slurm_resource(
+                framework, "slurm_extra", ""
+            )
 
 
 def gpu_counts(multinode):

@@ -62,3 +62,7 @@ use rule train_pytorch as train_pytorch_multinode with:
         gpus=gpu_counts(multinode=True),
     resources:
         **slurm_resources("pytorch", multinode=True),
+
+
+# --set-resources <rule>:slurm_extra=... would replace the train rules' own (common.smk).
+train_rules_keep_their_slurm_extra()
