@@ -8,20 +8,26 @@ the timed steps, under the same load, kept out of the window's seconds); an all-
 times the synchronisation alone. Per timed step every rank also measures how long it spends from
 joining the gradient synchronisation to the step's end (`joins`, gathered once per window): all
 ranks leave the all-reduce together, so a rank's join time beyond the shortest one of that step
-(the last rank to arrive) is time it waited for the slowest rank, not bytes on the wire. Then:
+(the last rank to arrive) is time it waited for the slowest rank, not bytes on the wire. Then, with `after` a step's seconds after its data wait (step - data wait, per step):
 
     wall per step = window seconds / steps        (what the throughput sees)
-    data          = median data wait
-    compute       = median probe step
-    exposed sync  = max(0, median step - data - compute)   (0 with one process: nothing to sync)
-    sync wait     = min(exposed sync, median own wait)     (waiting for the slowest rank)
-    sync comm     = exposed sync - sync wait               (communication overlap did not hide)
+    data          = mean data wait
+    contention    = mean after / median after     (> 1 where preemption stretched some steps)
+    compute       = median probe step x contention
+    exposed sync  = max(0, mean after - compute)  (0 with one process: nothing to sync)
+    sync wait     = min(exposed sync, median own wait x contention)  (waiting for the slowest rank)
+    sync comm     = exposed sync - sync wait      (communication overlap did not hide)
     other         = wall per step - data - compute - exposed sync
 
 so data + compute + sync wait + sync comm + other add up to the wall time per step by
-construction. `other` holds the host work between steps (and, negative, the noise of taking
-medians); nothing is dropped. overlap = 1 - sync comm / pure all-reduce, clipped to [0, 1]: a
-communication slower than the probe's (a slowed or contended all-reduce) hid nothing.
+construction. On a loaded machine some steps are preempted (a core taken for a while) and the
+mean step is longer than the typical one. The probe steps, few, are compared by their median
+with the steps' typical (median) time after the data wait, and the time preemption added to
+the mean is spread over compute and synchronisation in proportion (a preemption lands in a part
+as often as the part is long). The data wait is a mean: its stalls are data's. `other` holds
+the host work between steps (and, either sign, the noise of the probe's median); nothing is
+dropped. overlap = 1 - sync comm / pure all-reduce, clipped to [0, 1]: a communication slower
+than the probe's (a slowed or contended all-reduce) hid nothing.
 """
 
 from __future__ import annotations
@@ -74,19 +80,23 @@ def step_parts(window_seconds: float, window_steps: int, step_durations, data_wa
                ranks: int = 2, sync_waits=None) -> dict:
     """The breakdown keys of the summary record (nulls where a part was not measured). A run of
     one process (`ranks` 1) synchronises nothing: what its step holds beyond data and compute
-    (contention, noise) is `other`, not exposed synchronisation. `sync_waits`: the reporting
+    (the probe's noise) is `other`, not exposed synchronisation. `sync_waits`: the reporting
     rank's own_waits() (None or empty: no skew measured, all exposed synchronisation is
     communication, as with TensorFlow's replicas in one process)."""
     keys = (*PART_KEYS, "sync_exposed_s", "breakdown_steps")
-    step, data, compute = (_median_or_none(step_durations), _median_or_none(data_waits),
-                           _median_or_none(compute_durations))
-    if not window_steps or window_seconds is None or None in (step, data, compute):
+    steps = list(step_durations)
+    waits = list(data_waits)
+    compute = _median_or_none(compute_durations)
+    if not window_steps or window_seconds is None or compute is None or not steps or len(waits) != len(steps):
         return dict.fromkeys(keys)
-    wall = window_seconds / window_steps
-    exposed = max(0.0, step - data - compute) if ranks > 1 else 0.0
-    wait = min(exposed, max(0.0, _median_or_none(sync_waits or []) or 0.0))
+    after = [step - wait for step, wait in zip(steps, waits)]
+    mean_after, typical_after = statistics.fmean(after), statistics.median(after)
+    contention = mean_after / typical_after if typical_after > 0 else 1.0
+    wall, data, compute = window_seconds / window_steps, statistics.fmean(waits), compute * contention
+    exposed = max(0.0, mean_after - compute) if ranks > 1 else 0.0
+    wait = min(exposed, contention * max(0.0, _median_or_none(sync_waits or []) or 0.0))
     return dict(zip(keys, (wall, data, compute, wait, exposed - wait, wall - data - compute - exposed,
-                           exposed, len(list(step_durations)))))
+                           exposed, len(steps))))
 
 
 def allreduce_keys(gradient_bytes: int, seconds_per_bucket, ranks: int, parts: dict) -> dict:

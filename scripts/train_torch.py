@@ -31,10 +31,8 @@ agreement covers it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import os
-import statistics
 import sys
 import time
 
@@ -244,14 +242,21 @@ class Trainer:
             self.clock.data_ready()
             logits, loss = agree_on_oom(lambda: self._forward(images, labels), self.device)
             agree_on_oom(lambda: self._update(loss), self.device)
+            totals = self._totals(logits, loss, labels)
         else:
             images, labels = self._to_device(images, labels)
             self.clock.data_ready()
             # A slowed rank (fault injection): the others wait for it in the all-reduce.
             faults.inject_rank_delay(self.world.rank)
-            logits, loss = self._forward(images, labels)
-            self._update(loss)
+            totals = self._compute(images, labels)
         self.batch = (images, labels)  # the interleaved probe step's batch
+        return totals
+
+    def _compute(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """A step's work after its data wait (the interleaved probe step repeats it): forward,
+        update, the [loss sum, correct, images] totals."""
+        logits, loss = self._forward(images, labels)
+        self._update(loss)
         return self._totals(logits, loss, labels)
 
     def _totals(self, logits, loss, labels) -> torch.Tensor:
@@ -275,18 +280,12 @@ class Trainer:
             if self.joins is not None:
                 self.joins.step_ended()
             if probing and stepparts.is_probe_step(self.clock.finished - first_step - 1, every):
-                seconds, spent = torch_probes.probe_step(self._probe_forward_backward,
-                                                         lambda: synchronize(self.device), self.ddp, self.module)
+                seconds, spent = torch_probes.probe_step(lambda: self._compute(*self.batch),
+                                                         lambda: synchronize(self.device), self.ddp, self.module,
+                                                         self.optimizer, self.scaler)
                 self.probe_seconds.append(seconds)
                 probed += spent
         return totals, probed
-
-    def _probe_forward_backward(self) -> None:
-        """The compute of a step on its batch, its gradients dropped (the next step's
-        zero_grad(set_to_none) would drop them too)."""
-        logits, loss = self._forward(*self.batch)
-        self.scaler.scale(loss).backward()
-        self.optimizer.zero_grad(set_to_none=True)
 
     def _window_done(self, window: measure.TimedWindow, timed: list) -> bool:
         """Whether every rank's window is done. An adaptive window is judged on each rank's own
@@ -347,17 +346,10 @@ class Trainer:
 
     def breakdown_probes(self) -> dict:
         """The step breakdown's measurements (scripts/torch_probes.py): the probe steps between
-        the timed steps plus the optimizer's step, the join waits, the all-reduce probe."""
-        self.model.train()
+        the timed steps, the join waits, the all-reduce probe."""
         if not self.probe_seconds:  # no steady window: nothing to break down
             return {"compute": [], "allreduce": [], "ranks": self.world.world_size, "gradient_bytes": 0}
-        sync = lambda: synchronize(self.device)  # noqa: E731
-        no_sync = self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
-        with no_sync:  # gradients for the optimizer probe, not all-reduced
-            self._forward(*self.batch)[1].backward()
-        optimizer = statistics.median(torch_probes.optimizer_probe(self.optimizer, sync))
-        self.optimizer.zero_grad(set_to_none=True)
-        return {"compute": [seconds + optimizer for seconds in self.probe_seconds],
+        return {"compute": list(self.probe_seconds),
                 "interleaved_s": self.interleaved_s, "sync_waits": self.sync_waits,
                 **torch_probes.allreduce_probe(self.module, self.device, self.world.world_size)}
 

@@ -34,6 +34,21 @@ def test_waiting_for_the_slowest_rank_is_split_from_communication():
     assert (capped["sync_wait_s"], capped["sync_comm_s"]) == pytest.approx((0.030, 0.0))
 
 
+def test_time_preemption_added_is_spread_over_the_parts_it_hit():
+    """10 steps with a 0.010 s data wait; after it 9 take 0.050 s and one, preempted, 0.140 s:
+    mean after 0.059 s, median 0.050 s, contention 1.18. One process, probe median 0.050 s:
+    compute 0.059 s, other 0.075 - 0.010 - 0.059 = 0.006 s (the host work between steps), not the
+    preemption's 0.009 s. Two ranks, probe 0.040 s: compute 0.0472, exposed 0.059 - 0.0472 =
+    0.0118 s, of it wait 0.005 x 1.18 = 0.0059 s."""
+    steps, waits = [0.060] * 9 + [0.150], [0.010] * 10
+    one = stepparts.step_parts(0.75, 10, steps, waits, [0.050, 0.049, 0.051], ranks=1)
+    assert one == pytest.approx({"breakdown_step_s": 0.075, "data_wait_s": 0.010, "compute_s": 0.059,
+                                 "sync_wait_s": 0.0, "sync_comm_s": 0.0, "sync_exposed_s": 0.0,
+                                 "other_s": 0.006, "breakdown_steps": 10})
+    two = stepparts.step_parts(0.75, 10, steps, waits, [0.040] * 3, ranks=2, sync_waits=[0.005] * 10)
+    assert (two["compute_s"], two["sync_wait_s"], two["sync_comm_s"]) == pytest.approx((0.0472, 0.0059, 0.0059))
+
+
 def test_overlap_stays_between_0_and_100_percent():
     """Exposed communication 0.025 s against a 0.005 s pure all-reduce (a slowed all-reduce):
     nothing hidden, 0 %, not 1 - 5 = -400 %; no exposed communication: 100 %."""
