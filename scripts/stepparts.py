@@ -12,19 +12,21 @@ ranks leave the all-reduce together, so a rank's join time beyond the shortest o
 
     wall per step = window seconds / steps        (what the throughput sees)
     data          = mean data wait
-    contention    = mean after / median after     (> 1 where preemption stretched some steps)
-    compute       = median probe step x contention
+    compute share = median over the probes of probe step / after of the step it followed
+    compute       = compute share x mean after
     exposed sync  = max(0, mean after - compute)  (0 with one process: nothing to sync)
+    contention    = mean after / median after     (> 1 where preemption stretched some steps)
     sync wait     = min(exposed sync, median own wait x contention)  (waiting for the slowest rank)
     sync comm     = exposed sync - sync wait      (communication overlap did not hide)
     other         = wall per step - data - compute - exposed sync
 
 so data + compute + sync wait + sync comm + other add up to the wall time per step by
-construction. On a loaded machine some steps are preempted (a core taken for a while) and the
-mean step is longer than the typical one. The probe steps, few, are compared by their median
-with the steps' typical (median) time after the data wait, and the time preemption added to
-the mean is spread over compute and synchronisation in proportion (a preemption lands in a part
-as often as the part is long). The data wait is a mean: its stalls are data's. `other` holds
+construction. On a loaded machine the speed changes from moment to moment (a core taken for a
+while): each probe step is compared with the step right before it, on the same batch under the
+same load, and the few probes give the compute's share of the step after its data wait, not an
+absolute time a slow or fast moment would skew; the share of the mean step is compute (time
+preemption added is spread over the parts in proportion: it lands in a part as often as the
+part is long). The data wait is a mean: its stalls are data's. `other` holds
 the host work between steps (and, either sign, the noise of the probe's median); nothing is
 dropped. overlap = 1 - sync comm / pure all-reduce, clipped to [0, 1]: a communication slower
 than the probe's (a slowed or contended all-reduce) hid nothing.
@@ -77,12 +79,14 @@ def own_waits(joins_by_rank, rank: int = 0) -> list[float]:
 
 
 def step_parts(window_seconds: float, window_steps: int, step_durations, data_waits, compute_durations,
-               ranks: int = 2, sync_waits=None) -> dict:
+               ranks: int = 2, sync_waits=None, paired_after=None) -> dict:
     """The breakdown keys of the summary record (nulls where a part was not measured). A run of
     one process (`ranks` 1) synchronises nothing: what its step holds beyond data and compute
     (the probe's noise) is `other`, not exposed synchronisation. `sync_waits`: the reporting
     rank's own_waits() (None or empty: no skew measured, all exposed synchronisation is
-    communication, as with TensorFlow's replicas in one process)."""
+    communication, as with TensorFlow's replicas in one process). `paired_after`: per probe step,
+    the seconds after the data wait of the step it followed (None: each probe is compared with
+    the steps' median instead)."""
     keys = (*PART_KEYS, "sync_exposed_s", "breakdown_steps")
     steps = list(step_durations)
     waits = list(data_waits)
@@ -92,7 +96,11 @@ def step_parts(window_seconds: float, window_steps: int, step_durations, data_wa
     after = [step - wait for step, wait in zip(steps, waits)]
     mean_after, typical_after = statistics.fmean(after), statistics.median(after)
     contention = mean_after / typical_after if typical_after > 0 else 1.0
-    wall, data, compute = window_seconds / window_steps, statistics.fmean(waits), compute * contention
+    probes = list(compute_durations)
+    references = list(paired_after) if paired_after else [typical_after] * len(probes)
+    shares = [probe / reference for probe, reference in zip(probes, references) if reference > 0]
+    share = statistics.median(shares) if shares else compute / typical_after if typical_after > 0 else 1.0
+    wall, data, compute = window_seconds / window_steps, statistics.fmean(waits), share * mean_after
     exposed = max(0.0, mean_after - compute) if ranks > 1 else 0.0
     wait = min(exposed, contention * max(0.0, _median_or_none(sync_waits or []) or 0.0))
     return dict(zip(keys, (wall, data, compute, wait, exposed - wait, wall - data - compute - exposed,

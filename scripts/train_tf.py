@@ -412,7 +412,7 @@ class KerasAttempt:
         while not window.done(self.clock.durations[first_step:]):
             self._step()
             if probing and stepparts.is_probe_step(self.clock.finished - first_step - 1, every):
-                probed += self.interleaved.probe(self.batch)
+                probed += self.interleaved.probe(self.batch, self.clock.durations[-1] - self.clock.data_waits[-1])
         self.interleaved_s += probed
         # The metrics' read waits for the devices: the last probe step is inside the window.
         return {name: float(value) for name, value in self.model.get_metrics_result().items()}, probed
@@ -448,7 +448,7 @@ class KerasAttempt:
         batch = next(self.iterator)
         compute = tf_probes.compute_probe(self.model, self.strategy, self.train_step, batch, self.jit, self.sync,
                                           self.interleaved.seconds)
-        return {"compute": compute, "interleaved_s": self.interleaved_s,
+        return {"compute": compute, "compute_paired": list(self.interleaved.paired), "interleaved_s": self.interleaved_s,
                 **tf_probes.allreduce_probe(self.model, self.strategy, self.sync)}
 
 

@@ -167,7 +167,7 @@ class Trainer:
         # (the module's docstring says why, and what it costs).
         self.guarding_oom = True
         # The step breakdown's measurements beside the timed steps (scripts/torch_probes.py).
-        self.probe_seconds, self.interleaved_s, self.sync_waits = [], 0.0, []
+        self.probe_seconds, self.probe_pairs, self.interleaved_s, self.sync_waits = [], [], 0.0, []
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)  # the summary reports the attempt used
         self._build_data(data.train_set, endless)
@@ -284,6 +284,7 @@ class Trainer:
                                                          lambda: synchronize(self.device), self.ddp, self.module,
                                                          self.optimizer, self.scaler)
                 self.probe_seconds.append(seconds)
+                self.probe_pairs.append(self.clock.durations[-1] - self.clock.data_waits[-1])
                 probed += spent
         return totals, probed
 
@@ -349,7 +350,7 @@ class Trainer:
         the timed steps, the join waits, the all-reduce probe."""
         if not self.probe_seconds:  # no steady window: nothing to break down
             return {"compute": [], "allreduce": [], "ranks": self.world.world_size, "gradient_bytes": 0}
-        return {"compute": list(self.probe_seconds),
+        return {"compute": list(self.probe_seconds), "compute_paired": list(self.probe_pairs),
                 "interleaved_s": self.interleaved_s, "sync_waits": self.sync_waits,
                 **torch_probes.allreduce_probe(self.module, self.device, self.world.world_size)}
 

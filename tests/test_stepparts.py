@@ -49,6 +49,18 @@ def test_time_preemption_added_is_spread_over_the_parts_it_hit():
     assert (two["compute_s"], two["sync_wait_s"], two["sync_comm_s"]) == pytest.approx((0.0472, 0.0059, 0.0059))
 
 
+def test_each_probe_is_compared_with_the_step_it_followed():
+    """Steps after their 0.002 s data wait: 0.010, 0.020 (a slow moment), 0.012, 0.010 s (mean
+    0.013, median 0.011); probes after the first three take 0.009, 0.018, 0.0108 s: 90 % of their
+    step each, so compute = 0.9 x 0.013 = 0.0117 s and, one process, other = 0.015 - 0.002 -
+    0.0117 = 0.0013 s. Unpaired, the slow moment's probe would count against the median step:
+    0.0108 / 0.011 x 0.013 = 0.012764 s."""
+    steps, waits, probes = [0.012, 0.022, 0.014, 0.012], [0.002] * 4, [0.009, 0.018, 0.0108]
+    paired = stepparts.step_parts(0.060, 4, steps, waits, probes, ranks=1, paired_after=[0.010, 0.020, 0.012])
+    assert (paired["compute_s"], paired["other_s"]) == pytest.approx((0.0117, 0.0013))
+    assert stepparts.step_parts(0.060, 4, steps, waits, probes, ranks=1)["compute_s"] == pytest.approx(0.012764, abs=1e-6)
+
+
 def test_overlap_stays_between_0_and_100_percent():
     """Exposed communication 0.025 s against a 0.005 s pure all-reduce (a slowed all-reduce):
     nothing hidden, 0 %, not 1 - 5 = -400 %; no exposed communication: 100 %."""

@@ -379,7 +379,7 @@ CNN_SMALL_GRADIENT_BYTES = 4 * (3 * 3 * 3 * 16 + 3 * 3 * 16 * 32 + 3 * 3 * 32 * 
 # block's pooling), the dense layer.
 CNN_SMALL_CONV_MACS = (32 * 32 * 16 * 27, 16 * 16 * 32 * 144, 8 * 8 * 64 * 288)
 CNN_SMALL_DENSE_MACS = 64 * 10
-PARTS = ("data_wait_s", "compute_s", "sync_exposed_s", "other_s")
+PARTS = ("data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
 
 
 def assert_parts_add_up(summary: dict) -> None:

@@ -469,7 +469,7 @@ def test_max_train_images_subset_is_the_shared_rule(dataset):
 
 # ---------------------------------------------------------------- the step breakdown
 
-PART_KEYS = ("data_wait_s", "compute_s", "sync_exposed_s", "other_s")
+PART_KEYS = ("data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
 BREAKDOWN_RUN = ("--model", "vit_tiny", "--per-gpu-batch", "8", "--protocol", "steps",
                  "--warmup-steps", "3", "--timed-steps", "30")
 
