@@ -55,16 +55,17 @@ def _median_or_none(values):
 
 
 def probe_every(window_steps=None) -> int:
-    """A probe step follows every this many timed steps of a window of `window_steps` (None: not
-    known in advance, an adaptive window): PROBE_EVERY, or often enough that a short window still
-    gets COMPUTE_PROBE_STEPS probes (its probes then cost more than 5 % of its steps)."""
+    """A probe step follows every this many steady steps of a run with `window_steps` of them,
+    all its steady windows (epochs) together, counted across them (None: not known in advance,
+    an adaptive window): PROBE_EVERY, or often enough that a short run still gets
+    COMPUTE_PROBE_STEPS probes (its probes then cost more than 5 % of its steps)."""
     if not window_steps:
         return PROBE_EVERY
     return max(2, min(PROBE_EVERY, window_steps // COMPUTE_PROBE_STEPS))
 
 
 def is_probe_step(index: int, every: int) -> bool:
-    """Whether the window's timed step `index` (0-based) is followed by a probe step: the same
+    """Whether the run's steady step `index` (0-based) is followed by a probe step: the same
     indices on every rank (a DDP forward may broadcast buffers, a collective)."""
     return index % every == every - 1
 

@@ -168,6 +168,7 @@ class Trainer:
         self.guarding_oom = True
         # The step breakdown's measurements beside the timed steps (scripts/torch_probes.py).
         self.probe_seconds, self.probe_pairs, self.interleaved_s, self.sync_waits = [], [], 0.0, []
+        self.steady_steps = 0  # of every steady window so far: the probe steps' count runs across them
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)  # the summary reports the attempt used
         self._build_data(data.train_set, endless)
@@ -264,13 +265,12 @@ class Trainer:
         count = labels.new_tensor(labels.numel())
         return torch.stack([loss.detach().double() * labels.numel(), correct.double(), count.double()])
 
-    def _run_steps(self, batches: Iterator, window: measure.TimedWindow, probing: bool = False) -> tuple:
+    def _run_steps(self, batches: Iterator, window: measure.TimedWindow, probe_every: int = 0) -> tuple:
         """Timed steps until `window` is done, each from the fetch of its batch to its
         synchronized end; ([loss sum, correct, images] over them, on the device; seconds of the
-        probe steps between them, with `probing`: stepparts.probe_every())."""
+        probe steps between them: after every `probe_every`-th steady step, none with 0)."""
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)
         first_step = self.clock.finished
-        every = stepparts.probe_every(None if window.auto else window.max_steps)
         probed = 0.0
         while not self._window_done(window, self.clock.durations[first_step:]):
             self.clock.begin()
@@ -279,7 +279,8 @@ class Trainer:
             self.clock.end()
             if self.joins is not None:
                 self.joins.step_ended()
-            if probing and stepparts.is_probe_step(self.clock.finished - first_step - 1, every):
+            self.steady_steps += bool(probe_every)
+            if probe_every and stepparts.is_probe_step(self.steady_steps - 1, probe_every):
                 seconds, spent = torch_probes.probe_step(lambda: self._compute(*self.batch),
                                                          lambda: synchronize(self.device), self.ddp, self.module,
                                                          self.optimizer, self.scaler)
@@ -299,14 +300,16 @@ class Trainer:
         return int(flags.item()) == self.world.world_size
 
     def _window(self, meter: harness.WindowMeter, number: int, window: measure.TimedWindow,
-                open_batches: Callable[[], Iterator], phase=None, steady: bool = False) -> None:
+                open_batches: Callable[[], Iterator], phase=None, probe_every: int = 0) -> None:
         """The steps `window` takes, recorded by `meter`. Its seconds run between two barriers
-        after the device work, so rank 0's time covers every rank. A `steady` window (one the
-        summary's statistics are over) carries the breakdown's probe steps and join times."""
+        after the device work, so rank 0's time covers every rank. A steady window (one the
+        summary's statistics are over: `probe_every` > 0) carries the breakdown's probe steps
+        and join times."""
+        steady = probe_every > 0
         self.model.train()
         synchronize(self.device)
         meter.start(time.perf_counter())
-        totals, probed = self._run_steps(open_batches(), window, probing=steady)
+        totals, probed = self._run_steps(open_batches(), window, probe_every)
         synchronize(self.device)
         ended = time.perf_counter()
         own, _ = meter.energy_used()  # this rank's GPU energy, read before any collective
@@ -333,17 +336,19 @@ class Trainer:
 
     def fit_epochs(self, meter: harness.WindowMeter, epochs: int) -> None:
         """The epochs protocol: one epoch record per epoch."""
+        every = stepparts.probe_every(self.steps * (epochs - runlog.FIRST_STEADY_EPOCH + 1))
         for epoch in range(1, epochs + 1):
             self.console.info(f"[EPOCH: {epoch}] Starting training loop...")
             self._window(meter, epoch, measure.TimedWindow(self.steps), lambda: self.epoch_batches(epoch),
-                         steady=epoch >= runlog.FIRST_STEADY_EPOCH)
+                         probe_every=every if epoch >= runlog.FIRST_STEADY_EPOCH else 0)
 
     def fit_steps(self, meter: harness.WindowMeter, windows: list) -> None:
         """The steps protocol's windows from one loader iterator (no pipeline restart between or
         inside them)."""
         stream = iter(self.loader)
         for number, phase, window in windows:
-            self._window(meter, number, window, lambda: stream, phase, steady=phase == "timed")
+            every = stepparts.probe_every(None if window.auto else window.max_steps)
+            self._window(meter, number, window, lambda: stream, phase, every if phase == "timed" else 0)
 
     def breakdown_probes(self) -> dict:
         """The step breakdown's measurements (scripts/torch_probes.py): the probe steps between
