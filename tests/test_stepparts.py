@@ -70,11 +70,11 @@ def test_overlap_stays_between_0_and_100_percent():
 
 
 def test_probe_steps_follow_every_kth_step_and_short_windows_get_enough():
-    """30 timed steps: every 6th (30 // 5) is probed, 5 probes; 1000 steps or an adaptive window:
-    every 20th (at most 5 % more work); a 3-step epoch: every 2nd."""
-    assert stepparts.probe_every(30) == 6 and stepparts.probe_every(1000) == stepparts.probe_every(None) == 20
-    assert stepparts.probe_every(3) == 2
-    assert [i for i in range(30) if stepparts.is_probe_step(i, 6)] == [5, 11, 17, 23, 29]
+    """30 timed steps: every 3rd (30 // 10) is probed, 10 probes; 1000 steps or an adaptive window:
+    every 20th (at most 5 % more work); 3 steady steps: every 2nd."""
+    assert stepparts.probe_every(30) == 3 and stepparts.probe_every(1000) == stepparts.probe_every(None) == 20
+    assert stepparts.probe_every(3) == 2 and stepparts.probe_every(200) == 20
+    assert [i for i in range(12) if stepparts.is_probe_step(i, 3)] == [2, 5, 8, 11]
     assert stepparts.probe_overhead_pct(3.0, 120.0) == 2.5 and stepparts.probe_overhead_pct(None, 1.0) is None
 
 
