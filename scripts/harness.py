@@ -56,7 +56,8 @@ class Backend:
     the clock (and marking clock.data_ready() once the step's batch is on the device) and giving
     each window's loss and accuracy to meter.finish(). Its breakdown_probes() returns what the
     step breakdown needs beyond the timed steps: {"compute": [seconds of probe steps without
-    gradient synchronisation], "allreduce": [seconds of one bucket-sized all-reduce], "ranks",
+    gradient synchronisation], "compute_paired": [seconds after the data wait of the step each probe
+    step followed], "allreduce": [seconds of one bucket-sized all-reduce], "ranks",
     "gradient_bytes"} (scripts/stepparts.py), or None where the backend does not measure it.
     """
 
@@ -409,7 +410,7 @@ def step_breakdown(attempt, log: runlog.RunLog, info) -> dict:
     probe_s = time.perf_counter() - began + probes.get("interleaved_s", 0.0)
     seconds, steps = log.steady_window()
     parts = stepparts.step_parts(seconds, steps, log.steady_durations, log.steady_waits, probes["compute"],
-                                 probes["ranks"], probes.get("sync_waits"))
+                                 probes["ranks"], probes.get("sync_waits"), probes.get("compute_paired"))
     parts.update(stepparts.allreduce_keys(probes["gradient_bytes"], probes["allreduce"], probes["ranks"], parts))
     info(breakdown_line(parts))
     return {**parts, "probe_s": probe_s}

@@ -8,20 +8,28 @@ the timed steps, under the same load, kept out of the window's seconds); an all-
 times the synchronisation alone. Per timed step every rank also measures how long it spends from
 joining the gradient synchronisation to the step's end (`joins`, gathered once per window): all
 ranks leave the all-reduce together, so a rank's join time beyond the shortest one of that step
-(the last rank to arrive) is time it waited for the slowest rank, not bytes on the wire. Then:
+(the last rank to arrive) is time it waited for the slowest rank, not bytes on the wire. Then, with `after` a step's seconds after its data wait (step - data wait, per step):
 
     wall per step = window seconds / steps        (what the throughput sees)
-    data          = median data wait
-    compute       = median probe step
-    exposed sync  = max(0, median step - data - compute)   (0 with one process: nothing to sync)
-    sync wait     = min(exposed sync, median own wait)     (waiting for the slowest rank)
-    sync comm     = exposed sync - sync wait               (communication overlap did not hide)
+    data          = mean data wait
+    compute share = median over the probes of probe step / after of the step it followed
+    compute       = compute share x mean after
+    exposed sync  = max(0, mean after - compute)  (0 with one process: nothing to sync)
+    contention    = mean after / median after     (> 1 where preemption stretched some steps)
+    sync wait     = min(exposed sync, median own wait x contention)  (waiting for the slowest rank)
+    sync comm     = exposed sync - sync wait      (communication overlap did not hide)
     other         = wall per step - data - compute - exposed sync
 
 so data + compute + sync wait + sync comm + other add up to the wall time per step by
-construction. `other` holds the host work between steps (and, negative, the noise of taking
-medians); nothing is dropped. overlap = 1 - sync comm / pure all-reduce, clipped to [0, 1]: a
-communication slower than the probe's (a slowed or contended all-reduce) hid nothing.
+construction. On a loaded machine the speed changes from moment to moment (a core taken for a
+while): each probe step is compared with the step right before it, on the same batch under the
+same load, and the few probes give the compute's share of the step after its data wait, not an
+absolute time a slow or fast moment would skew; the share of the mean step is compute (time
+preemption added is spread over the parts in proportion: it lands in a part as often as the
+part is long). The data wait is a mean: its stalls are data's. `other` holds
+the host work between steps (and, either sign, the noise of the probe's median); nothing is
+dropped. overlap = 1 - sync comm / pure all-reduce, clipped to [0, 1]: a communication slower
+than the probe's (a slowed or contended all-reduce) hid nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ BUCKET_BYTES = 25 * 1024 * 1024
 ALLREDUCE_WARMUP = 2
 ALLREDUCE_REPEATS = 5
 COMPUTE_PROBE_STEPS = 5
+# The least probe steps between a run's steady steps: the compute share is their median, and on
+# a busy 2-core machine 5 left it 20-25 % off in 1 run of 5 (a median's error falls as 1/sqrt(n)).
+LEAST_INTERLEAVED_PROBES = 10
 # A probe step after every PROBE_EVERY-th timed step: at most 1/20 = 5 % more training work
 # (a probe step has no data wait and no synchronisation, so it is shorter than a step).
 PROBE_EVERY = 20
@@ -50,16 +61,17 @@ def _median_or_none(values):
 
 
 def probe_every(window_steps=None) -> int:
-    """A probe step follows every this many timed steps of a window of `window_steps` (None: not
-    known in advance, an adaptive window): PROBE_EVERY, or often enough that a short window still
-    gets COMPUTE_PROBE_STEPS probes (its probes then cost more than 5 % of its steps)."""
+    """A probe step follows every this many steady steps of a run with `window_steps` of them,
+    all its steady windows (epochs) together, counted across them (None: not known in advance,
+    an adaptive window): PROBE_EVERY, or often enough that a short run still gets
+    LEAST_INTERLEAVED_PROBES probes (its probes then cost more than 5 % of its steps)."""
     if not window_steps:
         return PROBE_EVERY
-    return max(2, min(PROBE_EVERY, window_steps // COMPUTE_PROBE_STEPS))
+    return max(2, min(PROBE_EVERY, window_steps // LEAST_INTERLEAVED_PROBES))
 
 
 def is_probe_step(index: int, every: int) -> bool:
-    """Whether the window's timed step `index` (0-based) is followed by a probe step: the same
+    """Whether the run's steady step `index` (0-based) is followed by a probe step: the same
     indices on every rank (a DDP forward may broadcast buffers, a collective)."""
     return index % every == every - 1
 
@@ -74,22 +86,32 @@ def own_waits(joins_by_rank, rank: int = 0) -> list[float]:
 
 
 def step_parts(window_seconds: float, window_steps: int, step_durations, data_waits, compute_durations,
-               ranks: int = 2, sync_waits=None) -> dict:
+               ranks: int = 2, sync_waits=None, paired_after=None) -> dict:
     """The breakdown keys of the summary record (nulls where a part was not measured). A run of
     one process (`ranks` 1) synchronises nothing: what its step holds beyond data and compute
-    (contention, noise) is `other`, not exposed synchronisation. `sync_waits`: the reporting
+    (the probe's noise) is `other`, not exposed synchronisation. `sync_waits`: the reporting
     rank's own_waits() (None or empty: no skew measured, all exposed synchronisation is
-    communication, as with TensorFlow's replicas in one process)."""
+    communication, as with TensorFlow's replicas in one process). `paired_after`: per probe step,
+    the seconds after the data wait of the step it followed (None: each probe is compared with
+    the steps' median instead)."""
     keys = (*PART_KEYS, "sync_exposed_s", "breakdown_steps")
-    step, data, compute = (_median_or_none(step_durations), _median_or_none(data_waits),
-                           _median_or_none(compute_durations))
-    if not window_steps or window_seconds is None or None in (step, data, compute):
+    steps = list(step_durations)
+    waits = list(data_waits)
+    compute = _median_or_none(compute_durations)
+    if not window_steps or window_seconds is None or compute is None or not steps or len(waits) != len(steps):
         return dict.fromkeys(keys)
-    wall = window_seconds / window_steps
-    exposed = max(0.0, step - data - compute) if ranks > 1 else 0.0
-    wait = min(exposed, max(0.0, _median_or_none(sync_waits or []) or 0.0))
+    after = [step - wait for step, wait in zip(steps, waits)]
+    mean_after, typical_after = statistics.fmean(after), statistics.median(after)
+    contention = mean_after / typical_after if typical_after > 0 else 1.0
+    probes = list(compute_durations)
+    references = list(paired_after) if paired_after else [typical_after] * len(probes)
+    shares = [probe / reference for probe, reference in zip(probes, references) if reference > 0]
+    share = statistics.median(shares) if shares else compute / typical_after if typical_after > 0 else 1.0
+    wall, data, compute = window_seconds / window_steps, statistics.fmean(waits), share * mean_after
+    exposed = max(0.0, mean_after - compute) if ranks > 1 else 0.0
+    wait = min(exposed, contention * max(0.0, _median_or_none(sync_waits or []) or 0.0))
     return dict(zip(keys, (wall, data, compute, wait, exposed - wait, wall - data - compute - exposed,
-                           exposed, len(list(step_durations)))))
+                           exposed, len(steps))))
 
 
 def allreduce_keys(gradient_bytes: int, seconds_per_bucket, ranks: int, parts: dict) -> dict:

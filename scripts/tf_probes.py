@@ -121,16 +121,18 @@ def timed_rounds(calls: dict, synchronize, rounds: int, ready=None) -> dict:
 
 
 class InterleavedProbe:
-    """The `gradients` probe steps between the timed steps: seconds of each (probe())."""
+    """The `gradients` probe steps between the timed steps: seconds of each (probe()), and the
+    seconds after the data wait of the step each followed (`paired`)."""
 
     def __init__(self, model, strategy, jit: bool, synchronize):
         self.model, self.synchronize = model, synchronize
         self.gradients = replicated(strategy, gradient_step(model, all_reduce=False), jit)
-        self.seconds = []
+        self.seconds, self.paired = [], []
         self.traced = False
 
-    def probe(self, batch) -> float:
-        """One probe step on `batch` (on the devices), its seconds noted; the first call is traced
+    def probe(self, batch, step_after: float) -> float:
+        """One probe step on `batch` (on the devices), its seconds noted beside `step_after` (the
+        seconds after the data wait of the step it follows); the first call is traced
         untimed first. The batch-norm statistics it moved are put back. Returns the seconds it all
         took (what the window leaves out)."""
         started = time.perf_counter()
@@ -145,6 +147,7 @@ class InterleavedProbe:
         for variable, value in saved:
             variable.assign(value)
         self.seconds.append(seconds)
+        self.paired.append(step_after)
         return time.perf_counter() - started
 
 

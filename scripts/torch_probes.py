@@ -1,13 +1,15 @@
 """PyTorch's side of the step breakdown (scripts/stepparts.py): the probes and the injected delay.
 
-- probe_step: after every stepparts.probe_every()-th timed step of a steady window, one step's
-  forward and backward on that step's batch (already on the device) under
+- probe_step: after every stepparts.probe_every()-th timed step of a steady window, one more
+  training step on that step's batch (already on the device: the data wait is measured apart)
+  doing everything a step does after its data wait (forward, zero_grad, the scaled backward, the
+  scaler's and the optimizer's step, the loss and accuracy totals) under
   DistributedDataParallel.no_sync() (no gradient all-reduce), timed apart from the steps and
   left out of the window's seconds: compute is measured beside the steps, under the same load.
-  It changes nothing that training keeps: its gradients are dropped (the next step sets them to
-  None before its backward) and the model's buffers (batch-norm statistics) are put back.
-- optimizer_probe: after training, the optimizer's step at learning rate 0 (weights unchanged)
-  on the probe's gradients; compute = probe step + optimizer step.
+  It changes nothing that training keeps: the learning rate is 0 (SGD's and AdamW's weights stay
+  as they are), the optimizer's state (momentum, moments, step count; OptimizerSnapshot), the
+  grad scaler's and the model's buffers (batch-norm statistics) are put back, its gradients are
+  dropped by the next step's zero_grad.
 - allreduce_probe: the gradients' all-reduce alone, one DDP-bucket-sized buffer at a time, every
   rank starting together (a barrier), after warm-up.
 - SyncJoins + join_hook: DDP's own all-reduce (default_hooks.allreduce_hook) as a comm hook that
@@ -48,39 +50,69 @@ def frozen_learning_rate(optimizer: torch.optim.Optimizer):
             group["lr"] = lr
 
 
-def probe_step(forward_backward, synchronize, ddp, module: torch.nn.Module) -> tuple[float, float]:
-    """(seconds of `forward_backward()`, a step's forward and backward on a batch already on the
-    device, without gradient synchronisation; seconds it all took, the module's buffers restored
-    after it: what the window leaves out)."""
+class OptimizerSnapshot:
+    """The optimizer's state as it was before a probe step's optimizer step (take(), its step
+    pre-hook: after the backward, when the activations are freed, so the copy adds no peak
+    memory of its own in a step whose activations fit), put back by restore(). `seconds`: what
+    taking it cost, device-synchronized, for the probe to leave out of its step."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, synchronize):
+        self.optimizer, self.synchronize = optimizer, synchronize
+        self.saved, self.seconds = None, 0.0
+
+    def take(self, *_hook_args) -> None:
+        self.synchronize()
+        began = time.perf_counter()
+        self.saved = {param: {key: value.clone() if torch.is_tensor(value) else value for key, value in state.items()}
+                      for param, state in self.optimizer.state.items()}
+        self.synchronize()
+        self.seconds += time.perf_counter() - began
+
+    def restore(self) -> None:
+        """State the probe's step created goes; state it changed is copied back in place."""
+        if self.saved is None:  # the step was skipped (fp16 gradients not finite): nothing moved
+            return
+        with torch.no_grad():
+            for param in list(self.optimizer.state):
+                if param not in self.saved:
+                    del self.optimizer.state[param]
+                    continue
+                state = self.optimizer.state[param]
+                for key, value in self.saved[param].items():
+                    if torch.is_tensor(value) and torch.is_tensor(state.get(key)):
+                        state[key].copy_(value)
+                    else:
+                        state[key] = value
+
+
+def probe_step(train_step, synchronize, ddp, module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               scaler) -> tuple[float, float]:
+    """(seconds of `train_step()`, a training step's work on a batch already on the device, without
+    gradient synchronisation and without effect (the module's docstring); seconds it all took,
+    the state put back: what the window leaves out)."""
     no_sync = ddp.no_sync if ddp is not None else contextlib.nullcontext
     started = time.perf_counter()
-    saved = [buffer.detach().clone() for buffer in module.buffers()]
-    synchronize()
-    began = time.perf_counter()
-    with no_sync():
-        forward_backward()
-    synchronize()
-    seconds = time.perf_counter() - began
+    buffers = [buffer.detach().clone() for buffer in module.buffers()]
+    scaler_state = scaler.state_dict()  # {} when the scaler is off (no fp16)
+    snapshot = OptimizerSnapshot(optimizer, synchronize)
+    hook = optimizer.register_step_pre_hook(snapshot.take)
+    try:
+        with frozen_learning_rate(optimizer), no_sync():
+            synchronize()
+            began = time.perf_counter()
+            train_step()
+            synchronize()
+            seconds = time.perf_counter() - began - snapshot.seconds
+    finally:
+        hook.remove()
+    snapshot.restore()
+    if scaler_state:
+        scaler.load_state_dict(scaler_state)
     with torch.no_grad():
-        for buffer, value in zip(module.buffers(), saved):
+        for buffer, value in zip(module.buffers(), buffers):
             buffer.copy_(value)
     synchronize()
     return seconds, time.perf_counter() - started
-
-
-def optimizer_probe(optimizer, synchronize, steps: int = stepparts.COMPUTE_PROBE_STEPS) -> list[float]:
-    """Seconds of `steps` optimizer steps at learning rate 0 on the gradients there are (one
-    untimed first: lazily created state)."""
-    durations = []
-    with frozen_learning_rate(optimizer):
-        for index in range(steps + 1):
-            synchronize()
-            began = time.perf_counter()
-            optimizer.step()
-            synchronize()
-            if index:
-                durations.append(time.perf_counter() - began)
-    return durations
 
 
 class SyncJoins:

@@ -387,6 +387,7 @@ class KerasAttempt:
         self.interleaved = tf_probes.InterleavedProbe(model, strategy, jit, self.sync)
         self.batch = None
         self.interleaved_s = 0.0  # the probe steps' seconds, every window together
+        self.steady_steps = 0
 
     def count_flops(self) -> None:
         """The header's flops_per_image, from the training step's graph, traced here instead of
@@ -404,16 +405,17 @@ class KerasAttempt:
         self.produced = self.train_step(self.produced)
         self.clock.end()
 
-    def _run(self, window: measure.TimedWindow, probing: bool = False) -> tuple:
+    def _run(self, window: measure.TimedWindow, probe_every: int = 0) -> tuple:
         """Steps until `window` is done; (the metrics since the last reset, seconds of the probe
-        steps between them: with `probing`, after every stepparts.probe_every()-th step)."""
+        steps between them: after every `probe_every`-th steady step, counted across the steady
+        windows; none with 0)."""
         first_step = self.clock.finished
-        every = stepparts.probe_every(None if window.auto else window.max_steps)
         probed = 0.0
         while not window.done(self.clock.durations[first_step:]):
             self._step()
-            if probing and stepparts.is_probe_step(self.clock.finished - first_step - 1, every):
-                probed += self.interleaved.probe(self.batch)
+            self.steady_steps += bool(probe_every)
+            if probe_every and stepparts.is_probe_step(self.steady_steps - 1, probe_every):
+                probed += self.interleaved.probe(self.batch, self.clock.durations[-1] - self.clock.data_waits[-1])
         self.interleaved_s += probed
         # The metrics' read waits for the devices: the last probe step is inside the window.
         return {name: float(value) for name, value in self.model.get_metrics_result().items()}, probed
@@ -422,11 +424,13 @@ class KerasAttempt:
         """The epochs protocol, with Keras' own epoch lines (its ProgbarLogger, verbose=2)."""
         progress = tf_compat.progbar_logger()
         progress.set_params({"verbose": 2, "epochs": epochs, "steps": self.steps})
+        every = stepparts.probe_every(self.steps * (epochs - runlog.FIRST_STEADY_EPOCH + 1))
         for epoch in range(epochs):
             progress.on_epoch_begin(epoch)
             self.model.reset_metrics()
             meter.start(time.perf_counter())
-            logs, probed = self._run(measure.TimedWindow(self.steps), probing=epoch + 1 >= runlog.FIRST_STEADY_EPOCH)
+            logs, probed = self._run(measure.TimedWindow(self.steps),
+                                     every if epoch + 1 >= runlog.FIRST_STEADY_EPOCH else 0)
             progress.on_epoch_end(epoch, logs)
             meter.finish(epoch + 1, logs.get("loss"), logs.get("accuracy"), excluded_s=probed)
 
@@ -436,7 +440,8 @@ class KerasAttempt:
         for index, (number, phase, window) in enumerate(windows):
             self.model.reset_metrics()
             meter.start(time.perf_counter() if index else None)
-            logs, probed = self._run(window, probing=phase == "timed")
+            every = stepparts.probe_every(None if window.auto else window.max_steps)
+            logs, probed = self._run(window, every if phase == "timed" else 0)
             meter.finish(number, logs.get("loss"), logs.get("accuracy"), phase=phase, window=window, excluded_s=probed)
 
     def probe(self, steps: int) -> None:
@@ -449,7 +454,7 @@ class KerasAttempt:
         batch = next(self.iterator)
         compute = tf_probes.compute_probe(self.model, self.strategy, self.train_step, batch, self.jit, self.sync,
                                           self.interleaved.seconds)
-        return {"compute": compute, "interleaved_s": self.interleaved_s,
+        return {"compute": compute, "compute_paired": list(self.interleaved.paired), "interleaved_s": self.interleaved_s,
                 **tf_probes.allreduce_probe(self.model, self.strategy, self.sync)}
 
 

@@ -31,10 +31,8 @@ agreement covers it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import os
-import statistics
 import sys
 import time
 
@@ -173,7 +171,8 @@ class Trainer:
         # (the module's docstring says why, and what it costs).
         self.guarding_oom = True
         # The step breakdown's measurements beside the timed steps (scripts/torch_probes.py).
-        self.probe_seconds, self.interleaved_s, self.sync_waits = [], 0.0, []
+        self.probe_seconds, self.probe_pairs, self.interleaved_s, self.sync_waits = [], [], 0.0, []
+        self.steady_steps = 0  # of every steady window so far: the probe steps' count runs across them
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)  # the summary reports the attempt used
         self._build_data(data.train_set, endless)
@@ -248,14 +247,21 @@ class Trainer:
             self.clock.data_ready()
             logits, loss = agree_on_oom(lambda: self._forward(images, labels), self.device)
             agree_on_oom(lambda: self._update(loss), self.device)
+            totals = self._totals(logits, loss, labels)
         else:
             images, labels = self._to_device(images, labels)
             self.clock.data_ready()
             # A slowed rank (fault injection): the others wait for it in the all-reduce.
             faults.inject_rank_delay(self.world.rank)
-            logits, loss = self._forward(images, labels)
-            self._update(loss)
+            totals = self._compute(images, labels)
         self.batch = (images, labels)  # the interleaved probe step's batch
+        return totals
+
+    def _compute(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """A step's work after its data wait (the interleaved probe step repeats it): forward,
+        update, the [loss sum, correct, images] totals."""
+        logits, loss = self._forward(images, labels)
+        self._update(loss)
         return self._totals(logits, loss, labels)
 
     def _totals(self, logits, loss, labels) -> torch.Tensor:
@@ -279,13 +285,12 @@ class Trainer:
         self.clock.host_waited(time.perf_counter() - waited)
         return batch
 
-    def _run_steps(self, batches: Iterator, window: measure.TimedWindow, probing: bool = False) -> tuple:
+    def _run_steps(self, batches: Iterator, window: measure.TimedWindow, probe_every: int = 0) -> tuple:
         """Timed steps until `window` is done, each from the fetch of its batch to its end on the
         device; ([loss sum, correct, images] over them, on the device; seconds of the probe steps
-        between them, with `probing`: stepparts.probe_every())."""
+        between them: after every `probe_every`-th steady step, none with 0)."""
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)
         first_step = self.clock.finished
-        every = stepparts.probe_every(None if window.auto else window.max_steps)
         probed = 0.0
         while not self._window_done(window, first_step):
             self.clock.begin()
@@ -294,19 +299,15 @@ class Trainer:
             self.clock.end()
             if self.joins is not None:
                 self.joins.step_ended()
-            if probing and stepparts.is_probe_step(self.clock.finished - first_step - 1, every):
-                seconds, spent = torch_probes.probe_step(self._probe_forward_backward,
-                                                         lambda: synchronize(self.device), self.ddp, self.module)
+            self.steady_steps += bool(probe_every)
+            if probe_every and stepparts.is_probe_step(self.steady_steps - 1, probe_every):
+                seconds, spent = torch_probes.probe_step(lambda: self._compute(*self.batch),
+                                                         lambda: synchronize(self.device), self.ddp, self.module,
+                                                         self.optimizer, self.scaler)
                 self.probe_seconds.append(seconds)
+                self.probe_pairs.append(self.clock.durations[-1] - self.clock.data_waits[-1])
                 probed += spent
         return totals, probed
-
-    def _probe_forward_backward(self) -> None:
-        """The compute of a step on its batch, its gradients dropped (the next step's
-        zero_grad(set_to_none) would drop them too)."""
-        logits, loss = self._forward(*self.batch)
-        self.scaler.scale(loss).backward()
-        self.optimizer.zero_grad(set_to_none=True)
 
     def _window_done(self, window: measure.TimedWindow, first_step: int) -> bool:
         """Whether every rank's window is done. An adaptive window is judged on each rank's own
@@ -322,14 +323,16 @@ class Trainer:
         return int(flags.item()) == self.world.world_size
 
     def _window(self, meter: harness.WindowMeter, number: int, window: measure.TimedWindow,
-                open_batches: Callable[[], Iterator], phase=None, steady: bool = False) -> None:
+                open_batches: Callable[[], Iterator], phase=None, probe_every: int = 0) -> None:
         """The steps `window` takes, recorded by `meter`. Its seconds run between two barriers
-        after the device work, so rank 0's time covers every rank. A `steady` window (one the
-        summary's statistics are over) carries the breakdown's probe steps and join times."""
+        after the device work, so rank 0's time covers every rank. A steady window (one the
+        summary's statistics are over: `probe_every` > 0) carries the breakdown's probe steps
+        and join times."""
+        steady = probe_every > 0
         self.model.train()
         synchronize(self.device)
         meter.start(time.perf_counter())
-        totals, probed = self._run_steps(open_batches(), window, probing=steady)
+        totals, probed = self._run_steps(open_batches(), window, probe_every)
         synchronize(self.device)
         ended = time.perf_counter()
         own, _ = meter.energy_used()  # this rank's GPU energy, read before any collective
@@ -356,32 +359,27 @@ class Trainer:
 
     def fit_epochs(self, meter: harness.WindowMeter, epochs: int) -> None:
         """The epochs protocol: one epoch record per epoch."""
+        every = stepparts.probe_every(self.steps * (epochs - runlog.FIRST_STEADY_EPOCH + 1))
         for epoch in range(1, epochs + 1):
             self.console.info(f"[EPOCH: {epoch}] Starting training loop...")
             self._window(meter, epoch, measure.TimedWindow(self.steps),
                          lambda: self._on_device(self.epoch_batches(epoch)),
-                         steady=epoch >= runlog.FIRST_STEADY_EPOCH)
+                         probe_every=every if epoch >= runlog.FIRST_STEADY_EPOCH else 0)
 
     def fit_steps(self, meter: harness.WindowMeter, windows: list) -> None:
         """The steps protocol's windows from one loader iterator (no pipeline restart between or
         inside them)."""
         stream = self._on_device(iter(self.loader))
         for number, phase, window in windows:
-            self._window(meter, number, window, lambda: stream, phase, steady=phase == "timed")
+            every = stepparts.probe_every(None if window.auto else window.max_steps)
+            self._window(meter, number, window, lambda: stream, phase, every if phase == "timed" else 0)
 
     def breakdown_probes(self) -> dict:
         """The step breakdown's measurements (scripts/torch_probes.py): the probe steps between
-        the timed steps plus the optimizer's step, the join waits, the all-reduce probe."""
-        self.model.train()
+        the timed steps, the join waits, the all-reduce probe."""
         if not self.probe_seconds:  # no steady window: nothing to break down
             return {"compute": [], "allreduce": [], "ranks": self.world.world_size, "gradient_bytes": 0}
-        sync = lambda: synchronize(self.device)  # noqa: E731
-        no_sync = self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
-        with no_sync:  # gradients for the optimizer probe, not all-reduced
-            self._forward(*self.batch)[1].backward()
-        optimizer = statistics.median(torch_probes.optimizer_probe(self.optimizer, sync))
-        self.optimizer.zero_grad(set_to_none=True)
-        return {"compute": [seconds + optimizer for seconds in self.probe_seconds],
+        return {"compute": list(self.probe_seconds), "compute_paired": list(self.probe_pairs),
                 "interleaved_s": self.interleaved_s, "sync_waits": self.sync_waits,
                 **torch_probes.allreduce_probe(self.module, self.device, self.world.world_size)}
 

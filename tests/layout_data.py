@@ -35,8 +35,9 @@ def run_row(framework, model, dataset, gpus, per_gpu_batch, seconds_per_image, p
             protocol="steps", train_images=512, repeat=0, noise=1.0, timed_steps=500,
             ci_pct=1.0, gpus_per_node=4, status="ok", reason=None):
     """One runs.csv row of an Amdahl-like run (parallel fraction p) whose median step splits
-    into data, compute, exposed sync and other, `other` negative at 4 GPUs and more (the probe
-    windows ran slower than the full steps)."""
+    into data, compute, exposed sync (a quarter of it waiting for the slowest rank, the rest
+    communication) and other, `other` negative at 4 GPUs and more (the probe windows ran slower
+    than the full steps)."""
     nodes = max(1, math.ceil(gpus / gpus_per_node))
     global_batch = per_gpu_batch * gpus
     throughput = noise * amdahl_speedup(gpus, p) / seconds_per_image
@@ -60,7 +61,7 @@ def run_row(framework, model, dataset, gpus, per_gpu_batch, seconds_per_image, p
         "throughput_ci_low_img_s": throughput - ci, "throughput_ci_high_img_s": throughput + ci,
         "wall_time_s": window + 30.0, "gpu_hours": gpus * (window + 30.0) / 3600.0,
         "breakdown_step_s": step, "data_wait_s": data, "compute_s": compute,
-        "sync_exposed_s": sync, "other_s": other, "breakdown_steps": timed_steps,
+        "sync_wait_s": 0.25 * sync, "sync_comm_s": 0.75 * sync, "sync_exposed_s": sync, "other_s": other, "breakdown_steps": timed_steps,
         "allreduce_s": 0.3 * step if gpus > 1 else math.nan,
         "comm_compute_ratio": 0.3 * step / compute if gpus > 1 else math.nan,
         "busbw_gb_s": (80.0 if nodes == 1 else 20.0) if gpus > 1 else math.nan,
@@ -68,8 +69,8 @@ def run_row(framework, model, dataset, gpus, per_gpu_batch, seconds_per_image, p
     if status != "ok":
         for column in ("steady_epoch_time_s", "throughput_img_s", "throughput_per_gpu_img_s",
                        "total_time_s", "throughput_ci_low_img_s", "throughput_ci_high_img_s",
-                       "breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s",
-                       "other_s", "allreduce_s", "comm_compute_ratio", "busbw_gb_s"):
+                       "breakdown_step_s", "data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s",
+                       "sync_exposed_s", "other_s", "allreduce_s", "comm_compute_ratio", "busbw_gb_s"):
             row[column] = math.nan
     return row
 

@@ -521,19 +521,20 @@ def test_step_breakdown_adds_up_to_the_timed_windows_wall_time_per_step(framewor
     assert done.returncode == 0, done.stderr[-3000:]
     header, _, timed, summary = parse_records(done.stdout)
     assert header["flops_per_image"] > 0
-    parts = [summary[key] for key in ("data_wait_s", "compute_s", "sync_exposed_s", "other_s")]
+    parts = [summary[key] for key in ("data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")]
     assert summary["breakdown_step_s"] == pytest.approx(timed["seconds"] / 8)
     assert sum(parts) == pytest.approx(summary["breakdown_step_s"], abs=1e-12)
-    assert summary["breakdown_steps"] == 8 and min(parts[:3]) >= 0 and parts[1] > 0
+    assert summary["breakdown_steps"] == 8 and min(parts[:4]) >= 0 and parts[1] > 0
     # The all-reduce probe over the two devices: nccl-tests' bus bandwidth, 2 (n - 1) / n = 1 x algbw.
     assert summary["allreduce_s"] > 0 and summary["allreduce_bytes"] > 0
     assert summary["busbw_gb_s"] == pytest.approx(summary["algbw_gb_s"])
     assert summary["algbw_gb_s"] == pytest.approx(summary["allreduce_bytes"] / summary["allreduce_s"] / 1e9)
     ms = {key: f"{1000 * summary[key]:.2f}" for key in ("breakdown_step_s", "data_wait_s", "compute_s",
-                                                        "sync_exposed_s", "other_s")}
+                                                        "sync_wait_s", "sync_comm_s", "other_s")}
     assert done.stdout.count(
         f"step breakdown: {ms['breakdown_step_s']} ms per step = data {ms['data_wait_s']} + compute "
-        f"{ms['compute_s']} + exposed sync {ms['sync_exposed_s']} + other {ms['other_s']} ms; all-reduce ") == 1
+        f"{ms['compute_s']} + sync wait {ms['sync_wait_s']} + sync comm {ms['sync_comm_s']} + other "
+        f"{ms['other_s']} ms; all-reduce ") == 1
 
 
 # The adaptive window on the layouts it must agree on: PyTorch's two ranks all-reduce the stop;

@@ -20,7 +20,7 @@ MODELS = {"tensorflow": "cnn_small", "pytorch": "vit_tiny"}
 # What each stack's framework reports as its version (the header's `versions`; PyPI's torch adds
 # its CUDA build, +cu121).
 FRAMEWORK_VERSIONS = {"tensorflow": "2.11.0", "pytorch": "2.4.0+cu121"}
-BREAKDOWN = ["data_wait_s", "compute_s", "sync_exposed_s", "other_s"]
+BREAKDOWN = ["data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s"]
 
 
 def stack_config(pythons: dict) -> dict:

@@ -34,6 +34,33 @@ def test_waiting_for_the_slowest_rank_is_split_from_communication():
     assert (capped["sync_wait_s"], capped["sync_comm_s"]) == pytest.approx((0.030, 0.0))
 
 
+def test_time_preemption_added_is_spread_over_the_parts_it_hit():
+    """10 steps with a 0.010 s data wait; after it 9 take 0.050 s and one, preempted, 0.140 s:
+    mean after 0.059 s, median 0.050 s, contention 1.18. One process, probe median 0.050 s:
+    compute 0.059 s, other 0.075 - 0.010 - 0.059 = 0.006 s (the host work between steps), not the
+    preemption's 0.009 s. Two ranks, probe 0.040 s: compute 0.0472, exposed 0.059 - 0.0472 =
+    0.0118 s, of it wait 0.005 x 1.18 = 0.0059 s."""
+    steps, waits = [0.060] * 9 + [0.150], [0.010] * 10
+    one = stepparts.step_parts(0.75, 10, steps, waits, [0.050, 0.049, 0.051], ranks=1)
+    assert one == pytest.approx({"breakdown_step_s": 0.075, "data_wait_s": 0.010, "compute_s": 0.059,
+                                 "sync_wait_s": 0.0, "sync_comm_s": 0.0, "sync_exposed_s": 0.0,
+                                 "other_s": 0.006, "breakdown_steps": 10})
+    two = stepparts.step_parts(0.75, 10, steps, waits, [0.040] * 3, ranks=2, sync_waits=[0.005] * 10)
+    assert (two["compute_s"], two["sync_wait_s"], two["sync_comm_s"]) == pytest.approx((0.0472, 0.0059, 0.0059))
+
+
+def test_each_probe_is_compared_with_the_step_it_followed():
+    """Steps after their 0.002 s data wait: 0.010, 0.020 (a slow moment), 0.012, 0.010 s (mean
+    0.013, median 0.011); probes after the first three take 0.009, 0.018, 0.0108 s: 90 % of their
+    step each, so compute = 0.9 x 0.013 = 0.0117 s and, one process, other = 0.015 - 0.002 -
+    0.0117 = 0.0013 s. Unpaired, the slow moment's probe would count against the median step:
+    0.0108 / 0.011 x 0.013 = 0.012764 s."""
+    steps, waits, probes = [0.012, 0.022, 0.014, 0.012], [0.002] * 4, [0.009, 0.018, 0.0108]
+    paired = stepparts.step_parts(0.060, 4, steps, waits, probes, ranks=1, paired_after=[0.010, 0.020, 0.012])
+    assert (paired["compute_s"], paired["other_s"]) == pytest.approx((0.0117, 0.0013))
+    assert stepparts.step_parts(0.060, 4, steps, waits, probes, ranks=1)["compute_s"] == pytest.approx(0.012764, abs=1e-6)
+
+
 def test_overlap_stays_between_0_and_100_percent():
     """Exposed communication 0.025 s against a 0.005 s pure all-reduce (a slowed all-reduce):
     nothing hidden, 0 %, not 1 - 5 = -400 %; no exposed communication: 100 %."""
@@ -43,11 +70,11 @@ def test_overlap_stays_between_0_and_100_percent():
 
 
 def test_probe_steps_follow_every_kth_step_and_short_windows_get_enough():
-    """30 timed steps: every 6th (30 // 5) is probed, 5 probes; 1000 steps or an adaptive window:
-    every 20th (at most 5 % more work); a 3-step epoch: every 2nd."""
-    assert stepparts.probe_every(30) == 6 and stepparts.probe_every(1000) == stepparts.probe_every(None) == 20
-    assert stepparts.probe_every(3) == 2
-    assert [i for i in range(30) if stepparts.is_probe_step(i, 6)] == [5, 11, 17, 23, 29]
+    """30 timed steps: every 3rd (30 // 10) is probed, 10 probes; 1000 steps or an adaptive window:
+    every 20th (at most 5 % more work); 3 steady steps: every 2nd."""
+    assert stepparts.probe_every(30) == 3 and stepparts.probe_every(1000) == stepparts.probe_every(None) == 20
+    assert stepparts.probe_every(3) == 2 and stepparts.probe_every(200) == 20
+    assert [i for i in range(12) if stepparts.is_probe_step(i, 3)] == [2, 5, 8, 11]
     assert stepparts.probe_overhead_pct(3.0, 120.0) == 2.5 and stepparts.probe_overhead_pct(None, 1.0) is None
 
 

@@ -379,7 +379,7 @@ CNN_SMALL_GRADIENT_BYTES = 4 * (3 * 3 * 3 * 16 + 3 * 3 * 16 * 32 + 3 * 3 * 32 * 
 # block's pooling), the dense layer.
 CNN_SMALL_CONV_MACS = (32 * 32 * 16 * 27, 16 * 16 * 32 * 144, 8 * 8 * 64 * 288)
 CNN_SMALL_DENSE_MACS = 64 * 10
-PARTS = ("data_wait_s", "compute_s", "sync_exposed_s", "other_s")
+PARTS = ("data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
 
 
 def assert_parts_add_up(summary: dict) -> None:
@@ -503,8 +503,10 @@ def test_resnet50_flops_match_the_published_count():
 
 @pytest.mark.slow
 def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
-    """After 3 training steps on 2 CPU replicas: the probes' timings, and every variable of the
-    model and of the optimizer unchanged by them (learning rate 0, statistics restored)."""
+    """After 3 training steps on 2 CPU replicas, 5 interleaved probe steps (each noted beside the
+    0.01 s its step took after its data wait) and the probes after training: their timings, and
+    every variable of the model and of the optimizer unchanged by them (learning rate 0,
+    statistics restored)."""
     result = tf_probe(
         f"""
         import json
@@ -518,6 +520,8 @@ def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
         state = lambda: [v.numpy().copy() for v in [*attempt.model.variables, *attempt.model.optimizer.variables]]
         before = state()
         lr = float(attempt.model.optimizer.learning_rate.numpy())
+        for _ in range({stepparts.COMPUTE_PROBE_STEPS}):
+            attempt.interleaved.probe(attempt.batch, 0.01)
         probes = attempt.breakdown_probes()
         after = state()
         print(json.dumps({{**probes, "unchanged": all(np.array_equal(a, b) for a, b in zip(before, after)),
@@ -530,6 +534,7 @@ def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
     assert result["unchanged"] and result["variables"] == 3 + 4 * 3 + 2 + 2
     assert result["lr"] == pytest.approx([0.02, 0.02])  # 0.01 x 2 replicas, restored
     assert len(result["compute"]) == stepparts.COMPUTE_PROBE_STEPS and all(seconds > 0 for seconds in result["compute"])
+    assert result["compute_paired"] == [0.01] * stepparts.COMPUTE_PROBE_STEPS
     assert len(result["allreduce"]) == stepparts.ALLREDUCE_REPEATS
     assert all(seconds > 0 for seconds in result["allreduce"])
     assert (result["ranks"], result["gradient_bytes"]) == (2, CNN_SMALL_GRADIENT_BYTES)

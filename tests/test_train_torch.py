@@ -33,6 +33,7 @@ import measure  # noqa: E402
 import runlog  # noqa: E402
 import torch_data  # noqa: E402
 import torch_distributed  # noqa: E402
+import torch_probes  # noqa: E402
 import train_torch  # noqa: E402
 
 CLASSES, TRAIN_PER_CLASS, VAL_PER_CLASS = 4, 26, 3  # 104 train images, 12 val
@@ -469,7 +470,36 @@ def test_max_train_images_subset_is_the_shared_rule(dataset):
 
 # ---------------------------------------------------------------- the step breakdown
 
-PART_KEYS = ("data_wait_s", "compute_s", "sync_exposed_s", "other_s")
+@pytest.mark.parametrize("optimizer_name", train_torch.OPTIMIZERS)
+def test_a_probe_step_does_a_whole_step_and_changes_nothing(optimizer_name):
+    """Two real steps (momentum / moments and AdamW's step count exist), then a probe step doing a
+    whole step (forward, backward, the optimizer's step): weights, optimizer state and batch-norm
+    statistics are as before it, the learning rate is back, and its optimizer step did run."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
+    optimizer = train_torch.build_optimizer(optimizer_name, model.parameters(), 0.1)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    images, labels = torch.randn(16, 4), torch.randint(0, 2, (16,))
+    stepped = []
+    optimizer.register_step_post_hook(lambda *_: stepped.append(True))
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(torch.nn.functional.cross_entropy(model(images), labels)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    step(), step()
+    state = lambda: [t.clone() for t in (*model.parameters(), *model.buffers(),  # noqa: E731
+                                         *(v for s in optimizer.state.values() for v in s.values()))]
+    before = state()
+    seconds, spent = torch_probes.probe_step(step, lambda: None, None, model, optimizer, scaler)
+    assert len(stepped) == 3 and 0 < seconds <= spent
+    assert all(torch.equal(a, b) for a, b in zip(before, state())) and len(state()) == len(before)
+    assert optimizer.param_groups[0]["lr"] == 0.1
+
+
+PART_KEYS = ("data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
 BREAKDOWN_RUN = ("--model", "vit_tiny", "--per-gpu-batch", "8", "--protocol", "steps",
                  "--warmup-steps", "3", "--timed-steps", "30")
 

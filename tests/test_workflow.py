@@ -41,7 +41,7 @@ def test_sweep_leaves_tidy_tables_and_figures(tiny_sweep):
     one = scaling[scaling.gpus == 1].set_index("framework")
     assert two.speedup.to_dict() == pytest.approx((one.time_s / two.time_s).to_dict())
     # Every run measured where its steps go: the parts add up, the line with `other` is in its log.
-    parts = runs[["data_wait_s", "compute_s", "sync_exposed_s", "other_s"]].sum(axis=1)
+    parts = runs[["data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s"]].sum(axis=1)
     assert parts.tolist() == pytest.approx(runs.breakdown_step_s.tolist())
     assert (runs[runs.gpus == 1].sync_exposed_s == 0).all() and (runs[runs.gpus == 2].allreduce_s > 0).all()
     for log in runs.log:
