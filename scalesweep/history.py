@@ -324,7 +324,7 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
 
     readable = [str(path) for path in files]
     while readable:
-        connection = duckdb.connect()
+        connection = _reading_connection(readable)
         try:
             paths = f"[{', '.join(_sql_text(duckdb_path(path)) for path in readable)}]"
             foreign = _foreign(connection, readable, paths)
@@ -334,20 +334,58 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
             if foreign:
                 readable = [path for path in readable if path not in foreign]
                 continue
-            connection.execute(f"CREATE VIEW raw_runs AS SELECT * FROM read_parquet({paths}, union_by_name = true)")
+            connection.execute(f"CREATE OR REPLACE VIEW raw_runs AS SELECT * FROM read_parquet({paths}, union_by_name = true)")
             connection.execute(_deduplicated_view(connection))
             return connection.execute(sql, list(parameters)).df(), readable
         except duckdb.Error as error:
             damaged = {} if _is_query_error(error) else _damaged(readable, error)
             if not damaged:
-                raise _query_error(error, where, connection) from error
+                problem = _query_error(error, where, connection)
+                _forget_connection()
+                raise problem from error
+            _forget_connection()
             for path, reason in damaged.items():
                 warnings.warn(f"sweep history: skipping damaged file {path}: {reason}",
                               DamagedArchiveWarning, stacklevel=2)
             readable = [path for path in readable if path not in damaged]
-        finally:
-            connection.close()
     return pd.DataFrame(columns=list(SWEEP_COLUMNS)), []
+
+
+# One DuckDB database per process for reading the history, kept while its files stay as they
+# were: every query reads each file's footer (the schema check, the view, the rows), and DuckDB's
+# Parquet metadata cache then reads a footer once, not four times per query and twice per
+# comparison (1,000 files: 0.8 s of a comparison's 1.7 s in DuckDB). The database is replaced
+# whenever any file's size, inode or modification time (in nanoseconds) differs from when it was
+# opened, so a stale footer never depends on how the cache tells a replaced file.
+_reader: dict = {}
+
+
+def _reading_connection(files: list[str]):
+    import duckdb
+
+    identity = tuple(_file_identity(path) for path in files)
+    if _reader.get("files") != identity:
+        _forget_connection()
+        connection = duckdb.connect()
+        connection.execute("SET parquet_metadata_cache = true")
+        _reader.update(files=identity, connection=connection)
+    return _reader["connection"]
+
+
+def _file_identity(path: str) -> tuple:
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return (path,)  # DuckDB names the missing file when it reads it
+    return (path, stat.st_size, stat.st_ino, stat.st_mtime_ns)
+
+
+def _forget_connection() -> None:
+    """Drop the shared database (after an error its state is not to be trusted)."""
+    connection = _reader.pop("connection", None)
+    _reader.pop("files", None)
+    if connection is not None:
+        connection.close()
 
 
 def _foreign(connection, files: list[str], paths: str) -> list[str]:
@@ -363,8 +401,8 @@ def _deduplicated_view(connection) -> str:
     oldest sweep's row; rows without a run id (older archives) are all kept."""
     columns = [row[0] for row in connection.execute("DESCRIBE raw_runs").fetchall()]
     if "run_id" not in columns:
-        return "CREATE VIEW runs AS SELECT * FROM raw_runs"
-    return ("CREATE VIEW runs AS SELECT * FROM raw_runs QUALIFY run_id IS NULL OR "
+        return "CREATE OR REPLACE VIEW runs AS SELECT * FROM raw_runs"
+    return ("CREATE OR REPLACE VIEW runs AS SELECT * FROM raw_runs QUALIFY run_id IS NULL OR "
             "row_number() OVER (PARTITION BY run_id ORDER BY sweep_id) = 1")
 
 

@@ -378,6 +378,20 @@ def test_a_broken_default_config_is_named_with_line_and_column(tmp_path):
     assert replaced.returncode == 0, replaced.stderr[-2000:]
 
 
+@pytest.mark.parametrize("text, kind", [("- a\n", "a list"), ("42\n", "a number")])
+def test_a_command_line_config_that_is_not_keys_is_named_by_configcheck(tmp_path, text, kind):
+    """Snakemake refuses it before any workflow code runs, naming no file (its CLI loads
+    --configfile files); `python -m scalesweep check-config` names it."""
+    broken = write(tmp_path / "c.yaml", text)
+    result = snakemake(tmp_path, "-n", configfile=broken, timeout=120)
+    assert result.returncode != 0
+    assert "Config file must be given as JSON or YAML with keys at top level." in result.stdout + result.stderr
+    check = subprocess.run([sys.executable, "-m", "scalesweep", "check-config", str(broken)],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 1
+    assert check.stderr == f"error: {broken}: the top level must be keys (matrix:, datasets:, ...), not {kind}\n"
+
+
 def test_a_broken_command_line_config_is_named_by_configcheck(tmp_path):
     """Snakemake reads --configfile before any workflow code and names no file, line or column;
     `python -m scalesweep check-config` does."""

@@ -306,6 +306,37 @@ def test_a_filter_naming_an_unknown_column_is_one_line_listing_the_columns(tmp_p
     assert "gpu_model" in line and "Binder Error" not in line
 
 
+def test_a_file_replaced_within_the_same_second_is_read_anew(tmp_path):
+    # Reads share one DuckDB database and its Parquet footer cache: a file replaced since the last
+    # read (here keeping its old modification time) is read anew, footer and rows.
+    archived = history.archive(sweep_runs(), tmp_path)
+    assert history.archived_runs(tmp_path)["throughput_img_s"].tolist()[:3] == [100.0, 102.0, 190.0]
+    before = archived.path.stat()
+    shorter = sweep_runs().head(2).assign(throughput_img_s=[50.0, 51.0])
+    history.write_parquet_atomic(history.archive_frame(shorter, archived.sweep_id, "2026-11-01", None, None),
+                                 archived.path)
+    import os
+
+    os.utime(archived.path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert history.archived_runs(tmp_path)["throughput_img_s"].tolist() == [50.0, 51.0]
+
+
+@pytest.mark.parametrize("filters", [("--where", "gpu_moddel = 'x'"), ("gpu_moddel=x",)])
+def test_a_compare_filter_naming_an_unknown_column_is_one_line_listing_the_columns(tmp_path, filters):
+    a = history.archive(sweep_runs(), tmp_path / "h")
+    b = history.archive(sweep_runs(driver="550.54.15"), tmp_path / "h")
+    if filters[0] == "--where":
+        sides = [a.sweep_id, b.sweep_id, *filters]
+    else:  # a selector as the candidate side
+        sides = [a.sweep_id, filters[0]]
+    result = scalesweep_cli("compare", *sides, "--history", tmp_path / "h", "--out", tmp_path / "cmp")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("scalesweep compare: no column 'gpu_moddel' in the runs (columns: ")
+    assert "gpu_model" in line and "Binder Error" not in line
+    assert not (tmp_path / "cmp" / "compare.csv").exists()
+
+
 def test_compare_of_sweeps_with_no_configuration_in_common_is_one_line(tmp_path):
     a = history.archive(sweep_runs(), tmp_path / "h")
     b = history.archive(sweep_runs(model="vit_h_14", driver="550.54.15"), tmp_path / "h")

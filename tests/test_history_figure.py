@@ -60,3 +60,31 @@ def test_one_sweep_says_there_is_nothing_over_time(tmp_path):
     assert empty.note.startswith("0 ")
     plt.close(figure.figure)
     plt.close(empty.figure)
+
+
+def test_names_that_look_like_math_or_are_100_kb_long_give_the_history_figure(tmp_path):
+    """A model `$x^2$` (mathtext) and a dataset named by 100 kB: the figure is written, its panel
+    titles show the names escaped (figures.plot_text) and cut to LABEL_LIMIT characters."""
+    from matplotlib import cbook
+
+    from scalesweep.figures import LABEL_LIMIT
+    from test_figures import PNG_MAGIC
+
+    runs = laptop_runs()
+    runs.loc[runs["model"] == "cnn_small", "model"] = "$x^2$"
+    runs = pd.concat([runs, runs.assign(dataset="d" * 100_000)], ignore_index=True)
+    folder = three_sweeps(tmp_path / "history", runs)
+    line = history_figure.write_history_figure(folder, tmp_path / "throughput_history.png")
+    assert line.startswith("throughput_history: 3 sweeps")
+    assert (tmp_path / "throughput_history.png").read_bytes()[:8] == PNG_MAGIC
+
+    figure = history_figure.history_figure(history_figure.history_table(history.archived_runs(folder)))
+    titles = {ax.get_title() for ax in figure.figure.axes}
+    assert r"\$x^2\$, synth-cifar" in titles
+    long = [title.replace(r"\$", "$") for title in titles if "d" * 20 in title]  # one per model
+    assert len(long) == 4 and all(len(title) == LABEL_LIMIT and "…#" in title for title in long)
+    texts = [*titles, *(t.get_text() for t in figure.figure.texts)]
+    for legend in figure.figure.legends:
+        texts += [legend.get_title().get_text(), *(t.get_text() for t in legend.get_texts())]
+    assert not any(cbook.is_math_text(text) for text in texts)
+    plt.close(figure.figure)
