@@ -317,19 +317,22 @@ class WindowMeter:
         timed window ended. `energy_by_rank`: every rank's joules of the window (a multi-process
         backend gathers them with its own reduction); None: this process's devices'.
         `excluded_s`: seconds of the breakdown's probe steps between the window's steps, taken
-        out of its seconds (the throughput sees training steps only; their energy stays in)."""
+        out of its seconds and, in proportion, out of its energy (the probe steps run the same
+        work at the same power): throughput and energy per image see training steps only."""
         own, reason = self.energy_used()
         steps = self.clock.finished - self.first_step
         timing = measure.window_timing(self.clock.begins, self.clock.ends, self.first_step, steps,
                                       self.warmup_steps, self.started, ended)
-        timing["seconds"] -= excluded_s
+        trained = timing["seconds"] - excluded_s
         record = runlog.epoch_record(
-            number, steps * self.global_batch, timing["seconds"], loss, accuracy,
+            number, steps * self.global_batch, trained, loss, accuracy,
             step_stats={key: timing[key] for key in runlog.STEP_KEYS}, phase=phase,
             window=window.record_keys() if phase == "timed" and window else None,
         )
-        record.update(energy.energy_keys(own if energy_by_rank is None else energy_by_rank, reason,
-                                         self.counters.source))
+        joules = energy.per_rank_values(own if energy_by_rank is None else energy_by_rank)
+        share = trained / timing["seconds"] if excluded_s > 0 and timing["seconds"] > 0 else 1.0
+        record.update(energy.energy_keys([None if value is None else value * share for value in joules],
+                                         reason, self.counters.source))
         record["energy_read_s"] = self.energy_start.cost_s + self.energy_end.cost_s
         waits = self.clock.data_waits[self.first_step:]
         self.log.epoch(record, measure.timed_durations(self.durations(), self.first_step, self.warmup_steps),
