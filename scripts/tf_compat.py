@@ -9,6 +9,7 @@ how each is detected, is in docs/trainers.md ("Supported stacks").
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 
@@ -86,6 +87,47 @@ def optimizer_variables(optimizer) -> list:
             continue
         variables = each.variables
         found += [v for v in (variables() if callable(variables) else variables) if all(v is not f for f in found)]
+    return found
+
+
+# The optimizer method that all-reduces the gradients inside apply_gradients: Keras 3's
+# TensorFlow optimizer (`_all_reduce_sum_gradients`, in `_backend_update_step`), Keras 2's
+# OptimizerV2 (`_aggregate_gradients`; keras.optimizers.SGD of Keras 2.11) and its experimental
+# optimizer (`aggregate_gradients`).
+GRADIENT_ALL_REDUCE_METHODS = ("_all_reduce_sum_gradients", "_aggregate_gradients", "aggregate_gradients")
+
+
+@contextlib.contextmanager
+def unreduced_gradients(optimizer):
+    """Inside: the optimizer (and a loss-scale wrapper's inner one) applies each replica's own
+    gradients, without the cross-replica all-reduce, for the step functions traced here. An
+    instance attribute shadows the class's method; deleting it brings the method back."""
+    patched = []
+    for each in (optimizer, getattr(optimizer, "inner_optimizer", None)):
+        name = next((name for name in GRADIENT_ALL_REDUCE_METHODS if hasattr(each, name)), None) if each else None
+        if name is None:
+            continue
+        object.__setattr__(each, name, _unreduced)
+        patched.append((each, name))
+    if not patched:
+        raise RuntimeError(f"{type(optimizer).__name__} has none of {GRADIENT_ALL_REDUCE_METHODS}: "
+                           "cannot step without the gradient all-reduce")
+    try:
+        yield
+    finally:
+        for each, name in patched:
+            object.__delattr__(each, name)
+
+
+def _unreduced(grads_and_vars):
+    return list(grads_and_vars)
+
+
+def metric_variables(model) -> list:
+    """The variables of the model's metrics and loss tracker (the window's loss and accuracy)."""
+    found = []
+    for metric in model.metrics:
+        found += [v for v in metric.variables if all(v is not f for f in found)]
     return found
 
 

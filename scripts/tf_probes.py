@@ -8,17 +8,14 @@ in Python, waits for the devices (the batch is on them, copy included: the data 
 runs the step, `strategy.run(model.train_step)` in a tf.function (XLA with --compile), as fit's
 own step function does.
 
-- compute: `gradients` (forward, loss and backward per replica, the gradients left unreduced and
-  unapplied) as a probe step after every stepparts.probe_every()-th timed step of a steady window
-  (InterleavedProbe: beside the steps, under the same load, kept out of the window's seconds; the
-  model's non-trainable variables, batch-norm statistics, restored after each), plus, from
-  compute_probe after training, what the step does beyond its all-reduce: two step functions on
-  one batch already on the devices, taking turns after an untimed round (tracing, XLA),
-  `all-reduced` (the gradients, then the cross-replica all-reduce Keras' optimizer does,
-  ReplicaContext.all_reduce) and `full` (the training step itself, learning rate 0); compute =
-  gradients + max(0, median(full) - median(all-reduced)) (the optimizer's update, the loss and
-  metric updates). The learning rate is 0 and the model's non-trainable variables and the
-  optimizer's (iterations, loss scale) are restored after: the probes change no weight.
+- compute: a probe step after every stepparts.probe_every()-th timed step of a steady window
+  (InterleavedProbe: beside the steps, under the same load, kept out of the window's seconds,
+  paired with the step it followed): the training step itself, `strategy.run(model.train_step)`
+  (XLA with --compile), but every replica applies its own gradients without the cross-replica
+  all-reduce (tf_compat.unreduced_gradients: the optimizer's all-reduce method shadowed while the
+  probe's own tf.function runs), at learning rate 0, the model's non-trainable variables
+  (batch-norm statistics), the optimizer's (its step count, loss scale) and the metrics'
+  restored after each: the probes change neither weight nor the window's loss and accuracy.
 - sync wait: the replicas run in one process, one step function, and enter the all-reduce from
   the same graph execution: no rank can be late by its own host work, and the skew between the
   replicas' devices is not measured. All exposed synchronisation is sync_comm_s; sync_wait_s is
@@ -28,9 +25,8 @@ own step function does.
   devices synchronized before (every replica starts together) and after, after warm-up.
 - Delay injection: with faults.SYNC_DELAY_ENV set, the strategy's cross-device ops start every
   batch reduction (the gradients' all-reduce of a step is one) that many seconds after all its
-  inputs are ready (cross_device_ops); the compute probe's `gradients` step reduces
-  nothing and its other two steps both carry the delay, so compute does not. The data delay is
-  tf_data.with_injected_delay.
+  inputs are ready (cross_device_ops); the compute probe reduces nothing, so compute does not
+  carry it. The data delay is tf_data.with_injected_delay.
 - graph_flops: the FLOPs of the ops a traced graph runs (TensorFlow's registered per-op
   statistics, the ones tf.compat.v1.profiler sums), for the header's flops_per_image.
 """
@@ -38,7 +34,6 @@ own step function does.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 
 import numpy as np
@@ -62,34 +57,15 @@ def replicated(strategy, replica_fn, jit: bool = False):
 # ---------------------------------------------------------------- compute probe
 
 
-def gradient_step(model, all_reduce: bool):
-    """A replica function of a Keras batch (images, labels): forward, loss and backward, then the
-    gradients' cross-replica sum when `all_reduce`; returns the gradients (an output, so the
-    graph cannot prune their computation)."""
-
-    def step(data):
-        images, labels = data
-        with tf.GradientTape() as tape:
-            predictions = model(images, training=True)
-            loss = tf_compat.compute_loss(model, images, labels, predictions)
-            # As Keras' train_step: mixed float16 scales the loss, or its gradients underflow into
-            # subnormals (slow on CPUs).
-            loss = tf_compat.scale_loss(model.optimizer, loss)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        if all_reduce:
-            gradients = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
-        return gradients
-
-    return step
-
-
 @contextlib.contextmanager
 def frozen_training_state(model):
-    """The training step's work without its effect: learning rate 0, and the model's
-    non-trainable variables (batch-norm statistics move in every training forward) and the
-    optimizer's variables (its step count) restored afterwards."""
+    """The training step's work without its effect: learning rate 0 (the weights stay), and the
+    model's non-trainable variables (batch-norm statistics move in every training forward), the
+    optimizer's variables (its step count) and the metrics' (the window's loss and accuracy so
+    far) restored afterwards."""
     optimizer = model.optimizer
-    variables = [*model.non_trainable_variables, *tf_compat.optimizer_variables(optimizer)]
+    variables = [*model.non_trainable_variables, *tf_compat.optimizer_variables(optimizer),
+                 *tf_compat.metric_variables(model)]
     saved = [(variable, variable.numpy()) for variable in variables]
     learning_rate = float(optimizer.learning_rate.numpy())
     optimizer.learning_rate = 0.0
@@ -99,69 +75,38 @@ def frozen_training_state(model):
         for variable, value in saved:
             variable.assign(value)
         optimizer.learning_rate = learning_rate
-        model.reset_metrics()
-
-
-def timed_rounds(calls: dict, synchronize, rounds: int, ready=None) -> dict:
-    """Seconds of every call of `calls` (name -> function) per round, the calls taking turns (a
-    drift in the machine's speed touches them alike); one untimed round first (tracing, XLA).
-    `synchronize(produced)` waits for the devices (tf_compat.device_sync): before the first
-    call for `ready` (the batch the calls take), after each call for what it returned."""
-    seconds = {name: [] for name in calls}
-    produced = ready
-    for round_number in range(rounds + 1):
-        for name, call in calls.items():
-            synchronize(produced)
-            began = time.perf_counter()
-            produced = call()
-            synchronize(produced)
-            if round_number:
-                seconds[name].append(time.perf_counter() - began)
-    return seconds
 
 
 class InterleavedProbe:
-    """The `gradients` probe steps between the timed steps: seconds of each (probe()), and the
-    seconds after the data wait of the step each followed (`paired`)."""
+    """The probe steps between the timed steps: the training step (Keras' model.train_step:
+    forward, loss, backward, the optimizer's update, the loss and metric updates) on every
+    replica, each applying its own gradients, without the cross-replica all-reduce
+    (tf_compat.unreduced_gradients), at learning rate 0 with the state it moves restored
+    (frozen_training_state); seconds of each (probe()), and the seconds after the data wait of
+    the step each followed (`paired`)."""
 
     def __init__(self, model, strategy, jit: bool, synchronize):
         self.model, self.synchronize = model, synchronize
-        self.gradients = replicated(strategy, gradient_step(model, all_reduce=False), jit)
+        self.local_step = replicated(strategy, model.train_step, jit)
         self.seconds, self.paired = [], []
         self.traced = False
 
     def probe(self, batch, step_after: float) -> float:
         """One probe step on `batch` (on the devices), its seconds noted beside `step_after` (the
         seconds after the data wait of the step it follows); the first call is traced
-        untimed first. The batch-norm statistics it moved are put back. Returns the seconds it all
-        took (what the window leaves out)."""
+        untimed first. Returns the seconds it all took (what the window leaves out)."""
         started = time.perf_counter()
-        saved = [(variable, variable.numpy()) for variable in self.model.non_trainable_variables]
-        if not self.traced:
-            self.synchronize(self.gradients(batch))
-            self.traced = True
-        self.synchronize(batch)
-        began = time.perf_counter()
-        self.synchronize(self.gradients(batch))
-        seconds = time.perf_counter() - began
-        for variable, value in saved:
-            variable.assign(value)
+        with frozen_training_state(self.model), tf_compat.unreduced_gradients(self.model.optimizer):
+            if not self.traced:
+                self.synchronize(self.local_step(batch))
+                self.traced = True
+            self.synchronize(batch)
+            began = time.perf_counter()
+            self.synchronize(self.local_step(batch))
+            seconds = time.perf_counter() - began
         self.seconds.append(seconds)
         self.paired.append(step_after)
         return time.perf_counter() - started
-
-
-def compute_probe(model, strategy, train_step, batch, jit: bool, synchronize, gradient_seconds,
-                  steps: int = stepparts.COMPUTE_PROBE_STEPS) -> list[float]:
-    """Seconds of the compute of the interleaved probe steps (`gradient_seconds`: forward and
-    backward without gradient synchronisation) plus what a training step does beyond its
-    all-reduce, timed here (the module's docstring); `batch` is on the devices already."""
-    all_reduced = replicated(strategy, gradient_step(model, all_reduce=True), jit)
-    calls = {"all-reduced": lambda: all_reduced(batch), "full": lambda: train_step(batch)}
-    with frozen_training_state(model):
-        seconds = timed_rounds(calls, synchronize, steps, ready=batch)
-    beyond_all_reduce = max(0.0, statistics.median(seconds["full"]) - statistics.median(seconds["all-reduced"]))
-    return [step + beyond_all_reduce for step in gradient_seconds]
 
 
 # ---------------------------------------------------------------- all-reduce probe

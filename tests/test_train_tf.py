@@ -503,10 +503,10 @@ def test_resnet50_flops_match_the_published_count():
 
 @pytest.mark.slow
 def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
-    """After 3 training steps on 2 CPU replicas, 5 interleaved probe steps (each noted beside the
-    0.01 s its step took after its data wait) and the probes after training: their timings, and
-    every variable of the model and of the optimizer unchanged by them (learning rate 0,
-    statistics restored)."""
+    """After 3 training steps on 2 CPU replicas, 5 interleaved probe steps (whole training steps
+    without the all-reduce, each noted beside the 0.01 s its step took after its data wait) and
+    the all-reduce probe: their timings, and every variable of the model and of the optimizer and
+    the metrics' loss and accuracy unchanged by them (learning rate 0, state restored)."""
     result = tf_probe(
         f"""
         import json
@@ -518,13 +518,15 @@ def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
         attempt = backend.build(16, 1)
         attempt.probe(3)
         state = lambda: [v.numpy().copy() for v in [*attempt.model.variables, *attempt.model.optimizer.variables]]
-        before = state()
+        before, metrics = state(), {{k: float(v) for k, v in attempt.model.get_metrics_result().items()}}
         lr = float(attempt.model.optimizer.learning_rate.numpy())
         for _ in range({stepparts.COMPUTE_PROBE_STEPS}):
             attempt.interleaved.probe(attempt.batch, 0.01)
         probes = attempt.breakdown_probes()
         after = state()
+        metrics_after = {{k: float(v) for k, v in attempt.model.get_metrics_result().items()}}
         print(json.dumps({{**probes, "unchanged": all(np.array_equal(a, b) for a, b in zip(before, after)),
+                          "metrics": [metrics, metrics_after],
                           "variables": len(before), "lr": [lr, float(attempt.model.optimizer.learning_rate.numpy())],
                           "flops": attempt.header_updates["flops_per_image"]}}))
         """
@@ -532,6 +534,7 @@ def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
     # 3 kernels, 4 per batch norm (scale, offset, moving mean and variance) x 3, the dense layer's
     # 2; the optimizer's step count and learning rate.
     assert result["unchanged"] and result["variables"] == 3 + 4 * 3 + 2 + 2
+    assert set(result["metrics"][0]) >= {"loss", "accuracy"} and result["metrics"][0] == result["metrics"][1]
     assert result["lr"] == pytest.approx([0.02, 0.02])  # 0.01 x 2 replicas, restored
     assert len(result["compute"]) == stepparts.COMPUTE_PROBE_STEPS and all(seconds > 0 for seconds in result["compute"])
     assert result["compute_paired"] == [0.01] * stepparts.COMPUTE_PROBE_STEPS
