@@ -431,8 +431,11 @@ class KerasAttempt:
             meter.start(time.perf_counter())
             logs, probed = self._run(measure.TimedWindow(self.steps),
                                      every if epoch + 1 >= runlog.FIRST_STEADY_EPOCH else 0)
+            # The window ends after the metrics' read (a device wait), so it holds every probe
+            # step it leaves out, the one after its last step too.
+            ended = time.perf_counter()
             progress.on_epoch_end(epoch, logs)
-            meter.finish(epoch + 1, logs.get("loss"), logs.get("accuracy"), excluded_s=probed)
+            meter.finish(epoch + 1, logs.get("loss"), logs.get("accuracy"), ended=ended, excluded_s=probed)
 
     def fit_steps(self, meter: harness.WindowMeter, windows: list) -> None:
         """The steps protocol's windows (harness.step_windows) from one iterator: the warm-up from
@@ -442,7 +445,8 @@ class KerasAttempt:
             meter.start(time.perf_counter() if index else None)
             every = stepparts.probe_every(None if window.auto else window.max_steps)
             logs, probed = self._run(window, every if phase == "timed" else 0)
-            meter.finish(number, logs.get("loss"), logs.get("accuracy"), phase=phase, window=window, excluded_s=probed)
+            meter.finish(number, logs.get("loss"), logs.get("accuracy"), phase=phase, window=window,
+                         ended=time.perf_counter() if probed else None, excluded_s=probed)
 
     def probe(self, steps: int) -> None:
         """`steps` training steps (the maximum-batch search)."""
