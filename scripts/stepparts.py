@@ -45,7 +45,6 @@ from scalesweep.records import BREAKDOWN_PARTS
 BUCKET_BYTES = 25 * 1024 * 1024
 ALLREDUCE_WARMUP = 2
 ALLREDUCE_REPEATS = 5
-COMPUTE_PROBE_STEPS = 5
 # The least probe steps between a run's steady steps: the compute share is their median, and on
 # a busy 2-core machine 5 left it 20-25 % off in 1 run of 5 (a median's error falls as 1/sqrt(n)).
 LEAST_INTERLEAVED_PROBES = 10

@@ -501,6 +501,9 @@ def test_resnet50_flops_match_the_published_count():
     assert result["training"] / result["forward"] == pytest.approx(3.0, rel=0.05)
 
 
+PROBES = 5  # interleaved probe steps the test runs by hand
+
+
 @pytest.mark.slow
 def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
     """After 3 training steps on 2 CPU replicas, 5 interleaved probe steps (whole training steps
@@ -520,7 +523,7 @@ def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
         state = lambda: [v.numpy().copy() for v in [*attempt.model.variables, *attempt.model.optimizer.variables]]
         before, metrics = state(), {{k: float(v) for k, v in attempt.model.get_metrics_result().items()}}
         lr = float(attempt.model.optimizer.learning_rate.numpy())
-        for _ in range({stepparts.COMPUTE_PROBE_STEPS}):
+        for _ in range({PROBES}):
             attempt.interleaved.probe(attempt.batch, 0.01)
         probes = attempt.breakdown_probes()
         after = state()
@@ -536,8 +539,8 @@ def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
     assert result["unchanged"] and result["variables"] == 3 + 4 * 3 + 2 + 2
     assert set(result["metrics"][0]) >= {"loss", "accuracy"} and result["metrics"][0] == result["metrics"][1]
     assert result["lr"] == pytest.approx([0.02, 0.02])  # 0.01 x 2 replicas, restored
-    assert len(result["compute"]) == stepparts.COMPUTE_PROBE_STEPS and all(seconds > 0 for seconds in result["compute"])
-    assert result["compute_paired"] == [0.01] * stepparts.COMPUTE_PROBE_STEPS
+    assert len(result["compute"]) == PROBES and all(seconds > 0 for seconds in result["compute"])
+    assert result["compute_paired"] == [0.01] * PROBES
     assert len(result["allreduce"]) == stepparts.ALLREDUCE_REPEATS
     assert all(seconds > 0 for seconds in result["allreduce"])
     assert (result["ranks"], result["gradient_bytes"]) == (2, CNN_SMALL_GRADIENT_BYTES)
