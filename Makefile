@@ -24,8 +24,10 @@ sweep: $(VENV)/.installed
 preview: $(VENV)/.installed
 	$(LOCAL_ENV) $(SNAKEMAKE) -n
 
+# Two pytest workers: the SLURM tests (mostly waiting on the test cluster) in one, every other
+# test in order in the other (tests/conftest.py: the xdist groups).
 test: $(VENV)/.installed stacks
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # One venv per stack under .stacks/, from the interpreter its file names (envs/make_stack.sh).
 stacks: $(STACKS:%=.stacks/%/.installed)

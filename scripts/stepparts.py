@@ -13,6 +13,8 @@ ranks leave the all-reduce together, so a rank's join time beyond the shortest o
     wall per step = window seconds / steps        (what the throughput sees)
     data          = mean data wait
     compute share = median over the probes of probe step / after of the step it followed
+                    (1 with one process: it synchronises nothing, so its steps after their data
+                    wait are all compute, and it runs no probe)
     compute       = compute share x mean after
     exposed sync  = max(0, mean after - compute)  (0 with one process: nothing to sync)
     contention    = mean after / median after     (> 1 where preemption stretched some steps)
@@ -59,11 +61,15 @@ def _median_or_none(values):
     return statistics.median(values) if values else None
 
 
-def probe_every(window_steps=None) -> int:
-    """A probe step follows every this many steady steps of a run with `window_steps` of them,
-    all its steady windows (epochs) together, counted across them (None: not known in advance,
-    an adaptive window): PROBE_EVERY, or often enough that a short run still gets
-    LEAST_INTERLEAVED_PROBES probes (its probes then cost more than 5 % of its steps)."""
+def probe_every(window_steps, ranks: int) -> int:
+    """A probe step follows every this many steady steps of a run of `ranks` processes (or
+    replicas) with `window_steps` of them, all its steady windows (epochs) together, counted
+    across them (None: not known in advance, an adaptive window): PROBE_EVERY, or often enough
+    that a short run still gets LEAST_INTERLEAVED_PROBES probes (its probes then cost more than
+    5 % of its steps). 0, no probe, for one process: there is no synchronisation to take out of
+    its steps, which measure its compute themselves."""
+    if ranks < 2:
+        return 0
     if not window_steps:
         return PROBE_EVERY
     return max(2, min(PROBE_EVERY, window_steps // LEAST_INTERLEAVED_PROBES))
@@ -87,30 +93,38 @@ def own_waits(joins_by_rank, rank: int = 0) -> list[float]:
 def step_parts(window_seconds: float, window_steps: int, step_durations, data_waits, compute_durations,
                ranks: int = 2, sync_waits=None, paired_after=None) -> dict:
     """The breakdown keys of the summary record (nulls where a part was not measured). A run of
-    one process (`ranks` 1) synchronises nothing: what its step holds beyond data and compute
-    (the probe's noise) is `other`, not exposed synchronisation. `sync_waits`: the reporting
+    one process (`ranks` 1) synchronises nothing: its steps after their data wait are compute,
+    and what its window holds beyond its steps (host work between them) is `other`. `sync_waits`: the reporting
     rank's own_waits() (None or empty: no skew measured, all exposed synchronisation is
     communication, as with TensorFlow's replicas in one process). `paired_after`: per probe step,
     the seconds after the data wait of the step it followed (None: each probe is compared with
-    the steps' median instead)."""
+    the steps' median instead). One process needs no probe (probe_every): its compute share is 1."""
     keys = (*PART_KEYS, "sync_exposed_s", "breakdown_steps")
     steps = list(step_durations)
     waits = list(data_waits)
     compute = _median_or_none(compute_durations)
-    if not window_steps or window_seconds is None or compute is None or not steps or len(waits) != len(steps):
+    probed = ranks < 2 or compute is not None
+    if not window_steps or window_seconds is None or not probed or not steps or len(waits) != len(steps):
         return dict.fromkeys(keys)
     after = [step - wait for step, wait in zip(steps, waits)]
     mean_after, typical_after = statistics.fmean(after), statistics.median(after)
     contention = mean_after / typical_after if typical_after > 0 else 1.0
-    probes = list(compute_durations)
-    references = list(paired_after) if paired_after else [typical_after] * len(probes)
-    shares = [probe / reference for probe, reference in zip(probes, references) if reference > 0]
-    share = statistics.median(shares) if shares else compute / typical_after if typical_after > 0 else 1.0
+    share = 1.0 if ranks < 2 else _compute_share(list(compute_durations), compute, paired_after, typical_after)
     wall, data, compute = window_seconds / window_steps, statistics.fmean(waits), share * mean_after
     exposed = max(0.0, mean_after - compute) if ranks > 1 else 0.0
     wait = min(exposed, contention * max(0.0, _median_or_none(sync_waits or []) or 0.0))
     return dict(zip(keys, (wall, data, compute, wait, exposed - wait, wall - data - compute - exposed,
                            exposed, len(steps))))
+
+
+def _compute_share(probes, median_probe, paired_after, typical_after) -> float:
+    """Median of probe step / after-data-wait seconds of the step each followed (each probe
+    against the steps' median, without pairs)."""
+    references = list(paired_after) if paired_after else [typical_after] * len(probes)
+    shares = [probe / reference for probe, reference in zip(probes, references) if reference > 0]
+    if shares:
+        return statistics.median(shares)
+    return median_probe / typical_after if typical_after > 0 else 1.0
 
 
 def allreduce_keys(gradient_bytes: int, seconds_per_bucket, ranks: int, parts: dict) -> dict:

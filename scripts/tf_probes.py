@@ -8,7 +8,7 @@ in Python, waits for the devices (the batch is on them, copy included: the data 
 runs the step, `strategy.run(model.train_step)` in a tf.function (XLA with --compile), as fit's
 own step function does.
 
-- compute: a probe step after every stepparts.probe_every()-th timed step of a steady window
+- compute: with 2 or more replicas, a probe step after every stepparts.probe_every()-th timed step of a steady window
   (InterleavedProbe: beside the steps, under the same load, kept out of the window's seconds,
   paired with the step it followed): the training step itself, `strategy.run(model.train_step)`
   (XLA with --compile), but every replica applies its own gradients without the cross-replica

@@ -1,6 +1,6 @@
 """PyTorch's side of the step breakdown (scripts/stepparts.py): the probes and the injected delay.
 
-- probe_step: after every stepparts.probe_every()-th timed step of a steady window, one more
+- probe_step: with 2 or more processes, after every stepparts.probe_every()-th timed step of a steady window, one more
   training step on that step's batch (already on the device: the data wait is measured apart)
   doing everything a step does after its data wait (forward, zero_grad, the scaled backward, the
   scaler's and the optimizer's step, the loss and accuracy totals) under

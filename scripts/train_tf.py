@@ -424,7 +424,8 @@ class KerasAttempt:
         """The epochs protocol, with Keras' own epoch lines (its ProgbarLogger, verbose=2)."""
         progress = tf_compat.progbar_logger()
         progress.set_params({"verbose": 2, "epochs": epochs, "steps": self.steps})
-        every = stepparts.probe_every(self.steps * (epochs - runlog.FIRST_STEADY_EPOCH + 1))
+        every = stepparts.probe_every(self.steps * (epochs - runlog.FIRST_STEADY_EPOCH + 1),
+                                       self.strategy.num_replicas_in_sync)
         for epoch in range(epochs):
             progress.on_epoch_begin(epoch)
             self.model.reset_metrics()
@@ -443,7 +444,8 @@ class KerasAttempt:
         for index, (number, phase, window) in enumerate(windows):
             self.model.reset_metrics()
             meter.start(time.perf_counter() if index else None)
-            every = stepparts.probe_every(None if window.auto else window.max_steps)
+            every = stepparts.probe_every(None if window.auto else window.max_steps,
+                                           self.strategy.num_replicas_in_sync)
             logs, probed = self._run(window, every if phase == "timed" else 0)
             meter.finish(number, logs.get("loss"), logs.get("accuracy"), phase=phase, window=window,
                          ended=time.perf_counter() if probed else None, excluded_s=probed)

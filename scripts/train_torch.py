@@ -327,7 +327,7 @@ class Trainer:
         """The steps `window` takes, recorded by `meter`. Its seconds run between two barriers
         after the device work, so rank 0's time covers every rank. A steady window (one the
         summary's statistics are over: `probe_every` > 0) carries the breakdown's probe steps
-        and join times."""
+        and join times (a one-process run has neither)."""
         steady = probe_every > 0
         self.model.train()
         synchronize(self.device)
@@ -359,7 +359,7 @@ class Trainer:
 
     def fit_epochs(self, meter: harness.WindowMeter, epochs: int) -> None:
         """The epochs protocol: one epoch record per epoch."""
-        every = stepparts.probe_every(self.steps * (epochs - runlog.FIRST_STEADY_EPOCH + 1))
+        every = stepparts.probe_every(self.steps * (epochs - runlog.FIRST_STEADY_EPOCH + 1), self.world.world_size)
         for epoch in range(1, epochs + 1):
             self.console.info(f"[EPOCH: {epoch}] Starting training loop...")
             self._window(meter, epoch, measure.TimedWindow(self.steps),
@@ -371,7 +371,7 @@ class Trainer:
         inside them)."""
         stream = self._on_device(iter(self.loader))
         for number, phase, window in windows:
-            every = stepparts.probe_every(None if window.auto else window.max_steps)
+            every = stepparts.probe_every(None if window.auto else window.max_steps, self.world.world_size)
             self._window(meter, number, window, lambda: stream, phase, every if phase == "timed" else 0)
 
     def breakdown_probes(self) -> dict:

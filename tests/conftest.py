@@ -76,6 +76,7 @@ def _starts_snakemake(function, seen: set) -> bool:
     return any(_starts_snakemake(module_globals.get(name), seen) for name in names)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
         functions = [getattr(item, "function", None)]
@@ -84,3 +85,13 @@ def pytest_collection_modifyitems(items):
         seen = set()
         if any(_starts_snakemake(function, seen) for function in functions):
             item.add_marker(pytest.mark.workflow)
+        item.add_marker(pytest.mark.xdist_group(_group_of(item)))
+
+
+# ------------------------------------------------------------------ `make test`'s two workers
+# The SLURM tests mostly wait (for the test cluster's controller, for the executor plugin's status
+# checks): `make test` runs them in a worker of their own (pytest-xdist, --dist loadgroup) beside
+# one worker that runs every other test in order, as a plain `pytest` would. Never two CPU-bound
+# tests at once; the cluster's jobs are the only neighbour the others get.
+def _group_of(item) -> str:
+    return "slurm" if item.get_closest_marker("slurm") else "main"

@@ -36,12 +36,13 @@ def test_waiting_for_the_slowest_rank_is_split_from_communication():
 
 def test_time_preemption_added_is_spread_over_the_parts_it_hit():
     """10 steps with a 0.010 s data wait; after it 9 take 0.050 s and one, preempted, 0.140 s:
-    mean after 0.059 s, median 0.050 s, contention 1.18. One process, probe median 0.050 s:
-    compute 0.059 s, other 0.075 - 0.010 - 0.059 = 0.006 s (the host work between steps), not the
-    preemption's 0.009 s. Two ranks, probe 0.040 s: compute 0.0472, exposed 0.059 - 0.0472 =
-    0.0118 s, of it wait 0.005 x 1.18 = 0.0059 s."""
+    mean after 0.059 s, median 0.050 s, contention 1.18. Two ranks, probes of 0.050 s (the
+    median step's after its data wait): compute 0.059 s, other 0.075 - 0.010 - 0.059 = 0.006 s
+    (the host work between steps), not the preemption's 0.009 s, and nothing exposed. Probes of
+    0.040 s: compute 0.0472, exposed 0.059 - 0.0472 = 0.0118 s, of it wait 0.005 x 1.18 =
+    0.0059 s."""
     steps, waits = [0.060] * 9 + [0.150], [0.010] * 10
-    one = stepparts.step_parts(0.75, 10, steps, waits, [0.050, 0.049, 0.051], ranks=1)
+    one = stepparts.step_parts(0.75, 10, steps, waits, [0.050, 0.049, 0.051], ranks=2)
     assert one == pytest.approx({"breakdown_step_s": 0.075, "data_wait_s": 0.010, "compute_s": 0.059,
                                  "sync_wait_s": 0.0, "sync_comm_s": 0.0, "sync_exposed_s": 0.0,
                                  "other_s": 0.006, "breakdown_steps": 10})
@@ -52,13 +53,13 @@ def test_time_preemption_added_is_spread_over_the_parts_it_hit():
 def test_each_probe_is_compared_with_the_step_it_followed():
     """Steps after their 0.002 s data wait: 0.010, 0.020 (a slow moment), 0.012, 0.010 s (mean
     0.013, median 0.011); probes after the first three take 0.009, 0.018, 0.0108 s: 90 % of their
-    step each, so compute = 0.9 x 0.013 = 0.0117 s and, one process, other = 0.015 - 0.002 -
-    0.0117 = 0.0013 s. Unpaired, the slow moment's probe would count against the median step:
-    0.0108 / 0.011 x 0.013 = 0.012764 s."""
+    step each, so compute = 0.9 x 0.013 = 0.0117 s and, two ranks, exposed sync 0.013 - 0.0117 =
+    0.0013 s, other 0.015 - 0.002 - 0.013 = 0. Unpaired, the slow moment's probe would count
+    against the median step: 0.0108 / 0.011 x 0.013 = 0.012764 s."""
     steps, waits, probes = [0.012, 0.022, 0.014, 0.012], [0.002] * 4, [0.009, 0.018, 0.0108]
-    paired = stepparts.step_parts(0.060, 4, steps, waits, probes, ranks=1, paired_after=[0.010, 0.020, 0.012])
-    assert (paired["compute_s"], paired["other_s"]) == pytest.approx((0.0117, 0.0013))
-    assert stepparts.step_parts(0.060, 4, steps, waits, probes, ranks=1)["compute_s"] == pytest.approx(0.012764, abs=1e-6)
+    paired = stepparts.step_parts(0.060, 4, steps, waits, probes, ranks=2, paired_after=[0.010, 0.020, 0.012])
+    assert (paired["compute_s"], paired["sync_comm_s"], paired["other_s"]) == pytest.approx((0.0117, 0.0013, 0.0))
+    assert stepparts.step_parts(0.060, 4, steps, waits, probes, ranks=2)["compute_s"] == pytest.approx(0.012764, abs=1e-6)
 
 
 def test_overlap_stays_between_0_and_100_percent():
@@ -71,9 +72,10 @@ def test_overlap_stays_between_0_and_100_percent():
 
 def test_probe_steps_follow_every_kth_step_and_short_windows_get_enough():
     """30 timed steps: every 3rd (30 // 10) is probed, 10 probes; 1000 steps or an adaptive window:
-    every 20th (at most 5 % more work); 3 steady steps: every 2nd."""
-    assert stepparts.probe_every(30) == 3 and stepparts.probe_every(1000) == stepparts.probe_every(None) == 20
-    assert stepparts.probe_every(3) == 2 and stepparts.probe_every(200) == 20
+    every 20th (at most 5 % more work); 3 steady steps: every 2nd. One process: never."""
+    assert stepparts.probe_every(30, 2) == 3 and stepparts.probe_every(1000, 4) == stepparts.probe_every(None, 2) == 20
+    assert stepparts.probe_every(3, 2) == 2 and stepparts.probe_every(200, 8) == 20
+    assert stepparts.probe_every(30, 1) == stepparts.probe_every(None, 1) == 0
     assert [i for i in range(12) if stepparts.is_probe_step(i, 3)] == [2, 5, 8, 11]
     assert stepparts.probe_overhead_pct(3.0, 120.0) == 2.5 and stepparts.probe_overhead_pct(None, 1.0) is None
 
@@ -87,9 +89,14 @@ def test_exposed_sync_is_never_negative_and_other_takes_the_noise():
 
 
 def test_one_process_synchronises_nothing():
-    """Same numbers at one rank: the 0.025 s beyond data and compute is other, not sync."""
-    parts = stepparts.step_parts(12.0, 100, [0.115] * 100, [0.010] * 100, [0.080] * 10, ranks=1)
-    assert parts["sync_exposed_s"] == 0.0 and parts["other_s"] == pytest.approx(0.030)
+    """One rank, 0.120 s per step in its window, steps of 0.115 s of which 0.010 s data wait: its
+    steps after the data wait are compute (0.105 s, no probe needed or used), the 0.005 s between
+    steps other, nothing is synchronisation."""
+    for probes in ([0.080] * 10, []):
+        parts = stepparts.step_parts(12.0, 100, [0.115] * 100, [0.010] * 100, probes, ranks=1)
+        assert parts["sync_exposed_s"] == 0.0 and parts["sync_wait_s"] == parts["sync_comm_s"] == 0.0
+        assert (parts["compute_s"], parts["other_s"]) == pytest.approx((0.105, 0.005))
+    assert set(stepparts.step_parts(12.0, 100, [0.115] * 100, [0.010] * 100, [], ranks=2).values()) == {None}
 
 
 def test_missing_measurement_gives_nulls():

@@ -530,12 +530,19 @@ def test_breakdown_parts_add_up_and_one_process_has_no_sync(dataset):
 
 
 @pytest.mark.slow
-def test_exposed_sync_grows_from_two_to_four_processes(dataset):
+def test_synchronisation_is_measured_at_two_and_four_processes(dataset):
+    """Both runs break their steps down, with their all-reduce probe; the pure all-reduce of the
+    same gradients over 4 gloo ranks takes longer than over 2 (twice the ring's steps, and 4
+    processes on a 2-core machine: 5-9 ms against 0.4-0.7 ms). How much of it is exposed at 4
+    processes on 2 cores is the scheduler's choice (1.1 and 7.2 ms in two runs): the fault
+    injection tests (test_a_slow_rank_is_waiting_and_a_slow_all_reduce_is_communication) tell
+    whether the exposed part is found and split."""
     two, four = breakdown_of(dataset, 2), breakdown_of(dataset, 4)
     for summary in (two, four):
         assert sum(summary[key] for key in PART_KEYS) == pytest.approx(summary["breakdown_step_s"])
         assert summary["busbw_gb_s"] > 0 and summary["allreduce_bytes"] > 0
-    assert four["sync_exposed_s"] > two["sync_exposed_s"]
+        assert summary["sync_exposed_s"] >= 0 and summary["compute_s"] > 0
+    assert four["allreduce_bytes"] == two["allreduce_bytes"] and four["allreduce_s"] > two["allreduce_s"]
 
 
 @pytest.mark.slow
