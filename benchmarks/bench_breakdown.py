@@ -4,8 +4,8 @@ Runs the PyTorch trainer (2 gloo processes standing in for GPUs) under the epoch
 several run lengths, `--rounds` times each, and prints per length the probes' share of the run's
 wall time (the summary's `probe_overhead_pct`, 100 x probe_s / wall_time_s): the median and
 min-max over the rounds. The probe steps between the timed steps grow with the run (one after
-every stepparts.probe_every()-th steady step, at most 1/20 of its steps, or 5 per epoch in short
-epochs); the 7 all-reduces after training are a fixed cost.
+every stepparts.probe_every()-th steady step, at most 1/20 of its steps, or 8 in a short run);
+the 7 all-reduces after training are a fixed cost.
 
     probe_overhead_pct <median> % (5 epochs; min .., max ..)        <- the issue's figure
     probe_overhead_pct_<E>_epochs <median> % (...)

@@ -48,8 +48,9 @@ BUCKET_BYTES = 25 * 1024 * 1024
 ALLREDUCE_WARMUP = 2
 ALLREDUCE_REPEATS = 5
 # The least probe steps between a run's steady steps: the compute share is their median, and on
-# a busy 2-core machine 5 left it 20-25 % off in 1 run of 5 (a median's error falls as 1/sqrt(n)).
-LEAST_INTERLEAVED_PROBES = 10
+# a busy 2-core machine 5 left it 20-25 % off in 1 run of 5 (a median's error falls as 1/sqrt(n));
+# 10 cost 5.2 % of a 5-epoch run of 128 steady steps (benchmarks/bench_breakdown.py), 8 about 4 %.
+LEAST_INTERLEAVED_PROBES = 8
 # A probe step after every PROBE_EVERY-th timed step: at most 1/20 = 5 % more training work
 # (a probe step has no data wait and no synchronisation, so it is shorter than a step).
 PROBE_EVERY = 20

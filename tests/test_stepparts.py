@@ -71,7 +71,7 @@ def test_overlap_stays_between_0_and_100_percent():
 
 
 def test_probe_steps_follow_every_kth_step_and_short_windows_get_enough():
-    """30 timed steps: every 3rd (30 // 10) is probed, 10 probes; 1000 steps or an adaptive window:
+    """30 timed steps: every 3rd (30 // 8) is probed, 10 probes; 1000 steps or an adaptive window:
     every 20th (at most 5 % more work); 3 steady steps: every 2nd. One process: never."""
     assert stepparts.probe_every(30, 2) == 3 and stepparts.probe_every(1000, 4) == stepparts.probe_every(None, 2) == 20
     assert stepparts.probe_every(3, 2) == 2 and stepparts.probe_every(200, 8) == 20
