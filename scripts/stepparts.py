@@ -94,23 +94,23 @@ def own_waits(joins_by_rank, rank: int = 0) -> list[float]:
 def step_parts(window_seconds: float, window_steps: int, step_durations, data_waits, compute_durations,
                ranks: int = 2, sync_waits=None, paired_after=None) -> dict:
     """The breakdown keys of the summary record (nulls where a part was not measured). A run of
-    one process (`ranks` 1) synchronises nothing: its steps after their data wait are compute,
-    and what its window holds beyond its steps (host work between them) is `other`. `sync_waits`: the reporting
-    rank's own_waits() (None or empty: no skew measured, all exposed synchronisation is
-    communication, as with TensorFlow's replicas in one process). `paired_after`: per probe step,
-    the seconds after the data wait of the step it followed (None: each probe is compared with
-    the steps' median instead). One process needs no probe (probe_every): its compute share is 1."""
+    one process (`ranks` 1) synchronises nothing and runs no probe (probe_every): its steps after
+    their data wait are compute, and what its window holds beyond its steps (host work between
+    them) is `other`. `sync_waits`: the reporting rank's own_waits() (None or empty: no skew
+    measured, all exposed synchronisation is communication, as with TensorFlow's replicas in one
+    process). `paired_after`: per probe step, the seconds after the data wait of the step it
+    followed (None: each probe is compared with the steps' median instead)."""
     keys = (*PART_KEYS, "sync_exposed_s", "breakdown_steps")
     steps = list(step_durations)
     waits = list(data_waits)
-    compute = _median_or_none(compute_durations)
-    probed = ranks < 2 or compute is not None
-    if not window_steps or window_seconds is None or not probed or not steps or len(waits) != len(steps):
+    median_probe = _median_or_none(compute_durations)
+    measured = ranks < 2 or median_probe is not None
+    if not window_steps or window_seconds is None or not measured or not steps or len(waits) != len(steps):
         return dict.fromkeys(keys)
     after = [step - wait for step, wait in zip(steps, waits)]
     mean_after, typical_after = statistics.fmean(after), statistics.median(after)
     contention = mean_after / typical_after if typical_after > 0 else 1.0
-    share = 1.0 if ranks < 2 else _compute_share(list(compute_durations), compute, paired_after, typical_after)
+    share = 1.0 if ranks < 2 else _compute_share(list(compute_durations), median_probe, paired_after, typical_after)
     wall, data, compute = window_seconds / window_steps, statistics.fmean(waits), share * mean_after
     exposed = max(0.0, mean_after - compute) if ranks > 1 else 0.0
     wait = min(exposed, contention * max(0.0, _median_or_none(sync_waits or []) or 0.0))

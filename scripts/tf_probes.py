@@ -8,14 +8,15 @@ in Python, waits for the devices (the batch is on them, copy included: the data 
 runs the step, `strategy.run(model.train_step)` in a tf.function (XLA with --compile), as fit's
 own step function does.
 
-- compute: with 2 or more replicas, a probe step after every stepparts.probe_every()-th timed step of a steady window
-  (InterleavedProbe: beside the steps, under the same load, kept out of the window's seconds,
-  paired with the step it followed): the training step itself, `strategy.run(model.train_step)`
-  (XLA with --compile), but every replica applies its own gradients without the cross-replica
-  all-reduce (tf_compat.unreduced_gradients: the optimizer's all-reduce method shadowed while the
-  probe's own tf.function runs), at learning rate 0, the model's non-trainable variables
-  (batch-norm statistics), the optimizer's (its step count, loss scale) and the metrics'
-  restored after each: the probes change neither weight nor the window's loss and accuracy.
+- compute: with 2 or more replicas, a probe step after every stepparts.probe_every()-th timed
+  step of a steady window (InterleavedProbe: beside the steps, under the same load, kept out of
+  the window's seconds, paired with the step it followed): the training step itself,
+  `strategy.run(model.train_step)` (XLA with --compile), but every replica applies its own
+  gradients without the cross-replica all-reduce (tf_compat.unreduced_gradients: the optimizer's
+  all-reduce method shadowed while the probe's own tf.function runs), at learning rate 0, the
+  model's non-trainable variables (batch-norm statistics), the optimizer's (its step count, loss
+  scale) and the metrics' restored after each: the probes change neither weight nor the window's
+  loss and accuracy.
 - sync wait: the replicas run in one process, one step function, and enter the all-reduce from
   the same graph execution: no rank can be late by its own host work, and the skew between the
   replicas' devices is not measured. All exposed synchronisation is sync_comm_s; sync_wait_s is

@@ -1,15 +1,15 @@
 """PyTorch's side of the step breakdown (scripts/stepparts.py): the probes and the injected delay.
 
-- probe_step: with 2 or more processes, after every stepparts.probe_every()-th timed step of a steady window, one more
-  training step on that step's batch (already on the device: the data wait is measured apart)
-  doing everything a step does after its data wait (forward, zero_grad, the scaled backward, the
-  scaler's and the optimizer's step, the loss and accuracy totals) under
-  DistributedDataParallel.no_sync() (no gradient all-reduce), timed apart from the steps and
-  left out of the window's seconds: compute is measured beside the steps, under the same load.
-  It changes nothing that training keeps: the learning rate is 0 (SGD's and AdamW's weights stay
-  as they are), the optimizer's state (momentum, moments, step count; OptimizerSnapshot), the
-  grad scaler's and the model's buffers (batch-norm statistics) are put back, its gradients are
-  dropped by the next step's zero_grad.
+- probe_step: with 2 or more processes, after every stepparts.probe_every()-th timed step of a
+  steady window, one more training step on that step's batch (already on the device: the data
+  wait is measured apart) doing everything a step does after its data wait (forward, zero_grad,
+  the scaled backward, the scaler's and the optimizer's step, the loss and accuracy totals)
+  under DistributedDataParallel.no_sync() (no gradient all-reduce), timed apart from the steps
+  and left out of the window's seconds: compute is measured beside the steps, under the same
+  load. It changes nothing that training keeps: the learning rate is 0 (SGD's and AdamW's
+  weights stay as they are), the optimizer's state (momentum, moments, step count;
+  OptimizerSnapshot), the grad scaler's and the model's buffers (batch-norm statistics) are put
+  back, its gradients are dropped by the next step's zero_grad.
 - allreduce_probe: the gradients' all-reduce alone, one DDP-bucket-sized buffer at a time, every
   rank starting together (a barrier), after warm-up.
 - SyncJoins + join_hook: DDP's own all-reduce (default_hooks.allreduce_hook) as a comm hook that
