@@ -23,6 +23,17 @@ include: "workflow/rules/compare.smk"
 include: "workflow/rules/outcome.smk"
 
 
+# Every rule is defined now: a history folder where one of them writes is refused before any job.
+from scalesweep import history_place
+
+history_place.refuse_owned_history(
+    config["history_dir"],
+    workflow.rules,
+    WORKDIR,
+    configcheck.sources(CONFIG_FILES, workflow.config_settings.config),
+)
+
+
 # Every run's result is a target itself: Snakemake does not rerun a missing intermediate file
 # whose consumers are up to date, and a missing run must always be run again.
 rule all:

@@ -10,6 +10,7 @@ Prints `name value unit` lines:
     compare_100k_runs_cpu_s               # CPU time of the median run
     compare_100k_runs_goal_ratio          # median / goal (only at the size)
     compare_by_id_s, history_100k_runs_s  # two sweep ids against each other; the listing
+    history_where_100k_runs_s, compare_where_100k_runs_s  # the listing and the comparison with --where
 
 The comparison is the heavy case: each side a selector (`gpu_driver=...,cluster=mn5`) that
 DuckDB answers over every file of the history, pooling about 33 sweeps a side, so every
@@ -47,6 +48,8 @@ DRIVERS = ("535.104.05", "550.54.15", "555.42.02", "560.28.03", "565.57.01",
            "570.86.10", "575.51.03", "580.65.06", "590.44.01", "595.12.05")
 CLUSTERS = ("mn5", "leonardo", "jureca")
 SLOW_DRIVER, SLOW_MODEL, SLOWDOWN = "550.54.15", "vit_h_14", 0.8  # a regression to find
+WHERE = "gpu_model LIKE '%H100%' AND gpus >= 8"
+COMPARE_WHERE = "model = 'vit_h_14' AND gpus >= 2"
 
 
 class BenchmarkFailure(Exception):
@@ -143,6 +146,12 @@ def run(workdir: Path, sweeps: int, repeats: int) -> None:
     report("compare_by_id", *map(list, zip(timed(by_id))), None)
     listing = [PYTHON, "-m", "scalesweep", "history", "--history", str(folder)]
     report(f"history_{label}_runs", *map(list, zip(timed(listing))), None)
+    # A --where filter is checked (scalesweep/sqlfilter.py) and runs on a confined connection:
+    # the same listing and the pooled comparison, filtered.
+    filtered = [timed([*listing, "--where", WHERE]) for _ in range(repeats)]
+    report(f"history_where_{label}_runs", [w for w, _ in filtered], [c for _, c in filtered], None)
+    compared = [timed([*pooled, "--where", COMPARE_WHERE]) for _ in range(repeats)]
+    report(f"compare_where_{label}_runs", [w for w, _ in compared], [c for _, c in compared], None)
 
 
 def main(argv=None) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import parse, parsed, records, scaling, tidy
+from scalesweep import copies, parse, parsed, records, scaling, tidy
 from scalesweep.history import DEFAULT_HISTORY_DIR
 
 LOG_SUFFIXES = {".log", ".out", ".txt", ".err"}
@@ -229,30 +229,35 @@ def read_runs_table(path):
 
 
 def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
-    """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv. `images_per_epoch`:
-    the training set's size, for logs that count steps instead of images (Keras).
+    """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv, each run once
+    (scalesweep/copies.py: a run read twice, from two logs or a log and a table, is one run).
+    `images_per_epoch`: the training set's size, for logs that count steps instead of images (Keras).
 
-    Returns (runs.csv's path or None when there is no run at all, [refused inputs]).
+    Returns (runs.csv's path or None when there is no run at all, [refused inputs], [copies
+    left out]).
     """
     missing = [str(p) for p in paths if not p.exists() and not dangling_link(p)]
     if missing:
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
     paths = without_dangling_links(paths)
     items, refused = log_items(paths, all_attempts)
-    epochs, runs, refused_logs = tidy.tidy_tables(items, images_per_epoch)
-    refused += refused_logs
-    tables = []
+    tidied = tidy.tidy_tables(items, images_per_epoch)
+    refused += tidied.refused
+    frames, sources = [tidied.runs], [tidied.runs["log"].tolist()]
     for path in (p for p in paths if p.is_file() and is_runs_table(p)):
         try:
-            tables.append(read_runs_table(path))
+            frames.append(read_runs_table(path))
         except Refused as error:
             refused.append(str(error))
-    frames = [frame for frame in [runs, *tables] if not frame.empty]
-    if not frames:
-        return None, refused
-    runs = pd.concat(frames, ignore_index=True)
-    tidy.write_tidy(epochs, runs, tidy_dir)
-    return Path(tidy_dir) / "runs.csv", refused
+            continue
+        sources.append([f"{path}:{line}" for line in range(2, len(frames[-1]) + 2)])
+    kept = [(frame, rows) for frame, rows in zip(frames, sources) if not frame.empty]
+    if not kept:
+        return None, refused, tidied.copies_left_out
+    runs, copied = copies.without_copies(pd.concat([frame for frame, _ in kept], ignore_index=True),
+                                         [source for _, rows in kept for source in rows])
+    tidy.write_tidy(tidied.epochs, runs, tidy_dir)
+    return Path(tidy_dir) / "runs.csv", refused, tidied.copies_left_out + copied
 
 
 def report_refused(refused, stream=None):
@@ -272,8 +277,11 @@ def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budge
     from scalesweep import figures, findings, tables
 
     out = output_folder(out)
-    runs_csv, refused = collect_runs([Path(p) for p in paths], out / "tidy", all_attempts, images_per_epoch)
+    runs_csv, refused, copies_left_out = collect_runs([Path(p) for p in paths], out / "tidy", all_attempts,
+                                                      images_per_epoch)
     report_refused(refused)
+    if copies_left_out:
+        print("scalesweep analyze: " + "\n".join(copies.copies_report(copies_left_out)))
     if runs_csv is None:
         raise ValueError("no runs found in " + ", ".join(map(str, paths)))
     print(tables.write_tables(runs_csv, tables.outputs_in(out / "tables"), efficiency_floor,
@@ -382,6 +390,8 @@ def register_compare(commands):
     cmd.add_argument("--fail-above", type=number(0), metavar="PCT",
                      help="exit 1 when a configuration is significantly slower by more than PCT %%")
     cmd.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    cmd.add_argument("--allow-same", action="store_true",
+                     help="compare sides that hold the same runs (an A/A check); refused without it")
     cmd.set_defaults(handler=compare_command)
 
 
@@ -390,9 +400,10 @@ def compare_command(args):
 
     try:
         with warnings_on_one_line("scalesweep compare"):
-            sides = [history.load_side(spec, args.history, args.where) for spec in (args.baseline, args.candidate)]
+            sides = [history.load_side(spec, args.history, args.where, role)
+                     for role, spec in (("baseline", args.baseline), ("candidate", args.candidate))]
             table, text = compare.write_comparison(*sides, output_folder(args.out), args.confidence, args.seed,
-                                                   lambda: history.spread_runs(args.history))
+                                                   lambda: history.spread_runs(args.history), args.allow_same)
     except (ValueError, FileNotFoundError) as error:
         print(f"scalesweep compare: {error}", file=sys.stderr)
         return 2

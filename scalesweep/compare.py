@@ -520,14 +520,23 @@ OUTPUTS = history.COMPARE_OUTPUTS
 
 
 def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE,
-                     seed: int = 0, history_runs=None) -> tuple[pd.DataFrame, str]:
+                     seed: int = 0, history_runs=None, allow_same: bool = False) -> tuple[pd.DataFrame, str]:
     """Compare two history.Side objects into outdir/compare.csv, compare.png and summary.txt;
-    returns the table and the summary text. `history_runs`: where single runs' spread comes from."""
+    returns the table and the summary text. `history_runs`: where single runs' spread comes from.
+    Sides that hold the same runs are a ValueError unless `allow_same` (self_comparison)."""
+    shared, same = self_comparison(baseline.runs, candidate.runs)
+    if same and not allow_same:
+        raise ValueError(f"the baseline ({baseline.label}) and the candidate ({candidate.label}) hold the same "
+                         f"{shared} runs: a side compared with itself shows no change whatever happened (is a "
+                         "variable of a script unset, or the same sweep named twice?); `scalesweep compare "
+                         "--allow-same` runs such an A/A check on purpose")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     table, facts = compare_runs(baseline.runs, candidate.runs, confidence, seed, history_runs)
     if table.empty:
         raise ValueError(nothing_in_common(facts, baseline.label, candidate.label))
+    if shared and not same:
+        facts["notes"].append(f"{shared} runs are on both sides: each of them is compared with itself")
     text = comparison_summary(table, facts, baseline, candidate)
     atomic.write_csv(table, outdir / "compare.csv")
     plot_ratios(table, facts, outdir / "compare.png")
@@ -539,7 +548,7 @@ def write_compare(baseline_spec: str, archived_json, history_dir, outdir) -> str
     """The compare stage (rule `compare`): the sweep archived in `archived_json` (the candidate) against
     `baseline_spec` (config key compare_with); returns the verdict counts for the rule's log."""
     archived = json.loads(Path(archived_json).read_text())
-    baseline = history.load_side(str(baseline_spec), history_dir)
+    baseline = history.load_side(str(baseline_spec), history_dir, role="sweep to compare with")
     candidate = history.load_side(archived.get("runs_csv", archived["file"]), history_dir)
     candidate.label = f"this sweep ({archived['sweep_id']})"
     table, _ = write_comparison(baseline, candidate, outdir,
@@ -547,6 +556,25 @@ def write_compare(baseline_spec: str, archived_json, history_dir, outdir) -> str
     counts = table["verdict"].value_counts()
     return f"{len(table)} configurations compared with {baseline_spec}: " + ", ".join(
         f"{n} {verdict}" for verdict, n in counts.items())
+
+
+def self_comparison(baseline: pd.DataFrame, candidate: pd.DataFrame) -> tuple[int, bool]:
+    """(runs on both sides, whether both sides hold exactly the same runs). A run is its run_id
+    (provenance.run_id: the same run read from a results folder, a runs.csv or the history);
+    a row without one (older tables) is its values, the sweep's own columns left out."""
+    base, cand = run_identities(baseline), run_identities(candidate)
+    return len(base & cand), bool(base) and base == cand
+
+
+def run_identities(runs: pd.DataFrame) -> set:
+    """Each run's run_id, or (without one) a hash of its row over the runs' own columns."""
+    ids = runs["run_id"] if "run_id" in runs else pd.Series(np.nan, index=runs.index, dtype=object)
+    without = ids.isna()
+    identities = set(ids[~without])
+    if without.any():
+        columns = sorted(c for c in runs.columns if c not in provenance.SWEEP_COLUMNS and c != "run_id")
+        identities |= set(pd.util.hash_pandas_object(runs.loc[without, columns].astype(str), index=False))
+    return identities
 
 
 def nothing_in_common(facts: dict, baseline: str, candidate: str) -> str:

@@ -5,7 +5,9 @@ its start, after its GPU hours were booked: a number that YAML reads as a float 
 the trainer as `--per-gpu-batch 32.0`), a name that is not text, a NUL byte (no command line can
 carry one), a dataset path the trainers would read as an option, a matrix too large to expand, a
 synthetic dataset smaller than one step, a bind list longer than one argument may be, a history
-folder that is a file or cannot be written, a sweep to compare with that the history lacks.
+folder that is a file or cannot be written (permissions, a read-only file system), a sweep to
+compare with that is blank or the history lacks. (A history folder inside a folder the workflow
+owns is refused once every rule is defined: scalesweep/history_place.py.)
 """
 
 import math
@@ -130,8 +132,9 @@ def check_history_dir(config, workdir=".") -> None:
         raise ConfigError("history_dir", f"'{config['history_dir']}' is a file, not a folder")
     existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
     if not os.access(existing, os.W_OK | os.X_OK):
+        why = "read-only file system" if os.statvfs(existing).f_flag & os.ST_RDONLY else "permission denied"
         raise ConfigError("history_dir", f"'{config['history_dir']}': {existing} cannot be written "
-                                         "(permission denied): the sweep archives its runs there")
+                                         f"({why}): the sweep archives its runs there")
 
 
 def check_compare_with(config, workdir=".") -> None:

@@ -36,7 +36,7 @@ from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
 
-from scalesweep import breakdown  # noqa: E402
+from scalesweep import atomic, breakdown  # noqa: E402
 from scalesweep.fits import N_DOUBLINGS, predicted_speedup  # noqa: E402
 from scalesweep.scaling import (  # noqa: E402
     NO_BASELINE_NOTE,
@@ -772,10 +772,18 @@ def save_figures(figures: dict[str, PlotFigure], outdir, dpi: int = 120) -> list
     paths = []
     for name, figure in figures.items():
         path = outdir / f"{name}.png"
-        figure.figure.savefig(path, dpi=dpi, bbox_inches="tight")
-        plt.close(figure.figure)
+        save_png(figure.figure, path, dpi)
         paths.append(path)
     return paths
+
+
+def save_png(figure, path, dpi: int) -> None:
+    """`figure` as a PNG replaced whole (a full disk keeps the figure there was), then closed."""
+    try:
+        with atomic.replaced_whole(path) as temporary:
+            figure.savefig(temporary, format="png", dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(figure)
 
 
 def write_figures(scaling_csv, fits_csv, outdir) -> str:

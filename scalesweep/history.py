@@ -13,7 +13,7 @@ place (`read_parquet`), in memory: no server and no lock held on the folder. A d
 disk full, a copy cut short) or a foreign one (a Parquet file named like an archive, without the
 sweep's columns) is skipped with a warning naming it; the rest of the history still answers, and
 archiving the same sweep again rewrites a damaged file. A copied archive file adds no run: each
-run is read once (by run id, `_deduplicated_view`). DuckDB reads each path as a glob pattern, so
+run is read once (by run id, `_runs_view`). DuckDB reads each path as a glob pattern, so
 the paths it is given have their pattern characters escaped (`duckdb_path`): a folder named
 `hist[1]` or `h*` reads its own files, never those of `hist1` or `h2`.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep import atomic, scaling
+from scalesweep import atomic, scaling, sqlfilter
 from scalesweep.provenance import SWEEP_COLUMNS
 from scalesweep.tidy import read_runs_csv
 
@@ -260,6 +260,7 @@ def check_side(spec: str, history_dir, workdir=".") -> None:
     """ValueError unless `spec` names runs that load_side would find: a path, selectors that
     match an archived run, or an archived sweep id. For `compare_with`, which is read only
     after every run of the sweep (the compare rule)."""
+    refuse_blank_side(spec, "sweep to compare with")
     if (Path(workdir) / spec).exists():
         return
     history_dir = Path(workdir) / history_dir
@@ -287,11 +288,13 @@ def parse_selectors(selectors) -> list[tuple[str, str]]:
 
 def archived_runs(history_dir, where: str | None = None, selectors=(), files=None) -> pd.DataFrame:
     """The archived runs (of `files`, default every sweep) that match `where` (a DuckDB SQL
-    condition) and every `column=value` selector; an empty frame when the history is empty."""
+    condition, scalesweep/sqlfilter.py) and every `column=value` selector; an empty frame when
+    the history is empty."""
     files = sweep_files(history_dir) if files is None else list(files)
+    _refuse_bad_filter(where)
     if not files:
         return pd.DataFrame(columns=list(SWEEP_COLUMNS))
-    condition, parameters = _condition(where, parse_selectors(selectors))
+    condition, parameters = _selector_condition(parse_selectors(selectors))
     return query(files, f"SELECT * FROM runs WHERE {condition}", parameters, where=where)
 
 
@@ -313,8 +316,10 @@ def spread_runs(history_dir) -> pd.DataFrame:
 
 
 def query(files, sql: str, parameters=(), where: str | None = None) -> pd.DataFrame:
-    """`sql` over the view `runs` (every file's rows, columns united by name). A file DuckDB
-    cannot read is left out with a DamagedArchiveWarning, and the query runs on the others."""
+    """`sql` over the view `runs`: every file's rows (columns united by name, each run once)
+    where the user's filter `where` holds (sqlfilter: one condition, evaluated where no file
+    but these can be read). A file DuckDB cannot read is left out with a
+    DamagedArchiveWarning, and the query runs on the others."""
     return _query(files, sql, parameters, where)[0]
 
 
@@ -322,6 +327,7 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
     """query() and the files it could read."""
     import duckdb
 
+    condition = None if where is None else sqlfilter.condition_sql(where)  # refused before any file is read
     readable = [str(path) for path in files]
     while readable:
         connection = _reading_connection(readable)
@@ -335,12 +341,12 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
                 readable = [path for path in readable if path not in foreign]
                 continue
             connection.execute(f"CREATE OR REPLACE VIEW raw_runs AS SELECT * FROM read_parquet({paths}, union_by_name = true)")
-            connection.execute(_deduplicated_view(connection))
+            connection.execute(_runs_view(connection, condition))
             return connection.execute(sql, list(parameters)).df(), readable
         except duckdb.Error as error:
             damaged = {} if _is_query_error(error) else _damaged(readable, error)
             if not damaged:
-                problem = _query_error(error, where, connection)
+                problem = _query_error(error, where, _columns(connection, "raw_runs"))
                 _forget_connection()
                 raise problem from error
             _forget_connection()
@@ -361,13 +367,13 @@ _reader: dict = {}
 
 
 def _reading_connection(files: list[str]):
-    import duckdb
-
+    """The shared database, able to read the folders of `files` only (sqlfilter.confined_connection)."""
     identity = tuple(_file_identity(path) for path in files)
     if _reader.get("files") != identity:
         _forget_connection()
-        connection = duckdb.connect()
-        connection.execute("SET parquet_metadata_cache = true")
+        folders = {str(Path(path).parent) for path in files}
+        connection = sqlfilter.confined_connection([*folders, *map(duckdb_path, folders)],
+                                                   {"parquet_metadata_cache": True})
         _reader.update(files=identity, connection=connection)
     return _reader["connection"]
 
@@ -395,15 +401,27 @@ def _foreign(connection, files: list[str], paths: str) -> list[str]:
     return [path for path in files if path not in marked]
 
 
-def _deduplicated_view(connection) -> str:
-    """The view `runs`: every archived run once, whatever the files. A run read from two files
-    (a copied archive file, a sweep archived before run ids existed and again after) keeps its
-    oldest sweep's row; rows without a run id (older archives) are all kept."""
-    columns = [row[0] for row in connection.execute("DESCRIBE raw_runs").fetchall()]
-    if "run_id" not in columns:
-        return "CREATE OR REPLACE VIEW runs AS SELECT * FROM raw_runs"
-    return ("CREATE OR REPLACE VIEW runs AS SELECT * FROM raw_runs QUALIFY run_id IS NULL OR "
-            "row_number() OVER (PARTITION BY run_id ORDER BY sweep_id) = 1")
+def _runs_view(connection, condition: str | None = None) -> str:
+    """The view `runs`: every archived run once, whatever the files, where the user's checked
+    `condition` (sqlfilter.condition_sql) holds. A run read from two files (a copied archive
+    file, a sweep archived before run ids existed and again after) keeps its oldest sweep's row;
+    rows without a run id (older archives) are all kept. The condition applies after that."""
+    every_run = "SELECT * FROM raw_runs"
+    if "run_id" in _columns(connection, "raw_runs"):
+        every_run += " QUALIFY run_id IS NULL OR row_number() OVER (PARTITION BY run_id ORDER BY sweep_id) = 1"
+    if condition is None:
+        return f"CREATE OR REPLACE VIEW runs AS {every_run}"
+    return f"CREATE OR REPLACE VIEW runs AS SELECT * FROM ({every_run}) WHERE {condition}"
+
+
+def _columns(connection, table: str) -> list[str]:
+    """The columns of a view of ours ([] where it cannot be described: they are a hint)."""
+    import duckdb
+
+    try:
+        return [row[0] for row in connection.execute(f"DESCRIBE {table}").fetchall()]
+    except duckdb.Error:
+        return []
 
 
 def _is_query_error(error: Exception) -> bool:
@@ -431,32 +449,36 @@ def _damaged(files: list[str], error: Exception) -> dict[str, str]:
     return damaged
 
 
-def _query_error(error: Exception, where: str | None, connection) -> ValueError:
+def _query_error(error: Exception, where: str | None, columns: list[str]) -> ValueError:
     """A user's query error, with the columns to choose from; double quotes are names in SQL.
     An unknown column is named in our words, not DuckDB's ('Binder Error: Referenced column')."""
     message = str(error).splitlines()[0]
-    try:
-        columns = [row[0] for row in connection.execute("DESCRIBE runs").fetchall()]
-    except Exception:  # noqa: BLE001 - the columns are a hint only
-        columns = []
     hint = f" (columns: {', '.join(columns)})" if columns else ""
     unknown = UNKNOWN_COLUMN_RE.search(message)
     if where and '"' in where and unknown:
         hint += "; SQL strings take single quotes: --where \"gpu_model LIKE '%H100%'\""
     if unknown:
         return ValueError(f"no column {unknown.group(1)!r} in the runs{hint}")
+    if where is not None:
+        return ValueError(f"--where {sqlfilter.shown(where)}: {message}{hint}")
     return ValueError(f"sweep history query failed: {message}{hint}")
 
 
 UNKNOWN_COLUMN_RE = re.compile(r'Referenced column "([^"]*)" not found')
 
 
-def _condition(where: str | None, pairs) -> tuple[str, list]:
-    """SQL condition and its parameters: the user's `where`, and each selector compared as a
-    number where both sides are numbers (gpus=4 matches 4.0) and as text otherwise."""
+def _refuse_bad_filter(where: str | None) -> None:
+    """sqlfilter.FilterError for a filter that is not one plain condition, even where the
+    history is empty: a bad filter is an error, not an empty answer."""
+    if where is not None:
+        sqlfilter.parsed_filter(where)
+
+
+def _selector_condition(pairs) -> tuple[str, list]:
+    """SQL condition and its parameters: each selector compared as a number where both sides
+    are numbers (gpus=4 matches 4.0) and as text otherwise (the column quoted, the value a
+    parameter)."""
     parts, parameters = ["TRUE"], []
-    if where and where.strip():
-        parts.append(f"({where})")
     for column, value in pairs:
         name = _sql_name(column)
         parts.append(f"(CAST({name} AS VARCHAR) = ? OR (TRY_CAST(? AS DOUBLE) IS NOT NULL "
@@ -494,13 +516,14 @@ def sweeps_table(history_dir, where: str | None = None, selectors=()) -> pd.Data
     files = sweep_files(history_dir)
     columns = ["sweep_id", *(name for name, _ in LISTING[:3]), "configurations",
                *(name for name, _ in LISTING[3:])]
+    _refuse_bad_filter(where)
     if not files:
         return pd.DataFrame(columns=columns)
     present, files = _query(files, "SELECT * FROM runs LIMIT 0")
     present = list(present.columns)
     keys = [c for c in present if c not in NON_KEY_COLUMNS or c == "gpus"]
     fields = {c: (_sql_name(c) if c in present else "NULL") for c in ("cluster", "gpu_model", "cpu_model")}
-    condition, parameters = _condition(where, parse_selectors(selectors))
+    condition, parameters = _selector_condition(parse_selectors(selectors))
     selects = ", ".join(f"{_fill(sql, fields)} AS {name}" for name, sql in LISTING)
     distinct = f"count(DISTINCT row({', '.join(map(_sql_name, keys))}))" if keys else "1"
     sql = (f"SELECT sweep_id, {selects}, {distinct} AS configurations FROM runs "
@@ -532,11 +555,20 @@ class Side:
         return sorted(self.runs["sweep_id"].dropna().astype(str).unique())
 
 
-def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = None) -> Side:
+def refuse_blank_side(spec: str, role: str) -> None:
+    """ValueError for an empty or blank side: Path('') is the working folder and '' a prefix of
+    every sweep id, so a script's unset variable would compare whatever lies there."""
+    if not str(spec).strip():
+        raise ValueError(f"the {role} is blank ({spec!r}): name a sweep id, a results folder, a runs.csv "
+                         "or column=value selectors (is a variable of a script unset?)")
+
+
+def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = None, role: str = "side") -> Side:
     """A comparison side from `spec`: a results folder (its tidy/runs.csv), a runs.csv, an
     archived .parquet file, `column=value[,column=value]` selectors over the history (the runs
     of every matching sweep), or a sweep id (or a unique prefix of one). `where` (SQL) then
-    narrows the runs."""
+    narrows the runs. `role` names the side in the error for a blank spec."""
+    refuse_blank_side(spec, role)
     path = Path(spec)
     if path.exists():
         runs = _runs_at(path)
@@ -548,7 +580,7 @@ def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = No
         runs = archived_runs(history_dir, files=files_of_sweeps(history_dir, [spec]))
     if runs.empty:
         raise ValueError(f"{spec}: holds no runs")
-    if where:
+    if where is not None:
         held, runs = len(runs), filter_frame(runs, where)
         if runs.empty:
             raise ValueError(f"{spec}: none of its {held} runs meets --where {where!r}")
@@ -567,15 +599,17 @@ def _runs_at(path: Path) -> pd.DataFrame:
 
 
 def filter_frame(runs: pd.DataFrame, where: str) -> pd.DataFrame:
-    """The rows of `runs` where the SQL condition `where` holds (DuckDB over the frame)."""
+    """The rows of `runs` where the user's filter `where` holds (sqlfilter, DuckDB over the
+    frame on a connection that reads no file)."""
     import duckdb
 
-    connection = duckdb.connect()
+    condition = sqlfilter.condition_sql(where)
+    connection = sqlfilter.confined_connection()
     try:
         connection.register("runs", runs)
-        return connection.execute(f"SELECT * FROM runs WHERE {where}").df()
+        return connection.execute(f"SELECT * FROM runs WHERE {condition}").df()
     except duckdb.Error as error:
-        raise _query_error(error, where, connection) from error
+        raise _query_error(error, where, list(map(str, runs.columns))) from error
     finally:
         connection.close()
 

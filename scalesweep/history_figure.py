@@ -27,6 +27,7 @@ from scalesweep.figures import (
     _placeholder,
     plot_table,
     plt,
+    save_png,
 )
 from scalesweep.findings import gpus_text
 from scalesweep.scaling import scaling_table
@@ -115,6 +116,5 @@ def write_history_figure(history_dir, output) -> str:
     table = history_table(history.archived_runs(history_dir))
     figure = history_figure(table)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
-    figure.figure.savefig(output, dpi=120, bbox_inches="tight")
-    plt.close(figure.figure)
+    save_png(figure.figure, output, 120)
     return f"{NAME}: {table['sweep_id'].nunique()} sweeps in {output}"

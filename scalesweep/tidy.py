@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from scalesweep import atomic, breakdown, hardware, invariants, records
+from scalesweep import atomic, breakdown, copies, hardware, invariants, records
 from scalesweep.parse import parse_file
 from scalesweep.parsed import EmptyLogError, LogFormatError, refused_summary
 from scalesweep.provenance import PROVENANCE_COLUMNS, run_id, run_provenance
@@ -105,6 +105,9 @@ class TidyTables(NamedTuple):
     # One line per log, or run in a log, that could not be read or broke the record contract,
     # naming the log (and line and key where there is one); each is also a failed row in `runs`.
     refused: list[str]
+    # One line per run read again (the same log twice, a copy of it): left out, named
+    # (scalesweep/copies.py).
+    copies_left_out: list[str] = []
 
 
 def runs_table(items, images_per_epoch: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -114,8 +117,8 @@ def runs_table(items, images_per_epoch: int | None = None) -> tuple[pd.DataFrame
     column that is also an axis appears once, as the axis). epochs holds the epochs of finished
     (status ok) runs only: a failed run's partial epochs are not measurements to plot.
     """
-    epochs, runs, _ = tidy_tables(items, images_per_epoch)
-    return epochs, runs
+    tables = tidy_tables(items, images_per_epoch)
+    return tables.epochs, tables.runs
 
 
 def tidy_tables(items, images_per_epoch: int | None = None) -> TidyTables:
@@ -123,18 +126,20 @@ def tidy_tables(items, images_per_epoch: int | None = None) -> TidyTables:
     dataset's training images, for logs that count steps instead (Keras; format_keras.keras_epoch_images)."""
     items = [(path, dict(config)) for path, config in items]
     extra_axes = _extra_axes(config for _, config in items)
-    run_rows, epoch_rows, refused = [], [], []
-    for path, config in items:
-        for run_row, run_epochs, refusal in _rows_for_item(path, config, images_per_epoch):
-            run_rows.append(run_row)
-            epoch_rows.extend(run_epochs)
-            refused.extend([refusal] if refusal else [])
+    readings = [reading for path, config in items for reading in _rows_for_item(path, config, images_per_epoch)]
+    ids = [run_row["run_id"] for run_row, _, _ in readings]
+    later = copies.later_readings(ids)
+    copy_lines = copies.copy_lines([run_row["log"] for run_row, _, _ in readings], ids, later)
+    readings = [reading for position, reading in enumerate(readings) if position not in later]
+    run_rows = [run_row for run_row, _, _ in readings]
+    epoch_rows = [epoch for _, run_epochs, _ in readings for epoch in run_epochs]
+    refused = [refusal for _, _, refusal in readings if refusal]
     axes = AXIS_COLUMNS + extra_axes
     runs = pd.DataFrame(run_rows, columns=axes + [c for c in RUN_RESULT_COLUMNS if c not in axes])
     epochs = pd.DataFrame(epoch_rows, columns=axes + [c for c in EPOCH_RESULT_COLUMNS if c not in axes])
     float_columns = (METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + ENERGY_COLUMNS + ["slurm_energy_j"]
                      + FLOAT_BREAKDOWN_COLUMNS)
-    return TidyTables(_typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, float_columns), refused)
+    return TidyTables(_typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, float_columns), refused, copy_lines)
 
 
 def _typed(frame: pd.DataFrame, float_columns) -> pd.DataFrame:
@@ -175,7 +180,14 @@ def with_digests(runs: pd.DataFrame, digests: dict | None) -> pd.DataFrame:
 
 def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False, digests=None) -> str:
     """The tidy stage (rule `tidy`): (log path or None, run axes) pairs -> epochs_csv and
-    runs_csv, each replaced whole or not at all; the log line. ask_slurm: give failed runs the
+    runs_csv (write_pair); the log line. ask_slurm and digests: see tidy_frames."""
+    epochs, runs = tidy_frames(items, ask_slurm, digests)
+    write_pair(epochs, runs, epochs_csv, runs_csv)
+    return status_counts(runs)
+
+
+def tidy_frames(items, ask_slurm: bool = False, digests=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The tidy stage's (epochs, runs) tables, not written. ask_slurm: give failed runs the
     status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...), and every run its job's energy
     where the cluster accounts it (slurm_energy_j); digests: {framework: image digest}
     (with_digests)."""
@@ -187,19 +199,21 @@ def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False, dige
         failed = runs[runs["status"] != "ok"]
         runs = accounting.refine_failures(runs, accounting.sacct_states(failed["slurm_job_id"]))
         runs = accounting.with_slurm_energy(runs, accounting.sacct_energy(runs["slurm_job_id"]))
-    for frame, path in ((epochs, Path(epochs_csv)), (runs, Path(runs_csv))):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_csv(frame, path)
-    return status_counts(runs)
+    return epochs, runs
+
+
+def write_pair(epochs: pd.DataFrame, runs: pd.DataFrame, epochs_csv, runs_csv) -> None:
+    """epochs.csv and runs.csv replaced together or not at all (atomic.write_csvs): the two
+    never describe different runs. OSError naming the file that could not be written."""
+    for path in (epochs_csv, runs_csv):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_csvs({Path(epochs_csv): epochs, Path(runs_csv): runs})
 
 
 def write_tidy(epochs: pd.DataFrame, runs: pd.DataFrame, outdir) -> tuple[Path, Path]:
-    """Write epochs.csv and runs.csv into `outdir`, each replaced whole or not at all."""
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    paths = outdir / "epochs.csv", outdir / "runs.csv"
-    for frame, path in zip((epochs, runs), paths):
-        atomic.write_csv(frame, path)
+    """Write epochs.csv and runs.csv into `outdir` (write_pair)."""
+    paths = Path(outdir) / "epochs.csv", Path(outdir) / "runs.csv"
+    write_pair(epochs, runs, *paths)
     return paths
 
 

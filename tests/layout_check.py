@@ -18,6 +18,7 @@ its real artist tree before it is written; the problems collect per file name.
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -240,6 +241,14 @@ def layout_problems(figure: Figure, bbox_inches=None) -> list[str]:
     ]
 
 
+def saved_name(fname) -> str:
+    """The name of the file a figure is saved as: a figure written atomically goes to a temporary
+    `.<name>.<random>.tmp` beside it first (scalesweep/atomic.py)."""
+    name = Path(str(fname)).name
+    temporary = re.fullmatch(r"\.(.+)\.[^.]+\.tmp", name)
+    return temporary.group(1) if temporary else name
+
+
 def checking_savefig(monkeypatch, write: bool = True) -> dict[str, list[str]]:
     """Wrap Figure.savefig: each saved figure's problems under its file name (the dict returned,
     filled as figures are saved). `write=False` checks without writing the file: the check's own
@@ -248,7 +257,7 @@ def checking_savefig(monkeypatch, write: bool = True) -> dict[str, list[str]]:
     original = Figure.savefig
 
     def checked(figure, fname, *args, **kwargs):
-        problems[Path(str(fname)).name] = layout_problems(figure, kwargs.get("bbox_inches"))
+        problems[saved_name(fname)] = layout_problems(figure, kwargs.get("bbox_inches"))
         if write:
             return original(figure, fname, *args, **kwargs)
         return None

@@ -310,7 +310,8 @@ def check_tables(texts: list[str], folder: Path) -> None:
         paths.append(path)
     for start in range(0, len(paths), 1000):
         chunk = paths[start:start + 1000]
-        epochs, runs, refused = tidy.tidy_tables([(path, {}) for path in chunk])
+        tables = tidy.tidy_tables([(path, {}) for path in chunk])
+        epochs, runs, refused = tables.epochs, tables.runs, tables.refused
         checked = scaling.check_runs(runs, source=f"fuzz runs {start}")
         assert len(checked) == (runs["gpus"].notna() | (runs["status"] == "ok")).sum()
         for _, row in runs.iterrows():

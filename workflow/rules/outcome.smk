@@ -1,6 +1,6 @@
 # How a sweep ends on the terminal (scalesweep/outcome.py): runs ok and failed, each failure's
 # reason and log, and where the tables, figures, findings, archive and report are.
-from scalesweep import images, outcome, tidy
+from scalesweep import images, outcome
 
 
 onsuccess:
@@ -12,23 +12,22 @@ onsuccess:
 # failed row per missing run, with SLURM's verdict where accounting has one, and rebuild the
 # scaling tables, figures and findings from exactly those rows. The next invocation runs the missing
 # configurations (each run's result is a target of rule all) and then rebuilds these tables
-# from complete results.
+# from complete results. On a full, over-quota or read-only disk the closing lines still come,
+# with the file that could not be written (outcome.failure_outcome).
 onerror:
-    items = zip(map(best_log, RUN_PATHS), run_configs())
-    tidy.write_tidy_tables(
-        items,
-        rules.tidy.output.epochs,
-        rules.tidy.output.runs,
-        ask_slurm=True,
-        digests=images.sweep_digests(config["container"], IMAGES),
+    print(
+        outcome.failure_outcome(
+            zip(map(best_log, RUN_PATHS), run_configs()),
+            dict(rules.tidy.output.items()),
+            {
+                "table_outputs": dict(rules.tables.output.items()),
+                "analysis": config["analysis"],
+                "scaling_csv": rules.figures.input.scaling,
+                "fits_csv": rules.figures.input.fits,
+                "figures_dir": rules.figures.output[0],
+                "findings_md": rules.findings.output[0],
+            },
+            digests=images.sweep_digests(config["container"], IMAGES),
+        ),
+        file=sys.stderr,
     )
-    rebuilt = outcome.rebuild_tables_and_figures(
-        rules.tidy.output.runs,
-        dict(rules.tables.output.items()),
-        config["analysis"],
-        rules.figures.input.scaling,
-        rules.figures.input.fits,
-        rules.figures.output[0],
-        rules.findings.output[0],
-    )
-    print(rebuilt, outcome.sweep_outcome(), sep="\n", file=sys.stderr)
