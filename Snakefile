@@ -10,6 +10,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/restart.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/images.smk"
 include: "workflow/rules/train.smk"
@@ -27,6 +28,7 @@ include: "workflow/rules/outcome.smk"
 # whose consumers are up to date, and a missing run must always be run again.
 rule all:
     input:
+        await_earlier_slurm_jobs,
         preview_of(max_batch=False),
         all_run_logs(),
         "results/tidy/epochs.csv",

@@ -4,6 +4,7 @@ the SLURM resources of each, and the preview's GPU-hours."""
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -68,9 +69,10 @@ def job_block(output, rule, wildcards):
 
 
 def shell_of(block):
-    """The job's command; the rule's shell runs it as `{ COMMAND; } > "$attempt" 2>&1` (train.smk)."""
+    """The job's command; the rule's shell hands it to scripts/run_attempt.py as --command=COMMAND."""
     line = re.search(r"^Shell command: (.*)$", block, re.MULTILINE).group(1)
-    return re.search(r'\{ (.*); \} > "\$attempt" 2>&1 && cp ', line).group(1)
+    (command,) = [word[len("--command="):] for word in shlex.split(line) if word.startswith("--command=")]
+    return command
 
 
 def resources_of(block):

@@ -1,6 +1,7 @@
 # Config validation, the run matrix and every input/params function of the workflow.
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -338,6 +339,11 @@ def gpu_counts(multinode):
 
 def script(name):
     return os.path.join(workflow.basedir, "scripts", name)
+
+
+def shell_literal(word):
+    """A fixed word of a shell template: quoted for bash, braces kept from Snakemake's format."""
+    return shlex.quote(str(word)).replace("{", "{{").replace("}", "}}")
 
 
 def synthetic_options(wildcards):

@@ -1,0 +1,73 @@
+# A head started again after a crash (docs/cluster-head.md): the lock the dead head left is
+# explained with the exact commands (scalesweep/head_lock.py), and on SLURM the jobs it left
+# queued or running are waited for instead of submitted twice (scalesweep/slurm_jobs.py).
+import socket
+
+from scalesweep import head_lock, slurm_jobs
+
+HOST = socket.gethostname()
+
+if workflow.is_main_process and not head_lock.unlocking(sys.argv):
+    LOCK_ADVICE = head_lock.lock_advice(WORKDIR, HOST, sys.argv)
+    if LOCK_ADVICE:
+        print(LOCK_ADVICE, file=sys.stderr)
+
+
+# Snakemake runs onstart once it holds the lock (never in a dry run or a SLURM job's own
+# Snakemake, which runs with --no-hooks): who holds it, for the next start to check.
+onstart:
+    head_lock.write_head_record(WORKDIR, HOST, os.getpid())
+
+
+def train_results_by_comment():
+    """{the comment the slurm plugin gives a run's job: the run's result}."""
+    train_rules = [rule for rule in workflow.rules if rule.name.startswith("train_")]
+    comments = {
+        result: slurm_jobs.job_comment(rule.name, rule.get_wildcards(result).values())
+        for result in all_run_logs()
+        for rule in train_rules
+        if rule.is_producer(result)
+    }
+    return slurm_jobs.results_by_comment(comments)
+
+
+def should_wait_for_earlier_jobs():
+    """A real SLURM run of the main Snakemake whose folder is not locked: a lock means another
+    head, or a dead one to --unlock first, and Snakemake stops at it right after the DAG.
+    """
+    plugin = workflow.executor_plugin
+    return (
+        workflow.is_main_process
+        and plugin is not None
+        and plugin.name == "slurm"
+        and not (workflow.execution_settings.lock and head_lock.lock_files(WORKDIR))
+    )
+
+
+EARLIER_JOBS_AWAITED = []
+
+
+def await_earlier_slurm_jobs(wildcards):
+    """Adds no input. The first time the DAG asks (for the target `all` or a training job), it
+    waits for the SLURM jobs an earlier head of this folder left queued or running, so that the
+    DAG sees what they finished (docs/cluster-head.md)."""
+    if EARLIER_JOBS_AWAITED:
+        return []
+    EARLIER_JOBS_AWAITED.append(True)
+    if not should_wait_for_earlier_jobs():
+        return []
+    say = lambda line: print(line, file=sys.stderr, flush=True)
+    try:
+        slurm_jobs.wait_for_earlier_jobs(
+            WORKDIR,
+            train_results_by_comment(),
+            workflow.remote_execution_settings.seconds_between_status_checks,
+            workflow.execution_settings.latency_wait,
+            say,
+        )
+    except slurm_jobs.SlurmQueryError as error:
+        raise WorkflowError(
+            f"{error}. Without it a restart cannot tell which SLURM jobs of this folder an "
+            "earlier head left running, and would submit them again: retry once squeue answers."
+        ) from None
+    return []
