@@ -26,10 +26,11 @@ include: "workflow/rules/outcome.smk"
 
 # Every run's result is a target itself: Snakemake does not rerun a missing intermediate file
 # whose consumers are up to date, and a missing run must always be run again.
+# The preview (and the site's refusals) first: nothing asks SLURM for a plan it would refuse.
 rule all:
     input:
-        await_earlier_slurm_jobs,
         preview_of(max_batch=False),
+        await_earlier_slurm_jobs,
         all_run_logs(),
         "results/tidy/epochs.csv",
         "results/tidy/runs.csv",
