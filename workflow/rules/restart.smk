@@ -1,7 +1,10 @@
 # A head started again after a crash (docs/cluster-head.md): the lock the dead head left is
 # explained with the exact commands (scalesweep/head_lock.py), and on SLURM the jobs it left
-# queued or running are waited for instead of submitted twice (scalesweep/slurm_jobs.py).
+# queued or running are waited for instead of submitted twice (scalesweep/slurm_jobs.py), and a
+# result on disk is never trained again (measured_results_are_final).
 import socket
+
+from snakemake.io import IOFile
 
 from scalesweep import head_lock, slurm_jobs
 
@@ -54,8 +57,14 @@ def await_earlier_slurm_jobs(wildcards):
     if EARLIER_JOBS_AWAITED:
         return []
     EARLIER_JOBS_AWAITED.append(True)
-    if not should_wait_for_earlier_jobs():
-        return []
+    if should_wait_for_earlier_jobs():
+        wait_for_earlier_jobs()
+    if workflow.is_main_process:
+        measured_results_are_final()
+    return []
+
+
+def wait_for_earlier_jobs():
     say = lambda line: print(line, file=sys.stderr, flush=True)
     try:
         slurm_jobs.wait_for_earlier_jobs(
@@ -70,4 +79,16 @@ def await_earlier_slurm_jobs(wildcards):
             f"{error}. Without it a restart cannot tell which SLURM jobs of this folder an "
             "earlier head left running, and would submit them again: retry once squeue answers."
         ) from None
-    return []
+
+
+def measured_results_are_final():
+    """A run's result on disk is a measurement, and only a missing one runs (or one named with
+    -R/--forcerun). Snakemake would also rerun it when the job's command or the rule's text
+    changed since (its params and code triggers): a new trainer option, a command prefix, a new
+    shell. That says nothing about what was measured: every setting a run measures is in its path
+    (matrix.run_path). So before the DAG decides, the metadata Snakemake keeps of how existing
+    results were made is dropped (with any stale "incomplete" mark: a result is only ever
+    written whole, by scripts/run_attempt.py), and GPU hours are never spent twice on a run."""
+    for result in [*all_run_logs(), *max_batch_logs()]:
+        if Path(result).exists():
+            workflow.persistence.cleanup_metadata(IOFile(result))
