@@ -13,7 +13,7 @@ STACKS ?= ngc-tensorflow-23.03 ngc-pytorch-24.07
 # controller answers, that waits 10 s per start. An empty SLURM_CONF makes scontrol fail at once.
 LOCAL_ENV := SLURM_CONF=/dev/null
 
-.PHONY: sweep preview test test-fast stacks bench clean
+.PHONY: sweep preview test test-fast stacks bench bundle clean
 
 # The default sweep of config/config.yaml on this machine; jobs run one at a time (each takes
 # every core), so timings are not disturbed by a neighbour.
@@ -48,6 +48,12 @@ bench: $(VENV)/.installed
 	$(PYTHON) benchmarks/bench_history.py
 	$(PYTHON) benchmarks/bench_energy.py
 	$(PYTHON) benchmarks/bench_timing.py
+
+# The offline bundle for a cluster without internet: dist/scalesweep-<commit>-py<XY>.tar.gz
+# (envs/bundle.sh, docs/install-offline.md). Needs the network and a Python of that version.
+PYTHON_VERSION ?= 3.12
+bundle:
+	bash envs/bundle.sh $(PYTHON_VERSION) dist
 
 $(VENV)/.installed: envs/requirements.txt envs/workflow.txt envs/constraints.txt pyproject.toml
 	python3 -m venv $(VENV)

@@ -10,6 +10,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/restart.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/images.smk"
 include: "workflow/rules/train.smk"
@@ -36,9 +37,11 @@ history_place.refuse_owned_history(
 
 # Every run's result is a target itself: Snakemake does not rerun a missing intermediate file
 # whose consumers are up to date, and a missing run must always be run again.
+# The preview (and the site's refusals) first: nothing asks SLURM for a plan it would refuse.
 rule all:
     input:
         preview_of(max_batch=False),
+        await_earlier_slurm_jobs,
         all_run_logs(),
         "results/tidy/epochs.csv",
         "results/tidy/runs.csv",

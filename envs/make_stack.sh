@@ -14,18 +14,8 @@ target=".stacks/$name"
 version=$(sed -n '1s/^# python: *\([0-9.]*\) *$/\1/p' "$requirements")
 [ -n "$version" ] || { echo "$requirements: first line must be '# python: X.Y'" >&2; exit 2; }
 
-find_python() {
-    if command -v pyenv >/dev/null; then
-        local newest
-        newest=$(pyenv versions --bare | grep -E "^${version//./\\.}\.[0-9]+$" | sort -t. -k3 -n | tail -n 1 || true)
-        if [ -n "$newest" ]; then echo "$(pyenv prefix "$newest")/bin/python$version"; return; fi
-    fi
-    if command -v "python$version" >/dev/null && "python$version" -c 'import venv' 2>/dev/null; then
-        command -v "python$version"
-    fi
-}
-
-python=$(find_python)
+source "$(dirname "${BASH_SOURCE[0]}")/find-python.sh"
+python=$(find_python "$version")
 if [ -z "$python" ]; then
     message="stack $name needs Python $version, which is not on this machine: install it (pyenv install $version, or your system's python$version with venv) and run make test again"
     if [ -n "${CI:-}" ]; then echo "error: $message" >&2; exit 1; fi

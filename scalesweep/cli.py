@@ -434,26 +434,50 @@ def gate(table, fail_above):
 
 def register_check_config(commands):
     cmd = commands.add_parser("check-config", help="check config files as the workflow does, naming "
-                              "file, line and column (Snakemake names none for a --configfile)")
-    cmd.add_argument("configs", nargs="+", help="config files, merged in order as --configfile does")
+                              "file, line and column (Snakemake names none for a --configfile), and "
+                              "list every dataset or image path that is missing or empty")
+    cmd.add_argument("configs", nargs="*", help="config files, merged in order as --configfile does "
+                     "(default: the profile's configfile)")
+    cmd.add_argument("--profile", help="a Snakemake profile folder (e.g. mn5): its site's needs "
+                     "(account, QoS limits, network) and default-resources are checked as the preview does")
     cmd.set_defaults(handler=check_config_command)
 
 
 def check_config_command(args):
-    from scalesweep import configcheck, matrix
+    import yaml
 
+    from scalesweep import configcheck, matrix, preview, sitecheck
+
+    configs = args.configs
     try:
-        runs, warnings = configcheck.check_files(args.configs)
-    except (configcheck.ConfigFileError, OSError) as error:
+        profile = sitecheck.read_profile(args.profile) if args.profile else sitecheck.Profile()
+        configs = args.configs or profile.configfiles
+        if not configs:
+            print("error: no config file given (and no --profile with a configfile)", file=sys.stderr)
+            return 1
+        config, runs, settings, warnings = configcheck.check_sweep(configs, profile.site)
+    except (configcheck.ConfigFileError, OSError, yaml.YAMLError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except matrix.ConfigError as error:
-        print(f"error: {error} {configcheck.sources(args.configs)}", file=sys.stderr)
+        print(f"error: {error} {configcheck.sources(configs)}", file=sys.stderr)
         return 1
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"{', '.join(args.configs)}: {len(runs)} configurations to run")
-    return 0
+    jobs = {matrix.run_path(s, configcheck.training_defaults()): s for s in settings}
+    print(f"{', '.join(map(str, configs))}: {len(runs)} configurations to run")
+    print(preview.cost_lines(list(jobs.values()), list(jobs.values()))[-1].strip())
+    site, qos = config["site"], profile.resource("qos")
+    refusals = [sitecheck.account_problem(site, profile.resource("slurm_account"), profile.resource_args()),
+                *sitecheck.qos_problems(site, qos, jobs)]
+    if sitecheck.qos_warning(site, qos):
+        print(f"warning: {sitecheck.qos_warning(site, qos)}", file=sys.stderr)
+    problems = sitecheck.path_problems(config, settings)
+    for refusal in filter(None, refusals):
+        print(f"error: {refusal}", file=sys.stderr)
+    if problems:
+        print(f"error: {sitecheck.missing_paths_error(problems)}", file=sys.stderr)
+    return 1 if problems or any(refusals) else 0
 
 
 def register_parse(commands):

@@ -21,7 +21,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config, validate
 
-from scalesweep import feasibility, matrix
+from scalesweep import feasibility, matrix, sitecheck
 from scalesweep.matrix import ConfigError, did_you_mean
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
@@ -240,14 +240,24 @@ def sources(files, cli_config=None):
     return f"({text})"
 
 
-def check_files(paths):
-    """Config files merged in order, validated and planned: what the workflow checks when parsed,
-    except that dataset paths are not looked up (they need the cluster's file system)."""
+def check_sweep(paths, site=None):
+    """Config files merged in order (then `site`, as a profile's `config:` entry gives it),
+    validated and planned: what the workflow checks when parsed, except that no path is looked up
+    (sitecheck.path_problems does that). Returns (config, runs, their settings, warnings)."""
     config = {}
     for path in paths:
         update_config(config, load_strict(path))
+    if site is not None:
+        config["site"] = site
     validate_config(config)
     runs, excluded = matrix.plan(config, check_paths=False)
+    sitecheck.check_images(config, runs)
     settings = [matrix.run_settings(run, config) for run in runs]
     feasibility.check_planned(config, settings, check_paths=False)
-    return runs, matrix.config_warnings(config, excluded, settings)
+    return config, runs, settings, matrix.config_warnings(config, excluded, settings)
+
+
+def check_files(paths):
+    """(runs, warnings) of check_sweep."""
+    _, runs, _, warnings = check_sweep(paths)
+    return runs, warnings

@@ -117,8 +117,28 @@ def bound_paths(settings, repo, workdir):
     return list(paths.values())
 
 
+# What a host's Python leaves in the environment for the next Python: a loaded `python` module
+# sets PYTHONHOME/PYTHONPATH for its own version, an activated venv VIRTUAL_ENV. The job inherits
+# them (sbatch --export=ALL) and Apptainer/SingularityCE pass host variables into the container,
+# where the image's Python (3.8, 3.10) would read another version's library (docs/containers.md).
+FOREIGN_PYTHON_VARIABLES = ("PYTHONHOME", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV")
+# The user's own site-packages ($HOME is bound) would shadow the image's packages.
+NO_USER_SITE = "PYTHONNOUSERSITE=1"
+
+
+def python_env_hygiene():
+    """`env -u PYTHONHOME ... PYTHONNOUSERSITE=1`: the trainer's Python (the container runtime's,
+    or the host interpreter's) starts without another Python's settings, and with everything else
+    a run needs (SLURM_*, MASTER_ADDR/PORT, OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES, NCCL_*). A fixed
+    list, not --cleanenv plus what to keep: what a run needs is open-ended (NCCL_*, SLURM_*), and the
+    command must not change with the environment it is planned in."""
+    unset = [word for name in FOREIGN_PYTHON_VARIABLES for word in ("-u", name)]
+    return ["env", *unset, NO_USER_SITE]
+
+
 def container_prefix(settings, container, repo, workdir):
-    """`apptainer exec --nv --bind ... IMAGE`, or nothing when runs use the host's Python.
+    """`env -u ... apptainer exec --nv --bind ... IMAGE`, or only the `env -u ...` when runs use
+    the host's Python.
 
     The repository, the working directory and the dataset are bound so the trainer, its outputs
     and its data are visible at the same paths inside; --pwd keeps relative paths working.
@@ -126,10 +146,11 @@ def container_prefix(settings, container, repo, workdir):
     for a relative source, made absolute. A pulled image runs from the SIF rule `images` wrote.
     """
     if container["runtime"] == "none":
-        return []
+        return python_env_hygiene()
     binds = [*bound_paths(settings, repo, workdir),
              *(absolute_bind(spec, workdir) for spec in container["binds"])]
     return [
+        *python_env_hygiene(),
         container["runtime"], "exec", *container["args"],
         "--bind", ",".join(dict.fromkeys(binds)),
         "--pwd", absolute(workdir, workdir),
@@ -262,6 +283,23 @@ def multinode_steps(settings, prefix, python, repo):
     ]
 
 
+def gres_gpus_per_node(settings):
+    """GPUs per node the job asks SLURM for: the run's, or the whole node's with `whole_node`
+    (a run of 1 GPU on a node of 4 then holds all 4, as the course's TensorFlow jobs did)."""
+    if settings["whole_node"] and settings["gpus"] >= 1:
+        return settings["node_gpus"]
+    return settings["gpus_per_node"]
+
+
+def is_exclusive(settings):
+    """--exclusive: `exclusive: always`, or `multinode` for a run across nodes."""
+    return settings["exclusive"] == "always" or (settings["exclusive"] == "multinode" and is_multinode(settings))
+
+
+def holds_whole_nodes(settings):
+    return settings["whole_node"] or is_exclusive(settings)
+
+
 def slurm_resources(settings, cluster, user_extra=""):
     """The job's SLURM shape for snakemake-executor-plugin-slurm.
 
@@ -271,25 +309,34 @@ def slurm_resources(settings, cluster, user_extra=""):
     (the profile's default-resources slurm_extra and a --set-resources one, which would
     otherwise replace, or be replaced by, the rule's own: workflow/rules/common.smk).
     """
-    gpus_per_node = settings["gpus_per_node"]
+    gres = gres_gpus_per_node(settings)
     resources = {
         "nodes": settings["nodes"],
         "cpus_per_task": settings["cpus_per_task"],
         "runtime": settings["time_limit_min"],
         "tasks_per_gpu": 0,
     }
-    if gpus_per_node >= 1:
-        resources["gres"] = f"gpu:{gpus_per_node}"
+    if gres >= 1:
+        resources["gres"] = f"gpu:{gres}"
     if is_multinode(settings):
         resources["tasks"] = settings["nodes"]
-    exclusive = cluster["exclusive"] == "always" or (cluster["exclusive"] == "multinode" and is_multinode(settings))
-    extra = " ".join(part.strip() for part in ("--exclusive" if exclusive else "", cluster.get("slurm_extra", ""),
-                                                user_extra or "") if part and part.strip())
+    extra = " ".join(part.strip() for part in ("--exclusive" if is_exclusive(settings) else "",
+                                                cluster.get("slurm_extra", ""), user_extra or "")
+                     if part and part.strip())
     if extra:
         resources["slurm_extra"] = extra
     return resources
 
 
+def held_gpus(settings):
+    """GPUs the job holds while it runs: all of its nodes' GPUs when it takes them whole (nobody
+    else can use them), else the GPUs it asks for."""
+    if holds_whole_nodes(settings):
+        return settings["nodes"] * settings["node_gpus"]
+    return settings["nodes"] * gres_gpus_per_node(settings)
+
+
 def booked_gpu_hours(settings):
-    """GPU-hours a job books: its GPUs times its time limit (what the allocation is charged)."""
-    return settings["gpus"] * settings["time_limit_min"] / 60
+    """GPU-hours a job is charged: the GPUs it holds times its time limit (what the allocation
+    books, whether the trainer uses every GPU or not)."""
+    return held_gpus(settings) * settings["time_limit_min"] / 60

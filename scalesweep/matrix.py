@@ -27,6 +27,9 @@ SYNTHETIC_OPTIONS = {
     "imagefolder": {"required": ("classes", "train_per_class", "val_per_class", "size"), "optional": ("seed",)},
 }
 
+# Job-shape settings a model may set for itself (models.<framework>.<model>), else `cluster:`'s.
+JOB_SHAPE_KEYS = ("time_limit_min", "exclusive", "whole_node")
+
 # The exclusion rules before the config's own `exclude` entries, in the order they apply.
 BUILT_IN_RULES = ("model-framework", "dataset-format", "tensorflow-single-node")
 
@@ -295,16 +298,6 @@ def check_datasets(config):
             check_synthetic(f"{key}.synthetic", spec["format"], spec["synthetic"])
 
 
-def check_dataset_paths(config, datasets, workdir="."):
-    """Datasets that are not generated must exist before any job is submitted."""
-    for name in datasets:
-        spec = config["datasets"][name]
-        if spec.get("synthetic") is None and not (Path(workdir) / spec["path"]).exists():
-            raise ConfigError(
-                f"datasets.{name}.path", f"'{spec['path']}' does not exist (dataset '{name}')"
-            )
-
-
 def check_trainer_pythons(config, frameworks, workdir="."):
     """`container.python` interpreters of the frameworks that run must exist and be executable
     (runtime none only: inside a container the image's python runs)."""
@@ -350,7 +343,6 @@ def plan(config, workdir=".", check_paths=True):
     if not runs:
         raise nothing_to_run(config, excluded)
     if check_paths:
-        check_dataset_paths(config, sorted({run["dataset"] for run in runs}), workdir)
         check_trainer_pythons(config, sorted({run["framework"] for run in runs}), workdir)
     return runs, excluded
 
@@ -363,7 +355,8 @@ def run_settings(run, config):
         **config.get("models", {}).get(framework, {}).get(model, {}),
     }
     dataset = config["datasets"][run["dataset"]]
-    gpus_per_node = config["cluster"]["gpus_per_node"]
+    cluster = config["cluster"]
+    gpus_per_node = cluster["gpus_per_node"]
     # Precedence: shared training settings < per-model settings < the run's own axes.
     settings = {
         **config["training"],
@@ -374,10 +367,14 @@ def run_settings(run, config):
         "data_path": dataset_path(run["dataset"], config),
         "nodes": nodes_for(run["gpus"], gpus_per_node),
         "gpus_per_node": min(run["gpus"], gpus_per_node),
-        "cpus_per_task": config["cluster"]["cpus_per_gpu"] * max(1, min(run["gpus"], gpus_per_node)),
+        "node_gpus": gpus_per_node,
         "repeat": 0,
     }
-    settings.setdefault("time_limit_min", config["cluster"]["time_limit_min"])
+    for key in JOB_SHAPE_KEYS:
+        settings.setdefault(key, cluster[key])
+    # A whole node's CPUs go with its GPUs: the CPUs of every GPU the job holds on a node.
+    held_per_node = gpus_per_node if settings["whole_node"] else min(run["gpus"], gpus_per_node)
+    settings["cpus_per_task"] = cluster["cpus_per_gpu"] * max(1, held_per_node)
     settings.update(run)
     return settings
 

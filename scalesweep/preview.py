@@ -2,25 +2,32 @@
 
 It counts the jobs that will run, not the matrix: after a finished sweep nothing is left to run,
 and one added configuration is one job. On a cluster the GPU-hours line is what a user budgets
-by, so it sums the jobs to run, with the whole matrix beside it. A configuration "to run" is one
+by, so it sums what the jobs to run are charged (a job holding whole nodes: all their GPUs), with
+the whole matrix beside it. A configuration "to run" is one
 without a result file; Snakemake may rerun more when told to (--forceall, -R), and its own job
 list below says so.
 """
 
 from collections import Counter
 
-from scalesweep.launch import booked_gpu_hours
+from scalesweep.launch import booked_gpu_hours, held_gpus, holds_whole_nodes
 from scalesweep.matrix import exclusion_counts
+
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def job_shape(settings):
+    """e.g. '2 nodes x 4 GPUs'; a job holding more of its nodes than it uses says so: '1 node x 1
+    GPU, whole node (4 GPUs charged)'."""
     if settings["gpus"] == 0:
-        return "1 node x 0 GPUs (CPU baseline)"
-    gpus = settings["gpus_per_node"]
-    return f"{plural(settings['nodes'], 'node')} x {plural(gpus, 'GPU')}"
+        shape = "1 node x 0 GPUs (CPU baseline)"
+    else:
+        shape = f"{plural(settings['nodes'], 'node')} x {plural(settings['gpus_per_node'], 'GPU')}"
+    if holds_whole_nodes(settings) and held_gpus(settings) > settings["gpus"]:
+        shape += f", whole node ({plural(held_gpus(settings), 'GPU')} charged)"
+    return shape
 
 
 def time_limits(all_settings):
@@ -40,9 +47,11 @@ def cost_lines(pending, every_job) -> list:
     if not pending:
         return ["  nothing to run: every job has its result"]
     shapes = Counter(job_shape(s) for s in pending)
+    used, held = sum(s["gpus"] for s in pending), sum(held_gpus(s) for s in pending)
+    charged = f" ({held} charged: whole nodes)" if held > used else ""
     return [
         "  jobs to run per shape: " + ", ".join(f"{shape}: {n}" for shape, n in sorted(shapes.items())),
-        f"  GPUs of the jobs to run: {sum(s['gpus'] for s in pending)}; GPU-hours they book at their "
+        f"  GPUs of the jobs to run: {used}{charged}; GPU-hours they book at their "
         f"time limits ({time_limits(pending)}): {sum(booked_gpu_hours(s) for s in pending):.1f} "
         f"(all {plural(len(every_job), 'job')}: {sum(booked_gpu_hours(s) for s in every_job):.1f})",
     ]

@@ -162,14 +162,48 @@ VERSION_ENV = "SCALESWEEP_VERSION"  # set by the workflow, read by the trainers 
 
 
 def code_version(repo: Path = REPO) -> str:
-    """The checkout's commit, `-dirty` when CODE_PATHS hold uncommitted changes; the installed
-    package's version without git (a copy without .git, say)."""
+    """The checkout's commit, `-dirty` when CODE_PATHS hold uncommitted changes; in an unpacked
+    offline bundle the commit it was made from (bundle_version); the installed package's version
+    without either (a copy without .git, say)."""
+    recorded = bundle_version(repo)
+    if recorded is not None:
+        return recorded
     try:
         commit = _git(repo, "rev-parse", "--short=12", "HEAD")
         changed = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
         return commit + ("-dirty" if changed else "")
     except (OSError, subprocess.SubprocessError):
         return scalesweep_version()
+
+
+# An offline bundle (envs/bundle.sh, scalesweep/bundle.py) carries no .git: it records the code
+# version it was made from and the SHA-256 of each code file in this file at its top.
+BUNDLE_MANIFEST = "bundle.json"
+
+
+def bundle_version(folder: Path) -> str | None:
+    """The code version an unpacked bundle recorded, `-dirty` when a code file it holds was
+    changed or removed since; None where `folder` is no bundle. ValueError naming the file when
+    the record cannot be read: a run would otherwise record a version it did not run."""
+    path = Path(folder) / BUNDLE_MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        version, files = str(manifest["code_version"]), dict(manifest["files"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a readable bundle record ({error!r}); "
+                         "unpack the bundle again or remove the file") from None
+    edited = any(file_sha256(Path(folder) / name) != digest for name, digest in files.items())
+    return version + "-dirty" if edited and not version.endswith("-dirty") else version
+
+
+def file_sha256(path: Path) -> str | None:
+    """The file's SHA-256 in hex; None where it is missing."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
 
 
 def _git(repo: Path, *args) -> str:

@@ -1,9 +1,10 @@
 """What `snakemake -n -p --profile mn5 --configfile config/mn5.yaml` would submit, checked without
 a cluster: container commands for a 1-node TF job, a 1-node PyTorch job and a 2-node PyTorch job,
-the SLURM resources of each, and the preview's GPU-hours."""
+the SLURM resources of each, and the preview's GPU-hours (whole nodes charged)."""
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -11,29 +12,28 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mn5site import ACCOUNT, mn5_profile, run_with_profile
 from scalesweep import images, launch
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
-# The site's images config/mn5.yaml names: local files, run as they are.
-TF_IMAGE = "/gpfs/apps/MN5/ACC/SINGULARITY/SRC/images/MN5-NGC-TensorFlow-23.03.sif"
+# The images config/mn5.yaml names: local files, run as they are (the TensorFlow image is each
+# user's own build, a placeholder in the project folder; the PyTorch image is the site's).
+TF_IMAGE = "/gpfs/projects/YOUR_GROUP/images/MN5-NGC-TensorFlow-23.03.sif"
 TORCH_IMAGE = "/gpfs/apps/MN5/ACC/SINGULARITY/SRC/images/nvidiaPytorch24.07"
+# Every container runtime starts without another Python's settings (launch.python_env_hygiene).
+HYGIENE = launch.shell_words(launch.python_env_hygiene()) + " "
 
 
-def dryrun(tmp, config_files):
+def dryrun(tmp, config_files, site=None, expect_ok=True):
     """`snakemake -n -p --profile mn5 --configfile FILES...` from a working directory laid out like
     the repository root (./mn5 and config/ as there), so the profile is looked up as typed,
-    without touching the repository's own .snakemake/. Returns (output, working directory)."""
+    without touching the repository's own .snakemake/. ./mn5 is the repository's profile with an
+    account set (and its site changed by `site`). Returns (output, working directory)."""
     workdir = tmp / "workdir"
-    workdir.mkdir()
-    (workdir / "mn5").symlink_to(REPO / "profiles" / "mn5")
-    (workdir / "config").symlink_to(REPO / "config")
-    result = subprocess.run(
-        [str(SNAKEMAKE), "-n", "-p", "--profile", "mn5", "--snakefile", str(REPO / "Snakefile"),
-         "--configfile", *map(str, config_files)],
-        cwd=workdir, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    mn5_profile(workdir / "mn5", site=site)
+    result = run_with_profile(workdir, "-n", "-p", "--configfile", *map(str, config_files))
+    assert (result.returncode == 0) == expect_ok, result.stdout + result.stderr
     return result.stdout + result.stderr, workdir
 
 
@@ -68,9 +68,10 @@ def job_block(output, rule, wildcards):
 
 
 def shell_of(block):
-    """The job's command; the rule's shell runs it as `{ COMMAND; } > "$attempt" 2>&1` (train.smk)."""
+    """The job's command; the rule's shell hands it to scripts/run_attempt.py as --command=COMMAND."""
     line = re.search(r"^Shell command: (.*)$", block, re.MULTILINE).group(1)
-    return re.search(r'\{ (.*); \} > "\$attempt" 2>&1 && cp ', line).group(1)
+    (command,) = [word[len("--command="):] for word in shlex.split(line) if word.startswith("--command=")]
+    return command
 
 
 def resources_of(block):
@@ -82,7 +83,7 @@ def test_tensorflow_one_node_runs_python_inside_the_tf_image(mn5_dryrun):
     output, data = mn5_dryrun
     block = job_block(output, "train_tensorflow", "model=resnet50v2, dataset=cifar128, gpus=4")
     assert shell_of(block).startswith(
-        "module load singularity && singularity exec --nv "
+        "module load singularity && " + HYGIENE + "singularity exec --nv "
         f"--bind {REPO},{data}/workdir,{data}/cifar128 --pwd {data}/workdir "
         f"{TF_IMAGE} python {REPO}/scripts/train_tf.py --model resnet50v2 --data {data}/cifar128 "
         "--dataset-name cifar128 --resolution 128 --gpus 4 --per-gpu-batch 2048 --base-lr 0.01 "
@@ -92,7 +93,20 @@ def test_tensorflow_one_node_runs_python_inside_the_tf_image(mn5_dryrun):
     assert resources["nodes"] == "1" and resources["gres"] == "gpu:4"
     assert resources["cpus_per_task"] == "80" and resources["runtime"] == "75"
     assert resources["qos"] == "acc_debug" and resources["tasks_per_gpu"] == "0"
+    assert resources["slurm_account"] == ACCOUNT
     assert "mpi" not in resources
+
+
+def test_tensorflow_takes_the_whole_node_at_every_gpu_count_as_the_book_did(mn5_dryrun):
+    """Chapter 10's jobs: --gres gpu:4 --cpus-per-task 80 at 1, 2 and 4 GPUs; the trainer still
+    uses the run's GPUs."""
+    output, _ = mn5_dryrun
+    for gpus in (1, 2):
+        block = job_block(output, "train_tensorflow", f"model=resnet152v2, dataset=cifar128, gpus={gpus}")
+        resources = resources_of(block)
+        assert (resources["gres"], resources["cpus_per_task"], resources["runtime"]) == ("gpu:4", "80", "75")
+        assert resources["slurm_extra"] == "--exclusive"
+        assert f" --gpus {gpus} --per-gpu-batch 1024 " in shell_of(block)
 
 
 def test_pytorch_one_node_runs_torchrun_standalone_inside_the_pytorch_image(mn5_dryrun):
@@ -100,16 +114,19 @@ def test_pytorch_one_node_runs_torchrun_standalone_inside_the_pytorch_image(mn5_
     block = job_block(output, "train_pytorch", "model=vit_h_14, dataset=micro-224, gpus=4")
     shell = shell_of(block)
     assert shell.startswith(
-        "module load singularity && singularity exec --nv "
+        "module load singularity && " + HYGIENE + "singularity exec --nv "
         f"--bind {REPO},{data}/workdir,{data}/micro-224 --pwd {data}/workdir "
         f"{TORCH_IMAGE} " + OMP_SHARE_4 +
         "python -m torch.distributed.run --standalone --nproc-per-node=4 "
         f"{REPO}/scripts/train_torch.py --model vit_h_14"
     )
-    assert "--precision bf16" in shell and "--per-gpu-batch 64" in shell
+    # Chapter 12's settings: per-GPU batch 128, bf16, compile, 10 loader workers, 90 minutes.
+    for option in ("--precision bf16", "--per-gpu-batch 128", "--compile", "--num-workers 10", "--epochs 5"):
+        assert f" {option} " in shell + " ", option
     assert "srun" not in shell
     resources = resources_of(block)
-    assert resources["gres"] == "gpu:4" and resources["nodes"] == "1"
+    assert resources["gres"] == "gpu:4" and resources["nodes"] == "1" and resources["runtime"] == "90"
+    assert resources["slurm_extra"] == "--exclusive"
 
 
 def test_pytorch_two_nodes_srun_starts_one_containerized_torchrun_per_node(mn5_dryrun):
@@ -132,7 +149,7 @@ def test_pytorch_two_nodes_srun_starts_one_containerized_torchrun_per_node(mn5_d
     )
     # srun is outside the container; each node's shell enters it and runs torchrun there.
     assert inner.startswith(
-        f"'singularity exec --nv --bind {REPO},{data}/workdir,{data}/tiny-224 --pwd {data}/workdir "
+        "'" + HYGIENE + f"singularity exec --nv --bind {REPO},{data}/workdir,{data}/tiny-224 --pwd {data}/workdir "
         f"{TORCH_IMAGE} " + OMP_SHARE_4 + "python -m torch.distributed.run "
         "--nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID --rdzv-id=$SLURM_JOB_ID "
         "--rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT "
@@ -156,13 +173,18 @@ def test_tensorflow_is_kept_on_one_node(mn5_dryrun):
     assert tf_gpus == {1, 2, 4}
 
 
-def test_preview_sums_gpu_hours_before_anything_is_submitted(mn5_dryrun):
+def test_preview_charges_whole_nodes_before_anything_is_submitted(mn5_dryrun):
     output, _ = mn5_dryrun
-    # TF: 2 models x {1,2,4}; PyTorch: 2 datasets x {1,2,4,8,16,32}; 75 min each.
-    gpus = 2 * (1 + 2 + 4) + 2 * (1 + 2 + 4 + 8 + 16 + 32)
+    # TF: 2 models x {1,2,4} GPUs used, each job holding its node's 4 for 75 min; PyTorch: 2
+    # datasets x {1,2,4,8,16,32}, at least one whole node each, for 90 min.
+    used = 2 * (1 + 2 + 4) + 2 * (1 + 2 + 4 + 8 + 16 + 32)
+    held_tf, held_torch = 2 * (4 + 4 + 4), 2 * (4 + 4 + 4 + 8 + 16 + 32)
+    hours = held_tf * 75 / 60 + held_torch * 90 / 60
+    assert (used, held_tf + held_torch, hours) == (140, 160, 234.0)
     assert "18 configurations to run" in output
-    hours = gpus * 75 / 60
-    assert f"GPUs of the jobs to run: {gpus}; GPU-hours they book at their time limits (75 min): {hours:.1f} (all 18 jobs: {hours:.1f})" in output
+    assert (f"GPUs of the jobs to run: 140 (160 charged: whole nodes); GPU-hours they book at their "
+            f"time limits (75-90 min): 234.0 (all 18 jobs: 234.0)") in output
+    assert "1 node x 1 GPU, whole node (4 GPUs charged): 4" in output
     assert "2 nodes x 4 GPUs: 2" in output and "8 nodes x 4 GPUs: 2" in output
 
 
@@ -186,13 +208,30 @@ def train_blocks(output):
     return [block for block in output.split("rule ")[1:] if block.startswith("train_")]
 
 
-def test_a_remote_image_is_pulled_once_for_every_job_and_node(tmp_path):
+def remote_image_sweep(tmp_path, uri):
     config = mn5_config(tmp_path)
-    uri = "docker://nvcr.io/nvidia/pytorch:24.07-py3"
     config["matrix"] = {"framework": ["pytorch"], "model": ["vit_h_14"],
                         "dataset": ["micro-224", "tiny-224"], "gpus": [1, 4, 8, 16]}
     config["container"]["images"] = {"pytorch": uri}
-    output, workdir = dryrun(tmp_path, [sweep_file(tmp_path, config)])
+    return sweep_file(tmp_path, config)
+
+
+def test_a_remote_image_is_refused_where_no_node_reaches_a_registry(tmp_path):
+    """MareNostrum 5's profile declares no network: the preview names the image's key and the
+    route that works (docker save, scp, singularity build from the archive)."""
+    uri = "docker://nvcr.io/nvidia/pytorch:24.07-py3"
+    output, _ = dryrun(tmp_path, [remote_image_sweep(tmp_path, uri)], expect_ok=False)
+    assert f"config key 'container.images.pytorch': '{uri}' is a remote image, but MareNostrum 5 " \
+           "declares no network (site.network: false)" in output
+    assert "docker save" in output and "singularity build X.sif docker-archive://X.tar" in output
+    assert "Job stats" not in output
+
+
+def test_a_remote_image_is_pulled_once_for_every_job_and_node(tmp_path):
+    """On a site whose login node reaches the registry (site.network: true)."""
+    uri = "docker://nvcr.io/nvidia/pytorch:24.07-py3"
+    config = yaml.safe_load(remote_image_sweep(tmp_path, uri).read_text())
+    output, workdir = dryrun(tmp_path, [tmp_path / "sweep.yaml"], site={"network": True})
 
     pulls = [block for block in output.split("rule images:")[1:]]
     assert len(pulls) == 1
@@ -256,14 +295,10 @@ def test_the_users_slurm_extra_is_added_to_the_workflows(tmp_path):
     """The train rules set slurm_extra themselves (--exclusive), which would replace a profile's
     default-resources slurm_extra and be replaced by --set-resources: all reach sbatch, with the
     config's cluster.slurm_extra, the command line's last (for the rule it names only)."""
-    profile = tmp_path / "profile"
-    profile.mkdir()
-    settings = yaml.safe_load((REPO / "profiles" / "mn5" / "config.yaml").read_text())
-    settings["default-resources"]["slurm_extra"] = "'--mail-type=END'"
-    settings.pop("configfile")
-    (profile / "config.yaml").write_text(yaml.safe_dump(settings))
+    profile = mn5_profile(tmp_path / "profile", {"slurm_extra": "'--mail-type=END'"}, configfile=False)
     config = mn5_config(tmp_path)
     config["cluster"]["slurm_extra"] = "--nice=10"
+    config["models"]["pytorch"]["vit_h_14"]["exclusive"] = "multinode"
     path = tmp_path / "mn5.yaml"
     path.write_text(yaml.safe_dump(config))
     workdir = tmp_path / "workdir"

@@ -19,7 +19,7 @@ from stacks import PY38_HOW_TO_GET, python38
 ROOT = Path(__file__).resolve().parents[1]
 CONTAINER_FILES = sorted((ROOT / "scripts").glob("*.py")) + [ROOT / "scalesweep" / name for name in ("records.py", "catalog.py")]
 # The modules docs/trainers.md promises need nothing beyond the standard library.
-STANDARD_LIBRARY_ONLY = ("repository", "runlog", "measure", "node", "faults", "harness", "stepparts", "scalesweep.records",
+STANDARD_LIBRARY_ONLY = ("repository", "runlog", "measure", "node", "faults", "harness", "stepparts", "run_attempt", "scalesweep.records",
                          "scalesweep.catalog")
 
 # Compiles each file in memory (no __pycache__ written into the repository); prints the failures.

@@ -51,8 +51,11 @@ STUBS = {
     "module": RECORD,
     "python": RECORD,
     "scontrol": "echo node-a\n",
-    # env runs its command as the real one does, and says what it was given.
-    "env": RECORD + 'while [ "${1#*=}" != "$1" ]; do export "$1"; shift; done\nexec "$@"\n',
+    # env runs its command as the real one does (-u NAME unsets, NAME=VALUE sets), and says what
+    # it was given.
+    "env": RECORD + 'while [ "$1" = -u ] || [ "${1#*=}" != "$1" ]; do\n'
+                    '  if [ "$1" = -u ]; then unset "$2"; shift 2; else export "$1"; shift; fi\ndone\n'
+                    'exec "$@"\n',
     "squeue": "echo node-a\n",
 }
 STUBS["singularity"] = STUBS["apptainer"]
@@ -178,23 +181,27 @@ def test_hostile_config_values_reach_every_program_as_written(sandbox, name, lay
     # Each trainer process gets its share of the job's 80 CPUs (OMP_NUM_THREADS, as Snakemake
     # exports it): torchrun starts 4 per node; TensorFlow's one process keeps them all.
     shared = ["env", "OMP_NUM_THREADS=20"] if framework == "pytorch" else []
+    # Another Python's settings never reach the trainer's (docs/containers.md): the runtime, or the
+    # host interpreter, starts under `env -u PYTHONHOME ...`.
+    hygiene = launch.python_env_hygiene()[1:]
     if runtime == "none":
         assert "module" not in programs and runtime not in programs
+        assert calls[-2 - len(shared) // 2] == ("env", [*hygiene, *shared, str(bin_dir / "python"), *expected])
         if shared:
             assert calls[-2] == ("env", [shared[1], str(bin_dir / "python"), *expected])
-        else:
-            assert "env" not in programs
     else:
         names = [module] if isinstance(module, str) else module
         assert calls[0] == ("module", ["load", *names])
         image = config["container"]["images"][framework]
         # A pulled image runs from the SIF rule `images` wrote (file-safe name), a local one as is.
         run = f"{workdir}/{images.pulled_sif(image)}" if framework == "pytorch" else image
-        assert calls[-2 - len(shared) // 2] == (runtime, [
+        runtime_argv = [
             "exec", "--nv", f"--env=NOTE={value}",
             "--bind", f"{repo},{workdir},{data},/scratch/{value}",
             "--pwd", str(workdir), run, *shared, "python", *expected,
-        ])
+        ]
+        assert calls[-2 - len(shared) // 2] == (runtime, runtime_argv)
+        assert calls[-3 - len(shared) // 2] == ("env", [*hygiene, runtime, *runtime_argv])
     if layout == "pytorch-2-nodes":
         srun = dict(calls)["srun"]
         assert srun[:6] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--gres=gpu:4",
@@ -265,7 +272,9 @@ def sweep_config(tmp, value):
         "container": {"runtime": "apptainer", "module": f"apptainer {value}",
                       "binds": [f"/scratch/{value}"], "images": {"pytorch": str(image)}},
     }
+    # Not empty: a run refuses to start on an empty dataset folder (scalesweep/sitecheck.py).
     (tmp / f"data {value}").mkdir(parents=True)
+    (tmp / f"data {value}" / "train").write_text("")
     path = tmp / "sweep.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -3,6 +3,9 @@ sweep, an axis added at its default and a protocol switch schedule only runs not
 switching back reruns nothing."""
 
 
+import base64
+import json
+
 import pytest
 import yaml
 
@@ -77,3 +80,25 @@ def test_a_protocol_switch_leaves_the_measured_runs_and_switching_back_reruns_no
     assert back.returncode == 0, back.stderr[-3000:]
     assert trainings(back) == {}
     assert "scalesweep: 0 configurations to run (4 already measured) of 4;" in back.stderr
+
+
+@pytest.mark.slow
+def test_results_made_by_an_older_command_or_rule_text_are_kept(sweep_copy):
+    """What an upgrade of scalesweep leaves: Snakemake's records of the finished runs name another
+    command (a new trainer option, a command prefix) and another rule text. Snakemake's params and
+    code triggers would train every run again; the workflow keeps them (restart.smk:
+    measured_results_are_final)."""
+    before = measured(sweep_copy)
+    records = [path for path in (sweep_copy / ".snakemake" / "metadata").iterdir()
+               if "results/runs/" in base64.urlsafe_b64decode(path.name).decode()]
+    assert len(records) == len(before) == 4
+    for path in records:
+        record = json.loads(path.read_text())
+        record["params"] = ["python train.py --an-option-of-an-older-version"]
+        record["code"] = "an older version's shell"
+        path.write_text(json.dumps(record))
+    preview = snakemake(sweep_copy, "-n")
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    assert trainings(preview) == {}
+    assert "scalesweep: 0 configurations to run (4 already measured) of 4;" in preview.stderr
+    assert measured(sweep_copy) == before

@@ -78,7 +78,10 @@ def header_of(log):
 @pytest.fixture(scope="module")
 def first_sweep(cluster, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("slurm-sweep")
+    # Not empty (the workflow refuses to submit a sweep reading an empty folder) but no image
+    # folder yet: its run fails in the trainer.
     (workdir / "data" / "late-folder").mkdir(parents=True)
+    (workdir / "data" / "late-folder" / "COPYING-IN-PROGRESS").write_text("")
     result, output = sweep(workdir)
     return workdir, result, output
 

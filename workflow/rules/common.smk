@@ -1,10 +1,12 @@
 # Config validation, the run matrix and every input/params function of the workflow.
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.iocontainers import Wildcards
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import min_version
 
@@ -21,6 +23,7 @@ from scalesweep import (
     matrix,
     preview,
     provenance,
+    sitecheck,
 )  # noqa: E402
 
 # The code every trainer of this invocation runs, computed once where git is (the trainers may
@@ -50,11 +53,17 @@ if not DEFAULT_REPLACED:
     configfile: DEFAULT_CONFIGFILE
 
 
+# A site declared by the profile's `config:` entry arrives as text below the top level.
+if "site" in workflow.config_settings.config:
+    config["site"] = sitecheck.from_command_line(
+        workflow.config_settings.config["site"]
+    )
 try:
     configcheck.validate_config(
         config, os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml")
     )
     RUNS, EXCLUDED = matrix.plan(config)
+    sitecheck.check_images(config, RUNS)
 except matrix.ConfigError as error:
     config_sources = configcheck.sources(CONFIG_FILES, workflow.config_settings.config)
     raise WorkflowError(f"{error} {config_sources}") from None
@@ -68,6 +77,8 @@ RUN_SETTINGS = [matrix.run_settings(run, config) for run in RUNS]
 RUN_PATHS = [matrix.run_path(settings, TRAINING_DEFAULTS) for settings in RUN_SETTINGS]
 WORKDIR = os.getcwd()
 SETTINGS = dict(zip(RUN_PATHS, RUN_SETTINGS))
+# Missing or empty datasets and images: listed by a preview, refused by a run (submission_checks).
+PATH_PROBLEMS = sitecheck.path_problems(config, RUN_SETTINGS, WORKDIR)
 try:
     feasibility.check_planned(config, SETTINGS.values(), WORKDIR)
 except matrix.ConfigError as error:
@@ -131,6 +142,7 @@ def dataset_input(framework):
     """
 
     def dataset_of(wildcards):
+        submission_checks()
         name = settings_of(framework, wildcards)["dataset"]
         if config["datasets"][name].get("synthetic") is None:
             return []
@@ -340,6 +352,11 @@ def script(name):
     return os.path.join(workflow.basedir, "scripts", name)
 
 
+def shell_literal(word):
+    """A fixed word of a shell template: quoted for bash, braces kept from Snakemake's format."""
+    return shlex.quote(str(word)).replace("{", "{{").replace("}", "}}")
+
+
 def synthetic_options(wildcards):
     return matrix.synthetic_options(config["datasets"][wildcards.dataset]["synthetic"])
 
@@ -357,6 +374,65 @@ def preview_jobs(max_batch):
     return {run_log(path): SETTINGS[path] for path in RUN_PATHS}
 
 
+def resource_value(name, rule_name):
+    """A resource the profile (or the command line) gives every job of a rule, as a job would
+    get it: --set-resources for the rule, else --default-resources; None when neither sets it.
+    """
+    settings = workflow.resource_settings
+    for given in (
+        settings.overwrite_resources.get(rule_name, {}),
+        settings.default_resources or {},
+    ):
+        if name in given:
+            evaluated = given[name].evaluate(
+                Wildcards(),
+                input=[],
+                attempt=1,
+                threads=1,
+                rulename=rule_name,
+                async_run=workflow.async_run,
+            )
+            return evaluated.value
+    return None
+
+
+def train_rule(settings, max_batch):
+    if max_batch:
+        return f"max_batch_{settings['framework']}"
+    multinode = "_multinode" if launch.is_multinode(settings) else ""
+    return f"train_{settings['framework']}{multinode}"
+
+
+def site_problems(jobs, max_batch):
+    """What the site refuses of the jobs to run ({run path: settings}; scalesweep/sitecheck.py);
+    never for a local run."""
+    executor = workflow.executor_plugin
+    if executor is not None and executor.name == "local":
+        return []
+    site = config["site"]
+    defaults = workflow.resource_settings.default_resources
+    account = resource_value("slurm_account", "all")
+    problems = [
+        sitecheck.account_problem(site, account, defaults.args if defaults else [])
+    ]
+    by_rule = {}
+    for path, settings in jobs.items():
+        by_rule.setdefault(train_rule(settings, max_batch), {})[path] = settings
+    for rule_name, rule_jobs in sorted(by_rule.items()):
+        qos = resource_value("qos", rule_name)
+        problems += sitecheck.qos_problems(site, qos, rule_jobs)
+        warning = sitecheck.qos_warning(site, qos)
+        if warning and workflow.is_main_process:
+            print(preview.warning_lines([warning]), file=sys.stderr)
+    return [problem for problem in problems if problem]
+
+
+def submission_checks():
+    """Before a run's first job: missing or empty paths (a preview only lists them)."""
+    if not workflow.dryrun and workflow.is_main_process and PATH_PROBLEMS:
+        raise WorkflowError(sitecheck.missing_paths_error(PATH_PROBLEMS))
+
+
 def preview_of(max_batch):
     """An input function of the targets `all` and `find_max_batch`: prints the preview (the jobs
     to run, their GPU-hours) once, when Snakemake builds the DAG for that target (only then are
@@ -367,6 +443,16 @@ def preview_of(max_batch):
             jobs = preview_jobs(max_batch)
             forced = workflow.dag_settings.forceall
             done = set() if forced else {path for path in jobs if Path(path).exists()}
+            runs = max_batch_paths() if max_batch else RUN_PATHS
+            pending = {
+                run: s for run, (path, s) in zip(runs, jobs.items()) if path not in done
+            }
+            refused = site_problems(pending, max_batch)
+            if refused:
+                raise WorkflowError(sitecheck.site_refusal(refused))
+            submission_checks()
+            if PATH_PROBLEMS:
+                print(sitecheck.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
             summary = preview.plan_summary(
                 RUNS, EXCLUDED, jobs, done, max_batch=max_batch
             )

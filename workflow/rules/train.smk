@@ -1,19 +1,16 @@
-# One job per configuration. The trainer's whole output goes to the log; the log is copied to the
-# run's result only when the trainer succeeds, so a failed run leaves no result that looks
-# complete, keeps its log for diagnosis, and is the only thing a rerun repeats.
+# One job per configuration. Its shell is scripts/run_attempt.py, which runs the trainer's command
+# with its whole output (module load, srun, ...) in the attempt's own numbered log,
+# <run>.attempt-N.log, points the rule's log <run>.log at it, and copies it to the run's result
+# only when the trainer succeeds (and no newer attempt has started), atomically: a failed run
+# leaves no result that looks complete, keeps its logs for diagnosis, and is the only thing a
+# rerun repeats. Snakemake deletes a job's log: file before the job starts; that removes only the
+# link, so the logs of earlier attempts (a crash, a SLURM timeout) stay. `exec`: the runner is
+# the child of the Snakemake that runs the job, and stops the training when that Snakemake dies.
 # On SLURM the resources below shape each job (scalesweep/launch.py: slurm_resources).
-#
-# Every attempt writes its own numbered log, <run>.attempt-N.log, and the rule's log: <run>.log is
-# a link to the latest attempt. Snakemake deletes a job's log: file before the job starts; that
-# removes only the link, so the logs of earlier attempts (a crash, a SLURM timeout) stay.
-# The braces around the command send every step of it (module load, srun, ...) to the log.
 
 TRAIN_SHELL = (
-    "log={log:q}; n=1; "
-    'while [ -e "${{log%.log}}.attempt-$n.log" ]; do n=$((n + 1)); done; '
-    'attempt="${{log%.log}}.attempt-$n.log"; '
-    'ln -sfn "${{attempt##*/}}" "$log"; '
-    '{{ {params.command}; }} > "$attempt" 2>&1 && cp "$attempt" {output:q}'
+    f"exec {shell_literal(PYTHON)} {shell_literal(script('run_attempt.py'))}"
+    " --log={log:q} --result={output:q} --command={params.command:q}"
 )
 
 
@@ -21,6 +18,7 @@ rule train_tensorflow:
     input:
         data=dataset_input("tensorflow"),
         image=image_inputs("tensorflow"),
+        earlier_jobs=await_earlier_slurm_jobs,
     output:
         f"results/runs/tensorflow/{RUN_PATTERN}/train.log",
     log:
@@ -40,6 +38,7 @@ use rule train_tensorflow as train_pytorch with:
     input:
         data=dataset_input("pytorch"),
         image=image_inputs("pytorch"),
+        earlier_jobs=await_earlier_slurm_jobs,
     output:
         f"results/runs/pytorch/{RUN_PATTERN}/train.log",
     log:

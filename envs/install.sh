@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The installer at the top of an offline bundle (envs/bundle.sh copies it there;
+# docs/install-offline.md): makes .venv beside it from the bundle's wheelhouse alone, touching no
+# network, with an interpreter of the wheelhouse's Python minor version.
+#
+#   module load python/3.12.1        (the module of the bundle's Python version)
+#   bash install.sh                  (or PYTHON=/path/to/python3.12 bash install.sh)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+here=$PWD
+venv=$here/.venv
+
+# What a site's Python module (or another environment) sets that makes an interpreter start from,
+# or import from, another Python's files. MareNostrum 5's python modules set PYTHONHOME and
+# PYTHONPATH: a PYTHONHOME of another Python version stops an interpreter at start ("No module
+# named 'encodings'"), one of the same version turns a venv's python into the module's own, and
+# PYTHONPATH puts the module's packages before the venv's. Unset for this script's own runs, and
+# by the venv's python wrapper (below) for everything run from the venv.
+SHADOWING=(PYTHONHOME PYTHONPATH PYTHONSTARTUP PYTHONUSERBASE PYTHONPLATLIBDIR VIRTUAL_ENV)
+unset "${SHADOWING[@]}"
+
+fail() { echo "install.sh: $*" >&2; exit 1; }
+
+# MareNostrum 5's module for a Python minor version (docs/install-offline.md).
+module_for() {
+    case $1 in
+    3.12) echo "module load python/3.12.1" ;;
+    3.11) echo "module load intel mkl impi hdf5 python/3.11.5-gcc" ;;
+    *) echo "load a Python $1 module (module avail python)" ;;
+    esac
+}
+
+[ -f wheelhouse/python-version ] ||
+    fail "$here has no wheelhouse/python-version: this is the installer of an unpacked offline bundle (make bundle; docs/install-offline.md)"
+wanted=$(<wheelhouse/python-version)
+# Snakemake writes its interpreter's path unquoted into the shell commands that start its jobs
+# (snakemake 9.27 executors/local.py spawn_job for `run:` rules; the slurm plugin's job command),
+# so a space or shell character in this folder's path would fail the sweep after its training ran.
+if [[ $venv =~ [^A-Za-z0-9_./+,:@%=-] ]]; then
+    fail "the folder '$here' has a character a shell splits or expands (a space, quote, \$, ...): Snakemake puts .venv/bin/python's path unquoted into its jobs' commands; unpack the bundle under a path of letters, digits and _ . / + , : @ % = - only"
+fi
+if [ -f "$venv/.installed" ]; then
+    echo "install.sh: already installed in $venv (remove it to install again)"
+    exit 0
+fi
+python=${PYTHON:-python3}
+how="$(module_for "$wanted") and run bash install.sh again, or name the interpreter: PYTHON=/path/to/python$wanted bash install.sh"
+
+command -v "$python" >/dev/null || fail "no interpreter '$python': $how"
+where=$(command -v "$python")
+[ "$where" = "$python" ] || python_named="$python ($where)"
+have=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') ||
+    fail "$python does not run without PYTHONHOME and PYTHONPATH: $how"
+if ! [[ $have =~ ^3\.([0-9]+)$ ]] || ((BASH_REMATCH[1] < 11)); then
+    fail "${python_named:-$python} is Python $have; the workflow needs Python 3.11 or later and this bundle's wheels are for Python $wanted: $how"
+fi
+if [ "$have" != "$wanted" ]; then
+    fail "${python_named:-$python} is Python $have, but this bundle's wheels are for Python $wanted (compiled wheels fit one minor version): $how; or build a bundle for $have: make bundle PYTHON_VERSION=$have"
+fi
+[ "$(uname -m)" = x86_64 ] || fail "this machine is $(uname -m): the bundle's wheels are for x86_64"
+
+rm -rf "$venv" # what an install that failed left
+trap 'status=$?; if [ $status -ne 0 ]; then rm -rf "$venv"; echo "install.sh: failed, removed $venv" >&2; fi' EXIT
+
+echo "install.sh: $venv from $where (Python $have) and $here/wheelhouse"
+"$python" -m venv "$venv" || fail "$python could not make a virtual environment (is its venv/ensurepip module installed?)"
+# No index and no pip configuration (a site's pip.conf or PIP_* variables could name one):
+# everything comes from the wheelhouse, and a missing wheel is an error here, not a download.
+export PIP_CONFIG_FILE=/dev/null
+pip=("$venv/bin/python" -m pip --isolated --disable-pip-version-check install --quiet --no-index --find-links "$here/wheelhouse")
+"${pip[@]}" -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt ||
+    fail "pip could not install envs/workflow.txt from $here/wheelhouse alone (its error above): the wheelhouse lacks a wheel it needs; unpack the bundle again, or build a new one (make bundle PYTHON_VERSION=$wanted)"
+"${pip[@]}" --no-deps --no-build-isolation -e . || fail "pip could not install the project itself (its error above)"
+
+# The venv's interpreter becomes a wrapper that unsets SHADOWING and then starts the real one.
+# Python cannot ignore PYTHONHOME itself in time (an interpreter of another version dies before
+# any of its code runs), and `python -E` would keep the variables in the environment of every
+# process started from it: `sbatch --export=ALL` (the slurm executor plugin) hands the head's
+# environment to each job, whose Snakemake runs this venv's python again, and the rules run the
+# trainers' interpreters. Unset here, they reach no job. `exec -a` keeps the wrapper's path as
+# sys.executable, so a Python the workflow starts again (a job's Snakemake, multiprocessing) passes
+# through the wrapper too, even where a job's environment got them back. The entry points
+# (.venv/bin/snakemake, .venv/bin/scalesweep, after `source .venv/bin/activate` too) run it through
+# their `#!.../.venv/bin/python` line.
+interpreter=$(readlink -f "$venv/bin/python")
+wrapper=$(mktemp "$venv/bin/.python-XXXXXX")
+{
+    echo '#!/bin/bash'
+    echo '# Written by install.sh (docs/install-offline.md): see the comment there.'
+    echo "unset ${SHADOWING[*]}"
+    printf 'exec -a %q %q "$@"\n' "$venv/bin/python" "$interpreter"
+} >"$wrapper"
+chmod 755 "$wrapper"
+mv -f "$wrapper" "$venv/bin/python" # replaces the link, not what it points to
+for name in python3 "python$wanted"; do ln -sfn python "$venv/bin/$name"; done
+
+version=$("$venv/bin/python" -c 'from scalesweep import provenance; print(provenance.code_version())')
+"$venv/bin/snakemake" --version >/dev/null
+touch "$venv/.installed"
+echo "install.sh: installed scalesweep $version in $venv"
+echo "install.sh: next, from $here: .venv/bin/snakemake --executor slurm --profile mn5 -n"

@@ -1,0 +1,94 @@
+"""The lock a killed head leaves (scalesweep/head_lock.py): whether the head that took it still runs
+here, ran elsewhere or is gone, and the exact commands to go on with, printed when the workflow
+is parsed."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import LOCAL_ENV, REPO, SNAKEMAKE, TINY
+from scalesweep import head_lock
+
+ARGV = ["/opt/venv/bin/snakemake", "--profile", "mn5", "--configfile", "config/my sweep.yaml"]
+
+
+def lock(workdir):
+    (workdir / head_lock.LOCKS).mkdir(parents=True, exist_ok=True)
+    (workdir / head_lock.LOCKS / "0.input.lock").write_text("results/tidy/runs.csv\n")
+
+
+def test_no_lock_no_advice(tmp_path):
+    assert head_lock.lock_advice(tmp_path, "login1", ARGV) is None
+
+
+def test_unlock_goes_before_options_that_take_every_word_after_them():
+    unlock, again = head_lock.commands(ARGV)
+    assert unlock == "/opt/venv/bin/snakemake --unlock --profile mn5 --configfile 'config/my sweep.yaml'"
+    assert again == "/opt/venv/bin/snakemake --profile mn5 --configfile 'config/my sweep.yaml'"
+    assert head_lock.commands(["/x/snakemake/__main__.py", "-n"])[0] == "snakemake --unlock -n"
+    assert head_lock.unlocking([ARGV[0], "--unlock"]) and not head_lock.unlocking(ARGV)
+
+
+@pytest.fixture
+def other_process(tmp_path):
+    """A process that runs in the folder, as a head would."""
+    process = subprocess.Popen(["sleep", "300"], cwd=tmp_path)
+    yield process
+    process.kill()
+    process.wait()
+
+
+def test_the_head_that_took_the_lock_is_running_here_gone_or_elsewhere(tmp_path, other_process):
+    lock(tmp_path)
+    head_lock.write_head_record(tmp_path, "login1", other_process.pid)
+    record = head_lock.head_record(tmp_path, head_lock.lock_files(tmp_path))
+    assert head_lock.head_state(record, "login1", tmp_path) == "running"
+    assert head_lock.head_state(record, "login2", tmp_path) == "elsewhere"
+    assert head_lock.head_state(record, "login1", tmp_path / "sub") == "gone"  # another folder's
+    other_process.kill()
+    other_process.wait()
+    assert head_lock.head_state(record, "login1", tmp_path) == "gone"
+    assert head_lock.head_state(None, "login1", tmp_path) == "unknown"
+
+
+def test_a_record_older_than_the_lock_is_an_earlier_heads(tmp_path):
+    head_lock.write_head_record(tmp_path, "login1", 123, started=1.0)
+    lock(tmp_path)
+    lock_time = os.stat(tmp_path / head_lock.LOCKS / "0.input.lock").st_mtime
+    os.utime(tmp_path / head_lock.HEAD_RECORD, (lock_time - 1, lock_time - 1))
+    assert head_lock.head_record(tmp_path, head_lock.lock_files(tmp_path)) is None
+
+
+def test_the_advice_for_a_dead_head_is_the_exact_commands(tmp_path, other_process):
+    lock(tmp_path)
+    head_lock.write_head_record(tmp_path, "login1", other_process.pid)
+    running = head_lock.lock_advice(tmp_path, "login1", ARGV)
+    assert "still running" in running and "Do not --unlock" in running
+    other_process.kill()
+    other_process.wait()
+
+    gone = head_lock.lock_advice(tmp_path, "login1", ARGV)
+    assert f"(process {other_process.pid} on login1, started " in gone and "is no longer running" in gone
+    unlock, again = head_lock.commands(ARGV)
+    assert f"  2. {unlock}\n  3. {again}\n" in gone
+    assert "waits for the SLURM jobs still queued or running" in gone
+    assert f"ssh login1 ps -p {other_process.pid}" in head_lock.lock_advice(tmp_path, "login2", ARGV)
+
+
+def test_snakemake_prints_the_advice_while_parsing_and_not_when_unlocking(tmp_path):
+    lock(tmp_path)
+    head_lock.write_head_record(tmp_path, "a-login-node-elsewhere", 4242)
+    argv = [str(SNAKEMAKE), "-n", "--snakefile", str(REPO / "Snakefile"), "--configfile", str(TINY),
+            "--replace-workflow-config"]
+    env = {**os.environ, **LOCAL_ENV}
+
+    dry_run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    unlock = subprocess.run([argv[0], "--unlock", *argv[1:]], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+
+    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
+    assert "ran on another machine: check there" in dry_run.stderr
+    assert f"  2. {head_lock.commands(argv)[0]}" in dry_run.stderr
+    assert unlock.returncode == 0 and "scalesweep: this folder is locked" not in unlock.stderr
+    assert not head_lock.lock_files(tmp_path)

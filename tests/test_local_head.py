@@ -1,0 +1,71 @@
+"""A local sweep whose head gets SIGHUP (a dropped login) during a training: no process of the sweep
+survives it (the process table says so), and after --unlock the same command trains that
+configuration once more, in a new attempt whose log is the result."""
+
+import os
+import signal
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import LOCAL_ENV, REPO, SNAKEMAKE
+from processes import processes_in, wait_for
+
+pytestmark = pytest.mark.slow
+
+RUN = "pytorch/model~vit_tiny/dataset~synth-folder/gpus~1/epochs~2/per_gpu_batch~16"
+# Every timed step of the first training busy-waits this long (scripts/faults.py): it is still
+# training when the head is killed.
+SLOW_STEPS = {"SCALESWEEP_INJECT_STEP_DELAY_S": "2"}
+
+
+def write_config(workdir):
+    config = yaml.safe_load((REPO / "tests/configs/tiny.yaml").read_text())
+    config["matrix"] = {"framework": ["pytorch"], "model": ["vit_tiny"], "dataset": ["synth-folder"], "gpus": [1]}
+    config["models"] = {"pytorch": config["models"]["pytorch"]}
+    config["datasets"] = {"synth-folder": config["datasets"]["synth-folder"]}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def command(workdir, *first):
+    return [str(SNAKEMAKE), *first, "--cores", "2", "--snakefile", str(REPO / "Snakefile"),
+            "--configfile", str(workdir / "config.yaml"), "--replace-workflow-config"]
+
+
+def test_sighup_to_the_head_leaves_no_trainer_and_the_rerun_trains_once(tmp_path):
+    write_config(tmp_path)
+    attempt_1 = tmp_path / f"logs/train/{RUN}.attempt-1.log"
+    env = {**os.environ, **LOCAL_ENV, **SLOW_STEPS}
+    with open(tmp_path / "head.out", "w") as out:
+        head = subprocess.Popen(command(tmp_path), cwd=tmp_path, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: attempt_1.exists() and '"epoch"' in attempt_1.read_text(), 600,
+                 "the first epoch record")
+        training = processes_in(tmp_path)
+        assert sum("train_torch.py" in line for line in training.values()) >= 2, training  # torchrun, worker
+
+        head.send_signal(signal.SIGHUP)
+        head.wait(timeout=60)
+        wait_for(lambda: not processes_in(tmp_path), 60, "every process of the sweep to end")
+    finally:
+        if head.poll() is None:
+            head.kill()
+    # stopped, not left to finish: the trainer's summary (it writes one on SIGTERM) is no success
+    assert '"status": "ok"' not in attempt_1.read_text()
+    assert not (tmp_path / f"results/runs/{RUN}/train.log").exists()
+    assert "stopped the training: the Snakemake that started it" in attempt_1.read_text()
+
+    env = {**os.environ, **LOCAL_ENV}
+    subprocess.run(command(tmp_path, "--unlock"), cwd=tmp_path, env=env, check=True, capture_output=True)
+    rerun = subprocess.run(command(tmp_path), cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=900)
+
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    assert rerun.stderr.count("rule train_pytorch:") == 1
+    logs = sorted(p.name for p in attempt_1.parent.glob("per_gpu_batch~16.attempt-*.log"))
+    assert logs == ["per_gpu_batch~16.attempt-1.log", "per_gpu_batch~16.attempt-2.log"]
+    attempt_2 = attempt_1.with_name("per_gpu_batch~16.attempt-2.log")
+    assert (tmp_path / f"results/runs/{RUN}/train.log").read_bytes() == attempt_2.read_bytes()
+    assert os.readlink(tmp_path / f"logs/train/{RUN}.log") == attempt_2.name
