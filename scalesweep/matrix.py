@@ -468,7 +468,10 @@ def gpu_count_pattern(runs, gpus_per_node: int, multinode: bool) -> str:
 
 
 def synthetic_options(spec: dict) -> str:
-    """A `synthetic:` entry as the generator scripts' options, quoted for the shell."""
+    """A `synthetic:` entry as the generator scripts' options, quoted for the shell; in key order,
+    so that the same entry written in another order is the same job (Snakemake's params trigger
+    would generate it again)."""
     import shlex
 
-    return shlex.join(arg for key, value in spec.items() for arg in (f"--{key.replace('_', '-')}", str(value)))
+    return shlex.join(arg for key, value in sorted(spec.items())
+                      for arg in (f"--{key.replace('_', '-')}", str(value)))

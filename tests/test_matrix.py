@@ -150,7 +150,8 @@ def test_gpu_count_patterns_split_single_and_multi_node():
 
 
 def test_synthetic_options_are_the_generators_options_quoted():
-    assert matrix.synthetic_options({"train_images": 512, "seed": 0}) == "--train-images 512 --seed 0"
+    assert matrix.synthetic_options({"train_images": 512, "seed": 0}) == "--seed 0 --train-images 512"
+    assert matrix.synthetic_options({"seed": 0, "train_images": 512}) == "--seed 0 --train-images 512"
     assert matrix.synthetic_options({"classes": "4; touch x"}) == "--classes '4; touch x'"
 
 

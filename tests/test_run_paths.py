@@ -102,3 +102,44 @@ def test_results_made_by_an_older_command_or_rule_text_are_kept(sweep_copy):
     assert trainings(preview) == {}
     assert "scalesweep: 0 configurations to run (4 already measured) of 4;" in preview.stderr
     assert measured(sweep_copy) == before
+
+
+MISSING_RUN = "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16/train.log"
+
+
+@pytest.mark.slow
+def test_a_dataset_made_again_trains_exactly_the_missing_run(sweep_copy):
+    """One run's result is gone and its dataset is generated again (its generator's options
+    changed). The missing run trains; the three measured runs, one of them on that dataset, do
+    not; and the dry run says so. (With ancient() dataset inputs Snakemake 9.27.1 left the missing
+    run out of the plan and the sweep ended with the stale tables.)"""
+    before = measured(sweep_copy)
+    (sweep_copy / MISSING_RUN).unlink()
+    config = yaml.safe_load(TINY.read_text())
+    config["datasets"]["synth-folder"]["synthetic"] = dict(
+        reversed(list(config["datasets"]["synth-folder"]["synthetic"].items())), seed=1)
+    changed = sweep_copy / "regenerated.yaml"
+    changed.write_text(yaml.safe_dump(config))  # every key sorted, the entry's order reversed
+    preview = snakemake(sweep_copy, "-n", configfile=changed)
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    counts = job_counts(preview.stdout)
+    assert counts.get("make_synthetic_imagefolder") == 1 and "make_synthetic_cifar" not in counts
+    assert trainings(preview) == {"train_pytorch": 1}
+    assert counts.get("tidy") == 1
+    ran = snakemake(sweep_copy, "--cores", "2", configfile=changed)
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    after = measured(sweep_copy)
+    assert {path: after[path] for path in before if path != MISSING_RUN} == {
+        path: value for path, value in before.items() if path != MISSING_RUN}
+    assert MISSING_RUN in after
+    runs = (sweep_copy / "results/tidy/runs.csv").read_text()
+    assert runs.count(",ok,") == 4
+
+
+@pytest.mark.slow
+def test_a_config_with_its_keys_in_another_order_runs_nothing(sweep_copy):
+    sorted_config = sweep_copy / "sorted.yaml"
+    sorted_config.write_text(yaml.safe_dump(yaml.safe_load(TINY.read_text())))
+    preview = snakemake(sweep_copy, "-n", configfile=sorted_config)
+    assert preview.returncode == 0, preview.stderr[-3000:]
+    assert "Nothing to be done" in preview.stdout + preview.stderr

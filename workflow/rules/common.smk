@@ -1,4 +1,5 @@
 # Config validation, the run matrix and every input/params function of the workflow.
+import json
 import os
 import re
 import shlex
@@ -128,6 +129,13 @@ def all_run_logs():
     return [run_log(path) for path in RUN_PATHS]
 
 
+def key_ordered(value):
+    """A config value (YAML's mappings, lists, scalars) with every mapping's keys in sorted order:
+    Snakemake compares a rule's params as serialized, so the same config written in another key
+    order would otherwise rerun the rules that take config sections as params."""
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
 def run_configs():
     """The axes of each run (plus its node count), in the order of all_run_logs()."""
     return [
@@ -135,20 +143,40 @@ def run_configs():
     ]
 
 
-def dataset_input(framework):
-    """A generated dataset is an input (so its rule runs first); a real one is only checked.
+def max_batch_log(path):
+    return f"results/max_batch/{path}/max_batch.log"
 
-    ancient(): regenerating a dataset must not throw away the runs already measured on it.
-    """
 
-    def dataset_of(wildcards):
+def while_unmeasured(framework, result_of, inputs_of):
+    """An input function giving a job `inputs_of(settings)` only while its result
+    (`result_of(run path)`) is missing. A measured run has no edge to its dataset or image, so
+    one generated or pulled again (a deleted resources/ folder, a changed generator, a new image
+    digest) never trains it again. Not ancient(): Snakemake 9.27.1 drops from the plan a job whose
+    output is missing when its ancient input's producer reruns for a changed param (dag.py
+    update_needrun masks it, then skips it as ancient), and the sweep ends "successfully" with
+    stale tables."""
+
+    def inputs(wildcards):
+        path = run_path(framework, wildcards)
+        if Path(result_of(path)).exists():
+            return []
+        return inputs_of(SETTINGS[path])
+
+    return inputs
+
+
+def dataset_input(framework, result_of=run_log):
+    """A generated dataset is an input of the runs still to measure (its rule runs first); a
+    real one is only checked (submission_checks)."""
+
+    def dataset_of(settings):
         submission_checks()
-        name = settings_of(framework, wildcards)["dataset"]
+        name = settings["dataset"]
         if config["datasets"][name].get("synthetic") is None:
             return []
-        return ancient(matrix.dataset_path(name, config))
+        return matrix.dataset_path(name, config)
 
-    return dataset_of
+    return while_unmeasured(framework, result_of, dataset_of)
 
 
 # The image each framework's trainer runs in (container runtimes only), and by file-safe name.
@@ -156,15 +184,13 @@ IMAGES = images.sweep_images(config["container"], {run["framework"] for run in R
 IMAGE_NAMES = {images.image_name(image): image for image in IMAGES.values()}
 
 
-def image_inputs(framework):
-    """What a training needs of its image: the digest (rule image_digest, or rule `images` with
-    the pulled SIF). ancient(): an image pulled or hashed again does not rerun measured runs.
-    """
+def image_inputs(framework, result_of=run_log):
+    """What a run still to measure needs of its image: the digest (rule image_digest, or rule
+    `images` with the pulled SIF)."""
     image = IMAGES.get(framework)
-    if image is None:
-        return []
-    pulled = [images.pulled_sif(image)] if images.is_pulled(image) else []
-    return [ancient(path) for path in pulled + [images.digest_file(image)]]
+    pulled = [images.pulled_sif(image)] if image and images.is_pulled(image) else []
+    needed = pulled + [images.digest_file(image)] if image else []
+    return while_unmeasured(framework, result_of, lambda settings: needed)
 
 
 def image_digest_files():
@@ -235,7 +261,7 @@ def max_batch_paths():
 
 
 def max_batch_logs():
-    return [f"results/max_batch/{path}/max_batch.log" for path in max_batch_paths()]
+    return [max_batch_log(path) for path in max_batch_paths()]
 
 
 def max_batch_configs():

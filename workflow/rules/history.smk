@@ -23,7 +23,7 @@ rule history:
     localrule: True
     params:
         history_dir=config["history_dir"],
-        config=config,
+        config=key_ordered(config),
     run:
         rulelog.run_logged(
             log[0],

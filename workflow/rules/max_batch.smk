@@ -12,6 +12,10 @@ rule find_max_batch:
 
 
 use rule train_tensorflow as max_batch_tensorflow with:
+    input:
+        data=dataset_input("tensorflow", result_of=max_batch_log),
+        image=image_inputs("tensorflow", result_of=max_batch_log),
+        earlier_jobs=await_earlier_slurm_jobs,
     output:
         f"results/max_batch/tensorflow/{RUN_PATTERN}/max_batch.log",
     log:
@@ -21,6 +25,10 @@ use rule train_tensorflow as max_batch_tensorflow with:
 
 
 use rule train_pytorch as max_batch_pytorch with:
+    input:
+        data=dataset_input("pytorch", result_of=max_batch_log),
+        image=image_inputs("pytorch", result_of=max_batch_log),
+        earlier_jobs=await_earlier_slurm_jobs,
     output:
         f"results/max_batch/pytorch/{RUN_PATTERN}/max_batch.log",
     log:
@@ -42,7 +50,7 @@ rule max_batch:
         "logs/max_batch.log",
     localrule: True
     params:
-        configs=max_batch_configs(),
+        configs=key_ordered(max_batch_configs()),
     run:
         rulelog.run_logged(
             log[0],

@@ -19,8 +19,8 @@ rule tidy:
         "logs/tidy.log",
     localrule: True
     params:
-        configs=run_configs(),
-        container=config["container"],
+        configs=key_ordered(run_configs()),
+        container=key_ordered(config["container"]),
         frameworks=list(IMAGES),
     run:
         rulelog.run_logged(
