@@ -75,7 +75,10 @@ RENDEZVOUS_ENDPOINT = InnerShellWord("--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT"
 # The per-node shell's rendezvous address: the allocation's first node. The slurm-jobstep plugin
 # clears the allocation's SLURM_* variables except the job id before an `mpi` rule's shell runs,
 # so the node list is asked of squeue.
-MASTER_ADDR = 'MASTER_ADDR=$(scontrol show hostnames "$(squeue -h -j "$SLURM_JOB_ID" -o %N)" | head -n 1)'
+# `sed -n 1p`, not `head -n 1`: head exits after the first line, and scontrol, still writing the
+# next node names, dies of SIGPIPE; the job's shell runs under `set -o pipefail` (Snakemake's
+# shell prefix), so the job failed with status 141, more often the more nodes it has.
+MASTER_ADDR = 'MASTER_ADDR=$(scontrol show hostnames "$(squeue -h -j "$SLURM_JOB_ID" -o %N)" | sed -n 1p)'
 
 # Runtimes a site may provide as an environment module; `none` runs the host's Python.
 MODULE_RUNTIMES = ("apptainer", "singularity")

@@ -136,11 +136,11 @@ def test_pytorch_two_nodes_srun_starts_one_containerized_torchrun_per_node(mn5_d
     outer, inner = shell.split(" bash -c ", 1)
     assert outer.startswith(
         'module load singularity && MASTER_ADDR=$(scontrol show hostnames "$(squeue -h -j '
-        '"$SLURM_JOB_ID" -o %N)" | head -n 1)'
+        '"$SLURM_JOB_ID" -o %N)" | sed -n 1p)'
     )
     # Each step runs only when the one before it worked (module load, the master's address).
     assert (
-        " | head -n 1) && MASTER_PORT=$((29500 + SLURM_JOB_ID % 1000)) && "
+        " | sed -n 1p) && MASTER_PORT=$((29500 + SLURM_JOB_ID % 1000)) && "
         "export MASTER_ADDR MASTER_PORT && srun "
     ) in outer
     assert outer.endswith(

@@ -82,21 +82,36 @@ def test_a_protocol_switch_leaves_the_measured_runs_and_switching_back_reruns_no
     assert "scalesweep: 0 configurations to run (4 already measured) of 4;" in back.stderr
 
 
+def older_version_record(result: str) -> dict:
+    """Snakemake's record (format 6, as 9.27 writes it) of a result that an earlier version of the
+    workflow made: another command, another shell, its dataset among the inputs."""
+    framework = result.split("/")[2]
+    dataset = {"tensorflow": "cifar10/synth-cifar", "pytorch": "imagefolder/synth-folder"}[framework]
+    return {
+        "rule": f"train_{framework}", "input": [f"resources/datasets/{dataset}"], "log": [],
+        "shellcmd": "python train.py --an-option-of-an-older-version",
+        "params": ["'python train.py --an-option-of-an-older-version'"],
+        "code": "{{ {params.command}; }} > {log:q} 2>&1", "record_format_version": 6,
+        "conda_env": None, "container_img_url": None,
+        "software_stack_hash": "d41d8cd98f00b204e9800998ecf8427e", "job_hash": 1,
+        "starttime": 0.0, "endtime": 1.0, "incomplete": False, "external_jobid": None,
+        "input_checksums": {},
+    }
+
+
 @pytest.mark.slow
 def test_results_made_by_an_older_command_or_rule_text_are_kept(sweep_copy):
     """What an upgrade of scalesweep leaves: Snakemake's records of the finished runs name another
-    command (a new trainer option, a command prefix) and another rule text. Snakemake's params and
-    code triggers would train every run again; the workflow keeps them (restart.smk:
-    measured_results_are_final)."""
+    command (a new trainer option, a command prefix), another rule text and other inputs.
+    Snakemake's params, code and input triggers would train every run again; the workflow keeps
+    them (restart.smk: measured_results_are_final)."""
     before = measured(sweep_copy)
-    records = [path for path in (sweep_copy / ".snakemake" / "metadata").iterdir()
-               if "results/runs/" in base64.urlsafe_b64decode(path.name).decode()]
-    assert len(records) == len(before) == 4
-    for path in records:
-        record = json.loads(path.read_text())
-        record["params"] = ["python train.py --an-option-of-an-older-version"]
-        record["code"] = "an older version's shell"
-        path.write_text(json.dumps(record))
+    assert len(before) == 4
+    records = sweep_copy / ".snakemake" / "metadata"
+    records.mkdir(parents=True, exist_ok=True)
+    for result in before:
+        name = base64.urlsafe_b64encode(result.encode()).decode()
+        (records / name).write_text(json.dumps(older_version_record(result)))
     preview = snakemake(sweep_copy, "-n")
     assert preview.returncode == 0, preview.stderr[-3000:]
     assert trainings(preview) == {}

@@ -88,7 +88,8 @@ def measured_results_are_final():
     shell. That says nothing about what was measured: every setting a run measures is in its path
     (matrix.run_path). So before the DAG decides, the metadata Snakemake keeps of how existing
     results were made is dropped (with any stale "incomplete" mark: a result is only ever
-    written whole, by scripts/run_attempt.py), and GPU hours are never spent twice on a run."""
+    written whole, by scripts/run_attempt.py), and GPU hours are never spent twice on a run.
+    """
     for result in [*all_run_logs(), *max_batch_logs()]:
         if Path(result).exists():
             workflow.persistence.cleanup_metadata(IOFile(result))
