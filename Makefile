@@ -61,5 +61,8 @@ $(VENV)/.installed: envs/requirements.txt envs/workflow.txt envs/constraints.txt
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
+# Everything a sweep makes but the sweep history (results/history, the default history_dir): the
+# archived sweeps are what `compare` needs later, and no rerun can make them again.
 clean:
-	rm -rf results logs resources .snakemake
+	rm -rf logs resources .snakemake
+	[ ! -d results ] || find results -mindepth 1 -maxdepth 1 ! -name history -exec rm -rf {} +

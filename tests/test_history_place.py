@@ -7,7 +7,9 @@ its own are accepted."""
 
 import os
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -105,3 +107,17 @@ def test_a_history_on_a_read_only_file_system_is_refused_before_any_job(tmp_path
     assert (f"config key 'history_dir': '{read_only_folder / 'history'}': {read_only_folder} cannot be written "
             "(read-only file system): the sweep archives its runs there") in result.stdout + result.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
+def test_make_clean_keeps_the_sweep_history(tmp_path):
+    """`make clean` removes what a sweep made and can make again, never the archived sweeps in
+    the default history folder (results/history)."""
+    shutil.copy(Path(__file__).resolve().parents[1] / "Makefile", tmp_path)
+    made = ["results/tables/scaling.csv", "results/figures/speedup_all.png", "logs/tidy.log",
+            "resources/datasets/x/y", ".snakemake/metadata/z"]
+    for path in [*made, "results/history/sweep-20261126T000000Z-0123456789ab.parquet"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("x")
+    subprocess.run(["make", "-s", "clean"], cwd=tmp_path, check=True)
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["Makefile", "results/history/sweep-20261126T000000Z-0123456789ab.parquet"]
