@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import statistics
 import sys
@@ -52,9 +53,22 @@ def format_record(record: dict) -> str:
 
 
 def emit(record: dict, stream=None) -> None:
-    """Print one record and flush, so a killed run keeps every record written so far."""
+    """Write one record line, newline included, in one write(2) and at once, so a killed run
+    keeps every record written so far and no other process's output lands inside it: all ranks,
+    torchrun and C++ libraries share one O_APPEND log, and `print` under PYTHONUNBUFFERED=1 (set
+    by many CI and module environments) writes the line and its newline in two calls."""
     out = sys.stdout if stream is None else stream
-    print(format_record(record), file=out, flush=True)
+    line = format_record(record) + "\n"
+    out.flush()  # human lines printed before the record stay before it
+    try:
+        descriptor = out.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: an in-memory stream
+        out.write(line)
+        out.flush()
+        return
+    data = line.encode("ascii")  # json.dumps escapes every non-ASCII character
+    while data:  # a write(2) is cut short only by a signal or a full disk: go on from there
+        data = data[os.write(descriptor, data):]
 
 
 STEP_KEYS = ("steps", "step_time_median_s", "step_time_p90_s", "step_time_mean_s", "step_time_ci_pct")

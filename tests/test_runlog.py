@@ -6,6 +6,9 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +31,29 @@ def test_emit_writes_one_prefixed_json_line_with_schema():
     assert line.startswith(PREFIX) and line.endswith("}\n") and line.count("\n") == 1
     record = json.loads(line[len(PREFIX) :])
     assert record == {"record": "epoch", "schema": 1, "loss": None, "nested": [None, 1.5]}
+
+
+def test_records_stay_whole_in_a_log_other_processes_write_to_at_once(tmp_path):
+    # Every rank, torchrun and C++ libraries (which write a line in pieces) share one O_APPEND
+    # log; under PYTHONUNBUFFERED=1 `print` wrote a record and its newline in two calls, and
+    # another process's text landed between them (a corrupt record, seen in CI).
+    scripts = Path(runlog.__file__).parent
+    log = tmp_path / "attempt.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(scripts)}
+    records = ("import runlog\n"
+               "for i in range(3000):\n"
+               "    print('a human line', i)\n"
+               "    runlog.emit({'record': 'epoch', 'epoch': i, 'reason': 'x' * 600})\n")
+    pieces = ("import os, sys\n"
+              "for i in range(20000):\n"
+              "    os.write(1, b'[W piece')\n"
+              "    os.write(1, b' of a line]\\n')\n")
+    with open(log, "ab") as out:
+        writers = [subprocess.Popen([sys.executable, "-c", code], stdout=out, env=env) for code in (records, pieces)]
+        assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
+    lines = [line for line in log.read_text().splitlines() if PREFIX in line]
+    epochs = [json.loads(line[line.index(PREFIX) + len(PREFIX):])["epoch"] for line in lines]
+    assert epochs == list(range(3000))
 
 
 def test_emit_refuses_a_record_without_kind():
