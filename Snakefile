@@ -1,6 +1,6 @@
 # scalesweep: scaling sweeps of deep-learning training.
 # Each stage is one rules file, workflow/rules/<stage>.smk, holding rule <stage> and calling
-# scalesweep/<stage>.py (docs/layout.md); config/config.yaml is the default local sweep.
+# the package's stage function (docs/layout.md); config/config.yaml is the default local sweep.
 
 # config/config.yaml, the default config, is read in workflow/rules/common.smk (strictly, so
 # that a broken file is named with its line and column).
@@ -13,6 +13,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/restart.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/images.smk"
+include: "workflow/rules/resources.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/tidy.smk"
 include: "workflow/rules/tables.smk"
@@ -25,13 +26,13 @@ include: "workflow/rules/outcome.smk"
 
 
 # Every rule is defined now: a history folder where one of them writes is refused before any job.
-from scalesweep import history_place
+from scalesweep.plan import history_place
 
 history_place.refuse_owned_history(
     config["history_dir"],
     workflow.rules,
     WORKDIR,
-    configcheck.sources(CONFIG_FILES, workflow.config_settings.config),
+    config_files.sources(CONFIG_FILES, workflow.config_settings.config),
 )
 
 
@@ -50,4 +51,4 @@ rule all:
         "results/findings.md",
         "results/tables/archived.json",
         "results/throughput_history.png",
-        history.comparison_outputs(config["compare_with"], "results/compare"),
+        sides.comparison_outputs(config["compare_with"], "results/compare"),

@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import runlog  # noqa: E402  (scripts/: the trainers' record writer)
 
-from scalesweep import matrix  # noqa: E402
+from scalesweep.plan import matrix  # noqa: E402
 
 PYTHON = sys.executable
 ANALYZE_GOAL_S = 30.0
@@ -397,7 +397,7 @@ def dryrun_config(n_configs: int) -> dict:
 
 
 def planned_configurations(config: dict) -> int:
-    """Configurations the workflow will plan (scalesweep.matrix, with the schema's defaults)."""
+    """Configurations the workflow will plan (scalesweep.plan.matrix, with the schema's defaults)."""
     full = {"container": {"runtime": "none"}, **copy.deepcopy(config)}
     full["cluster"] = {"gpus_per_node": GPUS_PER_NODE, **full.get("cluster", {})}
     runs, _ = matrix.plan(full, check_paths=False)
@@ -455,7 +455,8 @@ def check_analysis(out: Path, runs: list[Run]) -> None:
         wrong = [name for name in expected if found.get(name) != expected[name]][:5]
         raise BenchmarkFailure(f"runs.csv has {len(rows)} rows for {len(runs)} logs; "
                                f"wrong or missing status for e.g. {wrong}")
-    from scalesweep import figures, tables  # the package's own lists of what analyze writes
+    from scalesweep.analysis import tables  # the package's own lists of what analyze writes
+    from scalesweep.report import figures
 
     missing = [f"tables/{name}.csv" for name in tables.TABLES
                if not (out / "tables" / f"{name}.csv").exists()]

@@ -36,7 +36,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from scalesweep import history  # noqa: E402
+from scalesweep.history import archive  # noqa: E402
 
 PYTHON = sys.executable
 GOAL_S = 3.0
@@ -85,7 +85,7 @@ def sweep_runs(number: int, rng: np.random.Generator) -> pd.DataFrame:
 
 def build_history(folder: Path, sweeps: int) -> list[str]:
     rng = np.random.default_rng(0)
-    return [history.archive(sweep_runs(number, rng), folder).sweep_id for number in range(sweeps)]
+    return [archive.archive(sweep_runs(number, rng), folder).sweep_id for number in range(sweeps)]
 
 
 def children_cpu_s() -> float:
@@ -146,7 +146,7 @@ def run(workdir: Path, sweeps: int, repeats: int) -> None:
     report("compare_by_id", *map(list, zip(timed(by_id))), None)
     listing = [PYTHON, "-m", "scalesweep", "history", "--history", str(folder)]
     report(f"history_{label}_runs", *map(list, zip(timed(listing))), None)
-    # A --where filter is checked (scalesweep/sqlfilter.py) and runs on a confined connection:
+    # A --where filter is checked (scalesweep/history/sqlfilter.py) and runs on a confined connection:
     # the same listing and the pooled comparison, filtered.
     filtered = [timed([*listing, "--where", WHERE]) for _ in range(repeats)]
     report(f"history_where_{label}_runs", [w for w, _ in filtered], [c for _, c in filtered], None)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import make_cifar  # noqa: E402
 import measure  # noqa: E402
 
-from scalesweep import tidy  # noqa: E402
+from scalesweep.tidy import rows  # noqa: E402
 
 
 def children_cpu_s() -> float:
@@ -54,7 +54,7 @@ def run_trainer(args, data: Path, protocol_options: list, log: Path) -> dict:
     log.write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    _, runs = tidy.runs_table([(log, {})])
+    _, runs = rows.runs_table([(log, {})])
     row = runs.iloc[0]
     if row["status"] != "ok":
         raise RuntimeError(f"{log}: status {row['status']}: {row['reason']}")

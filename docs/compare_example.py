@@ -16,8 +16,8 @@ import pandas as pd
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))
 
-from scalesweep import history  # noqa: E402
 from scalesweep.cli import main  # noqa: E402
+from scalesweep.history import archive  # noqa: E402
 
 GPUS = (4, 8, 16, 32)
 
@@ -49,8 +49,8 @@ def main_example() -> int:
     rng = np.random.default_rng(11)
     folder = Path(tempfile.mkdtemp(prefix="scalesweep-compare-example-"))
     try:
-        before = history.archive(sweep("535.104.05", "2.21.5", 3, lambda m, g: 1.0, rng), folder / "history")
-        after = history.archive(sweep("550.54.15", "2.22.3", 20, upgrade, rng), folder / "history")
+        before = archive.archive(sweep("535.104.05", "2.21.5", 3, lambda m, g: 1.0, rng), folder / "history")
+        after = archive.archive(sweep("550.54.15", "2.22.3", 20, upgrade, rng), folder / "history")
         code = main(["compare", before.sweep_id, after.sweep_id, "--history", str(folder / "history"),
                      "--out", str(folder / "compare")])
         shutil.copy(folder / "compare" / "compare.png", DOCS / "compare.png")

@@ -55,7 +55,7 @@ git ls-files -z | while IFS= read -r -d '' name; do
     if [ -e "$name" ] || [ -L "$name" ]; then printf '%s\0' "$name"; fi
 done | tar -c --null -T - | tar -x -C "$stage"
 cp envs/install.sh "$stage/install.sh"
-code_version=$("$python" -m scalesweep.bundle "$repo" "$stage")
+code_version=$("$python" -m scalesweep.plan.code_version "$repo" "$stage")
 
 wheels=$stage/wheelhouse
 mkdir "$wheels"

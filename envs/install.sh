@@ -94,7 +94,7 @@ chmod 755 "$wrapper"
 mv -f "$wrapper" "$venv/bin/python" # replaces the link, not what it points to
 for name in python3 "python$wanted"; do ln -sfn python "$venv/bin/$name"; done
 
-version=$("$venv/bin/python" -c 'from scalesweep import provenance; print(provenance.code_version())')
+version=$("$venv/bin/python" -c 'from scalesweep.plan.code_version import code_version; print(code_version())')
 "$venv/bin/snakemake" --version >/dev/null
 touch "$venv/.installed"
 echo "install.sh: installed scalesweep $version in $venv"

@@ -24,7 +24,7 @@ import traceback
 import energy
 import faults
 import measure
-import repository  # noqa: F401  (for scalesweep.records)
+import repository  # noqa: F401  (for scalesweep.contract.records)
 import runlog
 import stepparts
 from measure import (
@@ -36,7 +36,7 @@ from measure import (
     DEFAULT_WARMUP_STEPS,
     PROBE_STEPS,
 )
-from scalesweep.records import OOM_POLICIES, PRECISIONS, PROTOCOLS
+from scalesweep.contract.records import OOM_POLICIES, PRECISIONS, PROTOCOLS
 
 # Any failure but out of memory: Snakemake marks the job failed and a rerun repeats it.
 EXIT_FAILED = 1
@@ -652,7 +652,7 @@ def finish_lines(info, summary: dict) -> None:
 
 def common_parser(models, data_help: str) -> argparse.ArgumentParser:
     """The options both trainers share, as an argparse parent: one command builder
-    (scalesweep/launch.py) drives both trainers, with the same names and meanings. A trainer
+    (scalesweep/plan/launch.py) drives both trainers, with the same names and meanings. A trainer
     sets its own defaults where they differ (parser.set_defaults)."""
     parser = argparse.ArgumentParser(add_help=False)
     add = parser.add_argument

@@ -16,11 +16,11 @@ import statistics
 import sys
 import time
 
-import repository  # noqa: F401  (scalesweep.records: the record contract, defined once)
+import repository  # noqa: F401  (scalesweep.contract.records: the record contract, defined once)
 import stepparts
 from measure import batch_means_interval
 from node import peak_host_rss_gb
-from scalesweep.records import FIRST_STEADY_EPOCH, PREFIX, SCHEMA, SUMMARY_STATUSES
+from scalesweep.contract.records import FIRST_STEADY_EPOCH, PREFIX, SCHEMA, SUMMARY_STATUSES
 
 
 def _json_safe(value):

@@ -39,8 +39,8 @@ from __future__ import annotations
 import math
 import statistics
 
-import repository  # noqa: F401  (for scalesweep.records)
-from scalesweep.records import BREAKDOWN_PARTS
+import repository  # noqa: F401  (for scalesweep.contract.records)
+from scalesweep.contract.records import BREAKDOWN_PARTS
 
 # DDP's default bucket (bucket_cap_mb=25): the all-reduce probe reduces one bucket-sized buffer
 # as many times as the gradients fill buckets, so it needs 25 MB, not a second copy of them.

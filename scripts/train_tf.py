@@ -48,7 +48,7 @@ import faults  # noqa: E402
 import harness  # noqa: E402
 import measure  # noqa: E402
 import node  # noqa: E402
-import repository  # noqa: E402,F401  (for scalesweep.catalog)
+import repository  # noqa: E402,F401  (for scalesweep.contract.catalog)
 import runlog  # noqa: E402
 import stepparts  # noqa: E402
 import tf_compat  # noqa: E402
@@ -62,7 +62,7 @@ from tf_data import (  # noqa: E402
     with_injected_delay,
 )
 
-from scalesweep.catalog import MODELS as CATALOG  # noqa: E402  (standard library only, as records.py)
+from scalesweep.contract.catalog import MODELS as CATALOG  # noqa: E402  (standard library only, as records.py)
 
 MODEL_NAMES = CATALOG["tensorflow"]
 # keras.applications constructors by catalog name; the catalog's other model, cnn_small, is built here.

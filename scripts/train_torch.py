@@ -60,13 +60,13 @@ import faults  # noqa: E402
 import harness  # noqa: E402
 import measure  # noqa: E402
 import node  # noqa: E402
-import repository  # noqa: E402,F401  (for scalesweep.catalog)
+import repository  # noqa: E402,F401  (for scalesweep.contract.catalog)
 import runlog  # noqa: E402
 import stepparts  # noqa: E402
 import torch_probes  # noqa: E402
 from torch_data import (DevicePrefetcher, RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
                         make_loader, make_train_sampler, steps_per_epoch)
-from scalesweep.catalog import MODELS as CATALOG  # noqa: E402  (standard library only, as records.py)
+from scalesweep.contract.catalog import MODELS as CATALOG  # noqa: E402  (standard library only, as records.py)
 from torch_distributed import (OUT_OF_MEMORY, Console, World, agree_on_oom, all_reduce_sum,  # noqa: E402
                                energy_slots, gather_device_names, is_primary, rank_hint, start_process,
                                synchronize, teardown)

@@ -243,7 +243,7 @@ def layout_problems(figure: Figure, bbox_inches=None) -> list[str]:
 
 def saved_name(fname) -> str:
     """The name of the file a figure is saved as: a figure written atomically goes to a temporary
-    `.<name>.<random>.tmp` beside it first (scalesweep/atomic.py)."""
+    `.<name>.<random>.tmp` beside it first (scalesweep/contract/atomic.py)."""
     name = Path(str(fname)).name
     temporary = re.fullmatch(r"\.(.+)\.[^.]+\.tmp", name)
     return temporary.group(1) if temporary else name

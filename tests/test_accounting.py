@@ -4,7 +4,7 @@ import math
 
 import pandas as pd
 
-from scalesweep import accounting
+from scalesweep.logs import accounting
 
 
 def test_states_map_to_runs_statuses():
@@ -49,7 +49,7 @@ def test_slurm_energy_is_read_per_job_with_its_source():
 
 
 def test_tidy_stage_asks_sacct_for_every_runs_energy(tmp_path, monkeypatch):
-    from scalesweep import tidy
+    from scalesweep.tidy import rows
 
     sacct = tmp_path / "bin" / "sacct"
     sacct.parent.mkdir()
@@ -64,6 +64,6 @@ def test_tidy_stage_asks_sacct_for_every_runs_energy(tmp_path, monkeypatch):
         '{"record": "epoch", "schema": 1, "epoch": 1, "images": 80, "seconds": 2.0}',
         '{"record": "epoch", "schema": 1, "epoch": 2, "images": 80, "seconds": 1.0}',
         '{"record": "summary", "schema": 1, "status": "ok"}')) + "\n")
-    tidy.write_tidy_tables([(log, {})], tmp_path / "epochs.csv", tmp_path / "runs.csv", ask_slurm=True)
+    rows.write_tidy_tables([(log, {})], tmp_path / "epochs.csv", tmp_path / "runs.csv", ask_slurm=True)
     row = pd.read_csv(tmp_path / "runs.csv").iloc[0]
     assert (row["slurm_energy_j"], row["slurm_energy_source"]) == (5400.0, accounting.SLURM_ENERGY_SOURCE)

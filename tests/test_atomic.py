@@ -7,7 +7,9 @@ import stat
 import pandas as pd
 import pytest
 
-from scalesweep import atomic, history, tidy
+from scalesweep.contract import atomic
+from scalesweep.history.archive import write_parquet_atomic
+from scalesweep.tidy import rows
 
 
 @pytest.fixture
@@ -23,9 +25,9 @@ def mode(path):
 
 def test_tidy_tables_history_and_text_get_the_users_mode(tmp_path, umask_022):
     frame = pd.DataFrame({"framework": ["pytorch"], "gpus": [2]})
-    epochs, runs = tidy.write_tidy(frame, frame, tmp_path / "tidy")
+    epochs, runs = rows.write_tidy(frame, frame, tmp_path / "tidy")
     archive = tmp_path / "sweep.parquet"
-    history.write_parquet_atomic(frame, archive)
+    write_parquet_atomic(frame, archive)
     atomic.write_text("note\n", tmp_path / "summary.txt")
     assert [mode(path) for path in (epochs, runs, archive, tmp_path / "summary.txt")] == [0o644] * 4
     os.umask(0o077)

@@ -29,8 +29,9 @@ import make_cifar  # noqa: E402
 import make_imagefolder  # noqa: E402
 import measure  # noqa: E402
 import runlog  # noqa: E402
-from scalesweep import catalog, parse  # noqa: E402
-from scalesweep.records import FIRST_STEADY_EPOCH  # noqa: E402
+from scalesweep.contract import catalog  # noqa: E402
+from scalesweep.contract.records import FIRST_STEADY_EPOCH  # noqa: E402
+from scalesweep.logs.read import parse_log
 from stacks import TRAINER_PYTHON_ENV, container_python, trainer_python  # noqa: E402
 
 FRAMEWORKS = ("tensorflow", "pytorch")
@@ -286,7 +287,7 @@ def parsed(framework: str) -> tuple:
 
 
 def test_measurement_options_parse_alike_with_the_shared_defaults(framework):
-    # One command builder (scalesweep/launch.py) drives both trainers: same names, same defaults,
+    # One command builder (scalesweep/plan/launch.py) drives both trainers: same names, same defaults,
     # the defaults defined once (scripts/runlog.py).
     defaults, measurement = parsed(framework)[0]["args"], parsed(framework)[1]["args"]
     assert {key: defaults[key] for key in MEASUREMENT_PARSED} == {
@@ -433,7 +434,7 @@ def test_halve_policy_retries_at_half_the_batch(framework, data):
     assert records[-1]["status"] == "ok" and records[-1]["oom_retries"] == 1
     assert done.stdout.count("retrying with 8 (--oom-policy halve)") == 1
     # The records' reader sees one run, at the batch actually used.
-    (run,) = parse.parse_log(done.stdout)
+    (run,) = parse_log(done.stdout)
     assert run.header["per_gpu_batch"] == 8 and run.summary["status"] == "ok" and len(run.epochs) == 2
 
 
@@ -503,7 +504,7 @@ def test_steps_protocol_records_a_warmup_and_a_timed_window(framework, data):
     assert summary["train_time_s"] == pytest.approx(warmup["seconds"] + timed["seconds"])
     assert done.stdout.count("timed window: 5 steps") == 1
     # The records' reader takes the timed window as the steady state, without knowing the protocol.
-    (run,) = parse.parse_log(done.stdout)
+    (run,) = parse_log(done.stdout)
     assert run.summary["status"] == "ok"
     assert [e for e in run.epochs if e["epoch"] >= FIRST_STEADY_EPOCH] == [
         {key: value for key, value in timed.items() if key not in ("record", "schema")}]

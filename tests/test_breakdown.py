@@ -1,5 +1,5 @@
 """Where a step's time goes: crafted record logs with known parts give the hand-computed loss
-attribution in scaling.csv (scalesweep/breakdown.py), the achieved TFLOP/s and the MFU."""
+attribution in scaling.csv (scalesweep/analysis/breakdown.py), the achieved TFLOP/s and the MFU."""
 
 import math
 import sys
@@ -8,7 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scalesweep import breakdown, hardware, scaling, tidy
+from scalesweep.analysis import breakdown, scaling
+from scalesweep.contract import hardware
+from scalesweep.tidy import rows
+from scalesweep.tidy.table import BREAKDOWN_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 import runlog  # noqa: E402
@@ -41,7 +44,7 @@ def breakdown_log(tmp_path, gpus, per_gpu_batch, parts, name=None, header_extra=
 def scaling_of(tmp_path, specs):
     items = [(breakdown_log(tmp_path, gpus, batch, parts, name=f"g{gpus}.log"), {})
              for gpus, batch, parts in specs]
-    return scaling.scaling_table(tidy.runs_table(items)[1]).set_index("gpus")
+    return scaling.scaling_table(rows.runs_table(items)[1]).set_index("gpus")
 
 
 def test_fixed_per_gpu_batch_attribution_by_hand(tmp_path):
@@ -76,7 +79,7 @@ def test_fixed_global_batch_attribution_by_hand():
 
 
 def test_runs_table_carries_the_parts_and_they_add_up(tmp_path):
-    _, runs = tidy.runs_table([(breakdown_log(tmp_path, 2, 32, (0.012, 0.082, 0.016, 0.010)), {})])
+    _, runs = rows.runs_table([(breakdown_log(tmp_path, 2, 32, (0.012, 0.082, 0.016, 0.010)), {})])
     row = runs.iloc[0]
     assert row[list(breakdown.PARTS)].sum() == pytest.approx(row["breakdown_step_s"])
     assert (row["breakdown_steps"], row["allreduce_s"]) == (50, 0.02)
@@ -85,9 +88,9 @@ def test_runs_table_carries_the_parts_and_they_add_up(tmp_path):
 
 def test_logs_without_a_breakdown_leave_the_columns_empty_with_a_note():
     logs = ROOT / "tests" / "data" / "logs"
-    _, runs = tidy.runs_table([(logs / "tf_keras2_resnet50_1gpus.log", {}),
+    _, runs = rows.runs_table([(logs / "tf_keras2_resnet50_1gpus.log", {}),
                                (logs / "tf_keras2_resnet50_2gpus.log", {})])
-    assert runs[list(breakdown.BREAKDOWN_COLUMNS)].isna().all().all()
+    assert runs[list(BREAKDOWN_COLUMNS)].isna().all().all()
     table = scaling.scaling_table(runs)
     assert (table["breakdown_note"] == breakdown.NO_BREAKDOWN_NOTE).all()
     assert table["loss_data_pct"].isna().all()
@@ -99,7 +102,7 @@ def test_mfu_of_a_vit_h_run_on_one_h100_by_hand(tmp_path):
     the H100 SXM's bf16 peak is 989 TFLOP/s -> MFU 24.36 %."""
     header = {"device_kind": "gpu", "gpu_models": ["NVIDIA H100 80GB HBM3"], "flops_per_image": 1.004e12}
     path = breakdown_log(tmp_path, 1, 64, (0.0, 64 / 240, 0.0, 0.0), header_extra=header)
-    row = tidy.runs_table([(path, {})])[1].iloc[0]
+    row = rows.runs_table([(path, {})])[1].iloc[0]
     assert row["throughput_img_s"] == pytest.approx(240.0)
     assert row["tflops_per_gpu"] == pytest.approx(240.96)
     assert row["mfu_pct"] == pytest.approx(100 * 240.96 / 989)
@@ -122,17 +125,18 @@ def test_peak_table(device, framework, precision, peak):
 def test_breakdown_figures_draw_the_hand_computed_parts(tmp_path):
     """Stacked bars of N x part / images per step: at N=4, 4 x 0.015 / 128 s = 0.46875 ms of
     sync wait and 4 x 0.030 / 128 s = 0.9375 ms of sync comm per image, two bars of their own; the bus-bandwidth figure marks where runs span nodes."""
-    from scalesweep import figures as plots
+    from scalesweep.report import plotkit
+    from scalesweep.report.figures import build_figures
 
     items = []
     for gpus, parts, nodes in ((1, (0.010, 0.080, 0.000, 0.010), 1), (2, (0.012, 0.082, 0.016, 0.010), 1),
                                (4, (0.020, 0.085, 0.015, 0.030, 0.010), 1), (8, (0.030, 0.085, 0.105, 0.010), 2)):
         extra = {"nodes": nodes}
         items.append((breakdown_log(tmp_path, gpus, 32, parts, header_extra=extra), {}))
-    _, runs = tidy.runs_table(items)
+    _, runs = rows.runs_table(items)
     runs.loc[runs["gpus"] > 1, "busbw_gb_s"] = [90.0, 80.0, 20.0]
     table = scaling.scaling_table(runs)
-    figures = plots.build_figures(table)
+    figures = build_figures(table)
     bars = figures["step_breakdown"].data.set_index(["gpus", "part"])["ms_per_image"]
     assert bars[(4, "sync wait")] == pytest.approx(0.46875) and bars[(4, "sync comm")] == pytest.approx(0.9375)
     assert bars[(1, "compute")] == pytest.approx(1000 * 0.080 / 32)
@@ -142,4 +146,4 @@ def test_breakdown_figures_draw_the_hand_computed_parts(tmp_path):
     assert any(abs(line.get_xdata()[0] - (4 * 8) ** 0.5) < 1e-9 for line in ax.get_lines()
                if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1])
     assert set(figures["comm_compute_ratio"].data["gpus"]) == {2, 4, 8}
-    plots.plt.close("all")
+    plotkit.plt.close("all")

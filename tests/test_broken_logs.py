@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalesweep import tidy
-from scalesweep.parse import parse_log
-from scalesweep.parsed import LogFormatError
-from scalesweep.tidy import METRIC_COLUMNS
+from scalesweep.logs.read import parse_log
+from scalesweep.logs.run import LogFormatError
+from scalesweep.tidy import rows
+from scalesweep.tidy.table import METRIC_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 BROKEN = REPO / "tests" / "data" / "broken"
@@ -42,7 +42,7 @@ def test_every_corpus_file_has_its_expected_outcome_and_no_other():
 @pytest.mark.parametrize("expected", EXPECTED, ids=lambda row: f"{row['file']}[{row['run']}]")
 def test_broken_log_outcome(expected):
     log = BROKEN / expected["file"]
-    result = tidy.tidy_tables([(log, {})])
+    result = rows.tidy_tables([(log, {})])
     row = result.runs.iloc[int(expected["run"])]
     assert row["status"] == expected["status"]
     if expected["reason"]:
@@ -61,7 +61,7 @@ def test_broken_log_outcome(expected):
 
 def test_bad_values_leave_every_refused_run_out_of_the_epochs_table():
     logs = [BROKEN / name for name in sorted({row["file"] for row in EXPECTED if row["refused"] == "yes"})]
-    result = tidy.tidy_tables([(log, {}) for log in logs])
+    result = rows.tidy_tables([(log, {}) for log in logs])
     assert len(result.refused) == len(logs)
     assert result.epochs.empty
     assert set(result.runs["status"]) == {"failed"}
@@ -69,7 +69,7 @@ def test_bad_values_leave_every_refused_run_out_of_the_epochs_table():
 
 def test_header_keys_outside_the_contract_reach_no_column():
     """A header's `status`, `steady_epoch_time_s` and `repeat` keys are not header keys: skipped."""
-    result = tidy.tidy_tables([(BROKEN / "header_status_and_metric_keys.log", {})])
+    result = rows.tidy_tables([(BROKEN / "header_status_and_metric_keys.log", {})])
     row = result.runs.iloc[0]
     assert (row["status"], row["reason"], row["repeat"]) == ("failed", "boom", 0)
     assert math.isnan(row["steady_epoch_time_s"])

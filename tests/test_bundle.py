@@ -1,4 +1,4 @@
-"""The offline bundle (envs/bundle.sh, envs/install.sh, scalesweep/bundle.py;
+"""The offline bundle (envs/bundle.sh, envs/install.sh, scalesweep/plan/code_version.py;
 docs/install-offline.md): built once per session from this checkout, unpacked and installed with
 Python 3.12 (not the development 3.11) in a network namespace without network, under the
 environment of a loaded Python module of another version; then the workflow runs from it, still
@@ -17,8 +17,7 @@ import pytest
 import yaml
 
 from bench_bundle import build_bundle, can_go_offline, find_python, install, offline, unpack
-from scalesweep import provenance
-from scalesweep.bundle import write_manifest
+from scalesweep.plan.code_version import code_version, write_manifest
 from stacks import STACKS, stack_python
 from test_slurm import cluster  # noqa: F401  (the test cluster, started once)
 
@@ -113,7 +112,7 @@ def installed(bundle, without_network, module_env, python_bundle, tmp_path_facto
 # ------------------------------------------------------------------ the bundle
 @slow
 def test_the_bundle_holds_the_tracked_files_its_code_version_and_wheels_for_one_python(bundle):
-    version = provenance.code_version(REPO)
+    version = code_version(REPO)
     assert bundle.name == f"scalesweep-{version}-py312.tar.gz"
     top = f"scalesweep-{version}-py312"
     with tarfile.open(bundle) as archive:
@@ -125,7 +124,7 @@ def test_the_bundle_holds_the_tracked_files_its_code_version_and_wheels_for_one_
     assert {name for name in tracked if name and (REPO / name).exists()} <= names
     assert {"install.sh", "bundle.json"} <= names
     assert not {name for name in names if name.split("/")[0] in {".git", ".venv", "results", "dist", ".stacks"}}
-    assert record["code_version"] == version and "scalesweep/provenance.py" in record["files"]
+    assert record["code_version"] == version and "scalesweep/plan/code_version.py" in record["files"]
     assert wheel_python == VERSION
 
     wheels = [name.split("/")[1] for name in names if name.startswith("wheelhouse/") and name.endswith(".whl")]
@@ -333,20 +332,20 @@ def copied_checkout(folder: Path) -> Path:
         subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
     copy = folder / "unpacked"
     shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
-    assert write_manifest(repo, copy) == provenance.code_version(repo)
+    assert write_manifest(repo, copy) == code_version(repo)
     return copy
 
 
 def test_an_unpacked_bundle_records_its_commit_and_dirty_after_a_code_edit(tmp_path):
     copy = copied_checkout(tmp_path)
-    commit = provenance.code_version(tmp_path / "repo")
-    assert provenance.code_version(copy) == commit and len(commit) == 12
+    commit = code_version(tmp_path / "repo")
+    assert code_version(copy) == commit and len(commit) == 12
     (copy / "config.yaml").write_text("a: 2\n")  # a config edit is no code change
-    assert provenance.code_version(copy) == commit
+    assert code_version(copy) == commit
     (copy / "scalesweep" / "x.py").write_text("A = 2\n")
-    assert provenance.code_version(copy) == commit + "-dirty"
+    assert code_version(copy) == commit + "-dirty"
     (copy / "scalesweep" / "x.py").unlink()
-    assert provenance.code_version(copy) == commit + "-dirty"
+    assert code_version(copy) == commit + "-dirty"
 
 
 def test_a_bundle_made_from_a_dirty_tree_stays_dirty_once(tmp_path):
@@ -356,10 +355,10 @@ def test_a_bundle_made_from_a_dirty_tree_stays_dirty_once(tmp_path):
     (copy / "scalesweep" / "x.py").write_text("A = 3\n")
     assert write_manifest(repo, copy).endswith("-dirty")
     (copy / "scalesweep" / "x.py").write_text("A = 4\n")
-    assert provenance.code_version(copy).count("-dirty") == 1
+    assert code_version(copy).count("-dirty") == 1
 
 
 def test_a_damaged_bundle_record_is_an_error_naming_it(tmp_path):
     (tmp_path / "bundle.json").write_text("{\"code_version\": ")
     with pytest.raises(ValueError, match=r"bundle\.json: not a readable bundle record"):
-        provenance.code_version(tmp_path)
+        code_version(tmp_path)

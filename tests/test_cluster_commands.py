@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from mn5site import ACCOUNT, mn5_profile, run_with_profile
-from scalesweep import images, launch
+from scalesweep.plan import images, launch
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -245,7 +245,7 @@ def test_a_remote_image_is_pulled_once_for_every_job_and_node(tmp_path):
         # Every training and every node runs the one pulled file, never the URI.
         assert f" {workdir}/{sif} " in command and "docker://" not in command
         assert sif in re.search(r"^\s+input: (.*)$", block, re.MULTILINE).group(1)
-    # The pull itself: module load, then the runtime's pull into that file (scalesweep/launch.py).
+    # The pull itself: module load, then the runtime's pull into that file (scalesweep/plan/launch.py).
     assert launch.pull_command(config["container"], uri, sif) == (
         f"module load singularity && singularity pull {sif} {uri}")
 

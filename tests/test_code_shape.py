@@ -32,4 +32,4 @@ def test_long_functions_are_found(tmp_path):
 
 @pytest.mark.parametrize("folder", ["scripts", "scalesweep"])
 def test_no_function_is_over_sixty_lines(folder):
-    assert [found for path in sorted((ROOT / folder).glob("*.py")) for found in long_functions(path)] == []
+    assert [found for path in sorted((ROOT / folder).rglob("*.py")) for found in long_functions(path)] == []

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep import compare, history
 from scalesweep.cli import main
-from scalesweep.compare import (FASTER, SAME, SLOWER, UNKNOWN, UNKNOWN_NO_REPEATS, Cell, compare_runs,
-                                estimate)
-from scalesweep.tidy import runs_table
+from scalesweep.history import archive, compare
+from scalesweep.history.compare import Cell, compare_runs, estimate
+from scalesweep.report.compare_figure import FASTER, SAME, SLOWER, UNKNOWN, UNKNOWN_NO_REPEATS
+from scalesweep.tidy.rows import runs_table
 
 RNG = np.random.default_rng(0)
 
@@ -277,8 +277,8 @@ def test_regressions_need_significance_and_size():
 
 
 def archived_pair(folder):
-    a = history.archive(side(), folder)
-    b = history.archive(side(factor_at_4=0.5, driver="550.54.15").assign(
+    a = archive.archive(side(), folder)
+    b = archive.archive(side(factor_at_4=0.5, driver="550.54.15").assign(
         start_time=lambda f: f["start_time"].str.replace("2026-11", "2026-12")), folder)
     return a, b
 

@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep import compare, history
-from scalesweep.compare import SAME, SLOWER, UNKNOWN_NO_REPEATS, compare_runs
+from scalesweep.history import archive, compare, query, sides
+from scalesweep.history.compare import compare_runs
+from scalesweep.report.compare_figure import SAME, SLOWER, UNKNOWN_NO_REPEATS
 
 SD = 0.07
 CONFIGS = [(model, gpus) for model in ("resnet18", "resnet50", "vit_b_16") for gpus in (1, 2, 4, 8)]
@@ -61,11 +62,11 @@ def test_single_run_sweeps_without_repeats_give_no_verdict_but_the_ratio():
 def test_single_run_sweeps_with_history_repeats_give_no_false_alarm(tmp_path):
     rng = np.random.default_rng(1)
     store = tmp_path / "history"
-    history.archive(sweep(rng, repeats=3, tag="old"), store)  # an earlier sweep with 3 repeats
+    archive.archive(sweep(rng, repeats=3, tag="old"), store)  # an earlier sweep with 3 repeats
     alarms = []
     for round_ in range(10):  # ten pairs of single-run sweeps of the same code on the same machine
         a, b = sweep(rng, tag=f"a{round_}"), sweep(rng, tag=f"b{round_}")
-        table, facts = compare_runs(a, b, history_runs=history.spread_runs(store))
+        table, facts = compare_runs(a, b, history_runs=query.spread_runs(store))
         assert set(table["ci_method"]) == {"pooled spread"} and facts["m"] == 12
         alarms.append(significant(table))
     # The first pair, as in the issue: no significant verdict. Over the ten pairs the family-wise
@@ -93,16 +94,16 @@ def test_a_twenty_percent_slowdown_with_three_repeats_a_side_is_found(tmp_path):
 def test_the_summary_says_how_many_repeats_a_five_percent_change_needs(tmp_path):
     rng = np.random.default_rng(1)
     store = tmp_path / "history"
-    history.archive(sweep(rng, repeats=3, tag="old"), store)
+    archive.archive(sweep(rng, repeats=3, tag="old"), store)
     a, b = sweep(rng, tag="a"), sweep(rng, tag="b")
-    table, facts = compare_runs(a, b, history_runs=history.spread_runs(store))
+    table, facts = compare_runs(a, b, history_runs=query.spread_runs(store))
     variance, _ = facts["spread"]["laptop CPU"]
     # n = 2 sigma^2 (z(1 - 0.05 / 24) + z(0.8))^2 / ln(1.05)^2
     from scipy.stats import norm
 
     needed = math.ceil(2 * variance * (norm.ppf(1 - 0.05 / 24) + norm.ppf(0.8)) ** 2 / math.log(1.05) ** 2)
     assert compare.repeats_needed(variance, 12) == needed
-    text = compare.comparison_summary(table, facts, history.Side("a", a), history.Side("b", b))
+    text = compare.comparison_summary(table, facts, sides.Side("a", a), sides.Side("b", b))
     assert f"a 5 % change needs about {needed} repeats a side" in text
 
 

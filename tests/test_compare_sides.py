@@ -10,7 +10,7 @@ import sys
 import yaml
 
 from conftest import snakemake
-from scalesweep import history
+from scalesweep.history import archive
 from test_feasibility import edited
 from test_history import REPO, sweep_runs
 
@@ -27,8 +27,8 @@ def results_folder(tmp_path):
     runs = sweep_runs().assign(run_id=[f"{n:016x}" for n in range(4)])
     runs.to_csv(results / "tidy" / "runs.csv", index=False)
     store = tmp_path / "history"
-    same = history.archive(runs, store)
-    other = history.archive(sweep_runs(driver="550.54.15").assign(run_id=[f"{n:016x}" for n in range(4, 8)]), store)
+    same = archive.archive(runs, store)
+    other = archive.archive(sweep_runs(driver="550.54.15").assign(run_id=[f"{n:016x}" for n in range(4, 8)]), store)
     return results, store, same.sweep_id, other.sweep_id
 
 

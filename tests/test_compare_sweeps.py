@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from conftest import snakemake
-from scalesweep import history
 from scalesweep.cli import main
-from scalesweep.compare import SLOWER
+from scalesweep.history import archive, query
+from scalesweep.report.compare_figure import SLOWER
 
 import faults  # noqa: E402
 
@@ -90,7 +90,7 @@ def test_injected_slowdown_is_found_and_sized_and_noise_is_not(tmp_path, monkeyp
         assert row["ratio_ci_low"] <= expected[row["gpus"]] <= row["ratio_ci_high"], (expected, table.to_string())
     summary = (candidate / "results" / "compare" / "summary.txt").read_text()
     assert "verdicts: 2 slower, 0 faster, 0 no detectable difference, 0 unknown" in summary
-    assert len(history.sweeps_table(shared)) == 2
+    assert len(query.sweeps_table(shared)) == 2
 
     report = candidate / "report.html"
     result = snakemake(candidate, "--report", str(report), configfile=candidate / "config.yaml")
@@ -104,7 +104,7 @@ def test_injected_slowdown_is_found_and_sized_and_noise_is_not(tmp_path, monkeyp
     # busy neighbour during the odd repeats makes a real difference. What the gate must do on
     # real runs is tell the injected slowdown from noise: at a tolerance of half the injected
     # slowdown it fails the candidate and passes the noise.
-    assert history.archive(baseline_runs[baseline_runs["repeat"] % 2 == 0], shared).runs == 0
+    assert archive.archive(baseline_runs[baseline_runs["repeat"] % 2 == 0], shared).runs == 0
     even, odd = tmp_path / "even.csv", tmp_path / "odd.csv"
     baseline_runs[baseline_runs["repeat"] % 2 == 0].to_csv(even, index=False)
     baseline_runs[baseline_runs["repeat"] % 2 == 1].to_csv(odd, index=False)

@@ -10,7 +10,15 @@ import pytest
 import yaml
 
 from conftest import REPO, SNAKEMAKE, TINY, snakemake
-from scalesweep import configcheck, matrix, preview
+from scalesweep.plan import checks, matrix, preview
+from scalesweep.plan.config import (
+    ConfigFileError,
+    check_files,
+    files_used,
+    load_strict,
+    sources,
+    validate_config,
+)
 
 import make_cifar  # noqa: E402
 import make_imagefolder  # noqa: E402
@@ -18,12 +26,12 @@ import make_imagefolder  # noqa: E402
 @pytest.fixture
 def config():
     config = yaml.safe_load(TINY.read_text())
-    configcheck.validate_config(config)
+    validate_config(config)
     return config
 
 
 def refusal(config):
-    with pytest.raises(matrix.ConfigError) as error:
+    with pytest.raises(checks.ConfigError) as error:
         matrix.plan(config, check_paths=False)
     return str(error.value)
 
@@ -38,8 +46,8 @@ def write(path, text):
 
 def test_a_key_written_twice_is_refused_with_both_lines(tmp_path):
     path = write(tmp_path / "c.yaml", "matrix:\n  gpus: [1]\ntraining: {}\nmatrix:\n  gpus: [2]\n")
-    with pytest.raises(configcheck.ConfigFileError) as error:
-        configcheck.load_strict(path)
+    with pytest.raises(ConfigFileError) as error:
+        load_strict(path)
     assert str(error.value) == (
         f"{path}, line 4, column 1: duplicate key 'matrix' (first at line 1); "
         "YAML would silently keep only the last one"
@@ -49,16 +57,16 @@ def test_a_key_written_twice_is_refused_with_both_lines(tmp_path):
 def test_a_nested_duplicate_is_found_too_but_merge_keys_may_be_overridden(tmp_path):
     nested = write(tmp_path / "n.yaml", "training:\n  epochs: 2\n  seed: 0\n  epochs: 3\n")
     duplicate = r"line 4, column 3: duplicate key 'epochs' \(first at line 2\)"
-    with pytest.raises(configcheck.ConfigFileError, match=duplicate):
-        configcheck.load_strict(nested)
+    with pytest.raises(ConfigFileError, match=duplicate):
+        load_strict(nested)
     merged = write(tmp_path / "m.yaml", "base: &b {epochs: 2, seed: 0}\ntraining:\n  <<: *b\n  epochs: 3\n")
-    assert configcheck.load_strict(merged)["training"] == {"epochs": 3, "seed": 0}
+    assert load_strict(merged)["training"] == {"epochs": 3, "seed": 0}
 
 
 def test_a_syntax_error_names_file_line_and_column(tmp_path):
     path = write(tmp_path / "c.yaml", "matrix:\n  gpus: [1, 2\n  model: [cnn_small]\n")
-    with pytest.raises(configcheck.ConfigFileError) as error:
-        configcheck.load_strict(path)
+    with pytest.raises(ConfigFileError) as error:
+        load_strict(path)
     assert str(error.value) == (
         f"{path}, line 3, column 8: expected ',' or ']', but got ':' "
         "(while parsing a flow sequence at line 2, column 9)"
@@ -67,48 +75,48 @@ def test_a_syntax_error_names_file_line_and_column(tmp_path):
 
 def test_tab_indentation_is_named_with_its_position(tmp_path):
     path = write(tmp_path / "c.yaml", "matrix:\n\tgpus: [1]\n")
-    with pytest.raises(configcheck.ConfigFileError) as error:
-        configcheck.load_strict(path)
+    with pytest.raises(ConfigFileError) as error:
+        load_strict(path)
     assert str(error.value).startswith(f"{path}, line 2, column 1: found character '\\t' that cannot start any token")
 
 
 def test_json_is_read_as_snakemake_reads_it_and_duplicates_refused(tmp_path):
     good = write(tmp_path / "c.json", '{\n\t"matrix": {"gpus": [1]}\n}')
-    assert configcheck.load_strict(good) == {"matrix": {"gpus": [1]}}
+    assert load_strict(good) == {"matrix": {"gpus": [1]}}
     twice = write(tmp_path / "d.json", '{"a": 1, "a": 2}')
-    with pytest.raises(configcheck.ConfigFileError) as error:
-        configcheck.load_strict(twice)
+    with pytest.raises(ConfigFileError) as error:
+        load_strict(twice)
     assert str(error.value) == f"{twice}: duplicate key 'a' in one JSON object; only the last would count"
 
 
 @pytest.mark.parametrize("text, kind", [("", "empty"), ("- 1\n", "a list"), ("3\n", "a number")])
 def test_a_top_level_that_is_not_keys_is_refused(tmp_path, text, kind):
     path = write(tmp_path / "c.yaml", text)
-    with pytest.raises(configcheck.ConfigFileError) as error:
-        configcheck.load_strict(path)
+    with pytest.raises(ConfigFileError) as error:
+        load_strict(path)
     assert str(error.value) == f"{path}: the top level must be keys (matrix:, datasets:, ...), not {kind}"
 
 
 def test_files_used_are_the_default_then_the_command_line_ones_unless_replaced(tmp_path):
     default = write(tmp_path / "config.yaml", "{}")
-    assert configcheck.files_used(default, ["/a.yaml"], replaced=False) == [str(default), "/a.yaml"]
-    assert configcheck.files_used(default, ["/a.yaml"], replaced=True) == ["/a.yaml"]
-    assert configcheck.files_used(default, [], replaced=False) == [str(default)]
-    assert configcheck.files_used(default, [], replaced=True) == []  # --config ... --replace-workflow-config
-    assert configcheck.files_used(tmp_path / "none.yaml", ["/a.yaml"], replaced=False) == ["/a.yaml"]
+    assert files_used(default, ["/a.yaml"], replaced=False) == [str(default), "/a.yaml"]
+    assert files_used(default, ["/a.yaml"], replaced=True) == ["/a.yaml"]
+    assert files_used(default, [], replaced=False) == [str(default)]
+    assert files_used(default, [], replaced=True) == []  # --config ... --replace-workflow-config
+    assert files_used(tmp_path / "none.yaml", ["/a.yaml"], replaced=False) == ["/a.yaml"]
 
 
 def test_sources_name_the_files_and_command_line_keys():
-    assert configcheck.sources(["a.yaml", "b.yaml"]) == "(config files: a.yaml, b.yaml)"
-    assert configcheck.sources(["a.yaml"], {"training": {}}) == "(config files: a.yaml; --config: training)"
+    assert sources(["a.yaml", "b.yaml"]) == "(config files: a.yaml, b.yaml)"
+    assert sources(["a.yaml"], {"training": {}}) == "(config files: a.yaml; --config: training)"
 
 
 # --- schema errors in one line ----------------------------------------------------------------
 
 
 def schema_message(config):
-    with pytest.raises(matrix.ConfigError) as error:
-        configcheck.validate_config(config)
+    with pytest.raises(checks.ConfigError) as error:
+        validate_config(config)
     return str(error.value)
 
 
@@ -236,7 +244,7 @@ def script_options(sizes):
     "fmt, parse_args", [("cifar10", make_cifar.parse_args), ("imagefolder", make_imagefolder.parse_args)]
 )
 def test_synthetic_options_are_exactly_what_the_generators_take(fmt, parse_args):
-    options = matrix.SYNTHETIC_OPTIONS[fmt]
+    options = checks.SYNTHETIC_OPTIONS[fmt]
     everything = {option: 8 for option in options["required"] + options["optional"]}
     parsed = vars(parse_args(["--out", "x", *script_options(everything)]))
     assert set(parsed) - {"out", "force"} == set(everything)
@@ -286,7 +294,7 @@ def test_preview_prints_each_warning_on_its_own_line():
 
 def test_the_shipped_configs_plan_without_warnings():
     for name in ("config.yaml", "mn5.yaml"):
-        runs, warnings = configcheck.check_files([REPO / "config" / name])
+        runs, warnings = check_files([REPO / "config" / name])
         assert runs and warnings == [], name
 
 

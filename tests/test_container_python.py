@@ -1,4 +1,4 @@
-"""scripts/ and scalesweep/records.py run inside the training containers, the oldest on Python 3.8
+"""scripts/ and scalesweep/contract/records.py run inside the training containers, the oldest on Python 3.8
 (NGC TensorFlow 23.03; docs/trainers.md, "Supported stacks"): a cheap guard that every file
 compiles there and that the standard-library-only modules import there, without site-packages.
 
@@ -17,10 +17,12 @@ import pytest
 from stacks import PY38_HOW_TO_GET, python38
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTAINER_FILES = sorted((ROOT / "scripts").glob("*.py")) + [ROOT / "scalesweep" / name for name in ("records.py", "catalog.py")]
+# The trainers import scalesweep.contract (the package's __init__ runs first).
+CONTRACT = [ROOT / "scalesweep" / "__init__.py", *sorted((ROOT / "scalesweep" / "contract").glob("*.py"))]
+CONTAINER_FILES = sorted((ROOT / "scripts").glob("*.py")) + CONTRACT
 # The modules docs/trainers.md promises need nothing beyond the standard library.
-STANDARD_LIBRARY_ONLY = ("repository", "runlog", "measure", "node", "faults", "harness", "stepparts", "run_attempt", "scalesweep.records",
-                         "scalesweep.catalog")
+STANDARD_LIBRARY_ONLY = ("repository", "runlog", "measure", "node", "faults", "harness", "stepparts", "run_attempt",
+                         *(f"scalesweep.contract.{path.stem}" for path in CONTRACT if path.stem != "__init__"))
 
 # Compiles each file in memory (no __pycache__ written into the repository); prints the failures.
 COMPILE_ALL = """

@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from scalesweep import parse, parsed, tidy
+from scalesweep.logs.read import parse_file, parse_log
+from scalesweep.logs.run import LogFormatError, UNIDENTIFIED, run_identity
+from scalesweep.tidy import rows
 
 
 def record(kind, **fields):
@@ -96,7 +98,7 @@ def test_workflow_tidy_gives_a_failed_row_with_the_exception(tmp_path, case):
     log = workflow_log(tmp_path, run)
     log.write_text(text)
     axes = dict(zip(("framework", "model", "dataset", "gpus"), run))
-    tables = tidy.tidy_tables([(str(log), axes)])
+    tables = rows.tidy_tables([(str(log), axes)])
     (row,) = tables.runs.to_dict("records")
     assert (row["status"], row["reason"]) == ("failed", reason)
     assert axes_of(row) == run and tables.refused == [] and tables.epochs.empty
@@ -121,30 +123,30 @@ def test_analyze_gives_each_crashed_run_a_failed_row_identified_by_its_path(tmp_
 def test_a_stray_crash_log_is_a_failed_run_that_says_it_is_unidentified(tmp_path):
     stray = tmp_path / "crash.out"
     stray.write_text(IMPORT_CRASH)
-    (run,) = parse.parse_file(stray)
+    (run,) = parse_file(stray)
     assert run.header == {} and run.summary["status"] == "failed"
-    assert run.summary["reason"] == f"{SUBSCRIPT} ({parsed.UNIDENTIFIED})"
-    (row,) = tidy.runs_table([(str(stray), {})])[1].to_dict("records")
+    assert run.summary["reason"] == f"{SUBSCRIPT} ({UNIDENTIFIED})"
+    (row,) = rows.runs_table([(str(stray), {})])[1].to_dict("records")
     assert row["status"] == "failed" and row["reason"].startswith(SUBSCRIPT)
 
 
 def test_run_identity_reads_workflow_paths_only():
-    assert parsed.run_identity("logs/train/pytorch/model~vit_h_14/dataset~tiny-224/gpus~8.attempt-3.log") == {
+    assert run_identity("logs/train/pytorch/model~vit_h_14/dataset~tiny-224/gpus~8.attempt-3.log") == {
         "framework": "pytorch", "model": "vit_h_14", "dataset": "tiny-224", "gpus": 8}
-    assert parsed.run_identity("/w/results/runs/tensorflow/model~cnn_small/dataset~c/gpus~1/repeat~2/train.log") == {
+    assert run_identity("/w/results/runs/tensorflow/model~cnn_small/dataset~c/gpus~1/repeat~2/train.log") == {
         "framework": "tensorflow", "model": "cnn_small", "dataset": "c", "gpus": 1}
-    assert parsed.run_identity("logs/train/pytorch/model~vit_h_14/gpus~8.log") == {}  # no dataset
-    assert parsed.run_identity("pytorch/model~m/dataset~d/gpus~x.log") == {}
-    assert parsed.run_identity("runs/vit_8gpus.log") == {}
+    assert run_identity("logs/train/pytorch/model~vit_h_14/gpus~8.log") == {}  # no dataset
+    assert run_identity("pytorch/model~m/dataset~d/gpus~x.log") == {}
+    assert run_identity("runs/vit_8gpus.log") == {}
 
 
 def test_a_log_without_any_exception_or_record_is_still_refused(tmp_path):
     log = workflow_log(tmp_path, TF_RUN)
     log.write_text("module load singularity\nsome text\n")
-    with pytest.raises(parsed.LogFormatError, match="no known format"):
-        parse.parse_file(log)
+    with pytest.raises(LogFormatError, match="no known format"):
+        parse_file(log)
 
 
 def test_an_ok_summary_before_any_header_is_still_a_broken_log():
-    with pytest.raises(parsed.LogFormatError, match=r"x\.log:1: summary record before any header"):
-        parse.parse_log(record("summary", status="ok"), source="x.log")
+    with pytest.raises(LogFormatError, match=r"x\.log:1: summary record before any header"):
+        parse_log(record("summary", status="ok"), source="x.log")

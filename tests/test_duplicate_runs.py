@@ -7,7 +7,7 @@ import shutil
 
 import pandas as pd
 
-from scalesweep.tidy import runs_table
+from scalesweep.tidy.rows import runs_table
 from test_cli import LOGS, analyze, workflow_log_folders
 
 

@@ -8,7 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from scalesweep import figures, scaling, sweetspot, tables, tidy
+from scalesweep.analysis import scaling, sweetspot, tables
+from scalesweep.report import figures, plotkit
+from scalesweep.tidy import rows
+from scalesweep.tidy.table import group_keys, read_runs
 
 TRAIN_IMAGES = 100_000
 PER_GPU_BATCH, WARMUP_STEPS, TIMED_STEPS = 100, 5, 10
@@ -56,7 +59,7 @@ def analysed(tmp_path):
     # 8 GPUs without a counter: its energy is unknown, its time the fastest (8,000 images in 20 s:
     # 400 img/s, efficiency 50 %, projected epoch 250 s).
     items.append((crafted_log(tmp_path / "g8.log", 8, 20.0, None, None), {}))
-    tidy.write_tidy_tables(items, tmp_path / "epochs.csv", tmp_path / "runs.csv")
+    rows.write_tidy_tables(items, tmp_path / "epochs.csv", tmp_path / "runs.csv")
     return tmp_path
 
 
@@ -70,7 +73,7 @@ def test_runs_csv_has_the_energy_of_the_timed_window(analysed):
     assert math.isnan(runs.loc[8, "energy_j"]) and math.isnan(runs.loc[8, "joules_per_image"])
     assert runs.loc[8, "energy_note"] == "CPU run: no GPU energy counter"
     # Energy columns are measurements, not configuration: one scaling group.
-    assert "energy_source" not in scaling.group_keys(runs.reset_index())
+    assert "energy_source" not in group_keys(runs.reset_index())
 
 
 def test_scaling_csv_has_energy_efficiency_and_projected_energy(analysed):
@@ -91,7 +94,7 @@ def test_scaling_csv_has_energy_efficiency_and_projected_energy(analysed):
     (550.0, 4, 500_000.0),   # only 4 GPUs (500 s) among the counts with an energy; 8 has none
 ])
 def test_greenest_is_the_least_energy_within_the_time_bound(analysed, bound, gpus, energy):
-    table = scaling.scaling_table(scaling.read_runs(analysed / "runs.csv"))
+    table = scaling.scaling_table(read_runs(analysed / "runs.csv"))
     spot = sweetspot.sweet_spot_table(table, greenest_time_bound_s=bound).set_index("intent")
     row = spot.loc["greenest"]
     assert (row["gpus"], row["projected_energy_j"], row["time_metric"]) == (gpus, energy, "projected_time_s")
@@ -101,7 +104,7 @@ def test_greenest_is_the_least_energy_within_the_time_bound(analysed, bound, gpu
 
 
 def test_greenest_without_a_fitting_count_says_why(analysed):
-    table = scaling.scaling_table(scaling.read_runs(analysed / "runs.csv"))
+    table = scaling.scaling_table(read_runs(analysed / "runs.csv"))
     row = sweetspot.sweet_spot_table(table, greenest_time_bound_s=100.0).set_index("intent").loc["greenest"]
     assert math.isnan(row["gpus"])
     assert row["note"] == "no GPU count with a measured energy has a projected training time within 100 s"
@@ -110,9 +113,9 @@ def test_greenest_without_a_fitting_count_says_why(analysed):
 
 
 def test_the_figure_draws_joules_per_image_against_gpus(analysed):
-    table = scaling.scaling_table(scaling.read_runs(analysed / "runs.csv"))
+    table = scaling.scaling_table(read_runs(analysed / "runs.csv"))
     figure = figures.build_figures(table)["energy_per_image"]
     drawn = figure.data.set_index("gpus")["value"]
     assert drawn.to_dict() == {1: 3.0, 2: 3.75, 4: 5.0}  # 8 GPUs has no energy: not drawn
     assert "energy_per_image" in figures.FIGURE_NAMES
-    figures.plt.close("all")
+    plotkit.plt.close("all")

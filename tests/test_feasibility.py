@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import TINY, snakemake
-from scalesweep import configcheck, feasibility, launch, matrix
+from scalesweep.plan import checks, launch, matrix
+from scalesweep.plan.config import ConfigFileError, check_files, load_strict, validate_config
 
 BASE = yaml.safe_load(TINY.read_text())
 
@@ -26,14 +27,14 @@ def edited(edit):
 
 
 def check(tmp_path, config=None, text=None, name="c.yaml"):
-    """configcheck.check_files on a file holding `config` (or raw `text`): what check-config and
+    """check_files on a file holding `config` (or raw `text`): what check-config and
     the workflow run when parsed."""
     path = tmp_path / name
     if text is None:
         path.write_text(yaml.safe_dump(config, allow_unicode=True))
     else:
         path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    return configcheck.check_files([path])
+    return check_files([path])
 
 
 def renamed_dataset(old, new):
@@ -71,7 +72,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("case", "edit", "key", "message"), REFUSED, ids=[case[0] for case in REFUSED])
 def test_values_every_job_would_refuse_are_refused_naming_the_key(tmp_path, case, edit, key, message):
-    with pytest.raises(matrix.ConfigError) as error:
+    with pytest.raises(checks.ConfigError) as error:
         check(tmp_path, edited(edit))
     assert error.value.key == key
     assert message in str(error.value)
@@ -80,13 +81,13 @@ def test_values_every_job_would_refuse_are_refused_naming_the_key(tmp_path, case
 
 def test_a_name_yaml_reads_as_a_number_is_refused_asking_for_quotes(tmp_path):
     text = TINY.read_text().replace("synth-folder:", "2024:").replace("synth-folder]", "'2024']")
-    with pytest.raises(matrix.ConfigError, match=r"'datasets.2024': the name 2024 is read as a number.*'2024'"):
+    with pytest.raises(checks.ConfigError, match=r"'datasets.2024': the name 2024 is read as a number.*'2024'"):
         check(tmp_path, text=text)
 
 
 def test_a_file_in_another_encoding_is_named_with_its_line(tmp_path):
     text = ("# Données\n" + TINY.read_text()).encode("latin-1", errors="replace")
-    with pytest.raises(configcheck.ConfigFileError, match=r"c.yaml, line 1: not UTF-8 text \(byte 0xe9\)"):
+    with pytest.raises(ConfigFileError, match=r"c.yaml, line 1: not UTF-8 text \(byte 0xe9\)"):
         check(tmp_path, text=text)
 
 
@@ -101,7 +102,7 @@ def test_yaml_aliases_that_expand_beyond_any_config_are_refused_at_once(tmp_path
     bomb = alias_bomb()
     assert len(bomb) < 800
     began = time.perf_counter()
-    with pytest.raises(configcheck.ConfigFileError, match="aliases expand to more than 100,000 values"):
+    with pytest.raises(ConfigFileError, match="aliases expand to more than 100,000 values"):
         check(tmp_path, text=bomb)
     assert time.perf_counter() - began < 10
 
@@ -109,7 +110,7 @@ def test_yaml_aliases_that_expand_beyond_any_config_are_refused_at_once(tmp_path
 def test_a_matrix_too_large_to_expand_is_refused_with_its_size_before_expanding(tmp_path):
     config = edited(lambda c: c["matrix"].update(repeat=list(range(2000)), per_gpu_batch=list(range(1, 1001))))
     began = time.perf_counter()
-    with pytest.raises(matrix.ConfigError, match=r"'matrix': 32,000,000 combinations \(.*1000 per_gpu_batch x 2000 repeat\)"):
+    with pytest.raises(checks.ConfigError, match=r"'matrix': 32,000,000 combinations \(.*1000 per_gpu_batch x 2000 repeat\)"):
         check(tmp_path, config)
     assert time.perf_counter() - began < 10
 
@@ -132,8 +133,8 @@ HOSTILE_VALUES = st.one_of(
     st.text(max_size=12),
 )
 # Every leaf and mapping of the tiny config, as key paths.
-PATHS = [path for path, key, _ in feasibility.walk(BASE) if key is None] + [
-    (*path, key) for path, key, _ in feasibility.walk(BASE) if key is not None]
+PATHS = [path for path, key, _ in checks.walk(BASE) if key is None] + [
+    (*path, key) for path, key, _ in checks.walk(BASE) if key is not None]
 
 
 def replaced(config, path, value):
@@ -175,7 +176,7 @@ def dag_commands(config):
 def test_config_fuzz_ends_in_a_plan_or_one_line_naming_the_key(tmp_path, config):
     try:
         check(tmp_path, config)
-    except (matrix.ConfigError, configcheck.ConfigFileError) as error:
+    except (checks.ConfigError, ConfigFileError) as error:
         assert str(error) and "Traceback" not in str(error)
         return
     runs = dag_commands(copy.deepcopy(configcheck_filled(tmp_path)))
@@ -192,17 +193,17 @@ BASELINE_PEAK_KIB = {}
 
 def configcheck_filled(tmp_path):
     """The config as the checks left it (schema defaults filled in)."""
-    config = configcheck.load_strict(tmp_path / "c.yaml")
-    configcheck.validate_config(config)
+    config = load_strict(tmp_path / "c.yaml")
+    validate_config(config)
     return config
 
 
 def test_a_compare_with_naming_no_archived_sweep_is_refused_when_the_workflow_is_parsed(tmp_path):
     from test_history import sweep_runs
 
-    from scalesweep import history
+    from scalesweep.history import archive
 
-    archived = history.archive(sweep_runs(), tmp_path / "history")
+    archived = archive.archive(sweep_runs(), tmp_path / "history")
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(edited(lambda c: c.update(history_dir="history", compare_with="2025"))))
     result = snakemake(tmp_path, "-n", configfile=config)
@@ -218,7 +219,7 @@ def test_a_history_dir_that_cannot_be_written_is_refused_naming_the_folder(tmp_p
     (tmp_path / "shared").mkdir()
     writable = os.access  # root may write anywhere: the folder's permission bits, as a user sees them
     monkeypatch.setattr(os, "access", lambda path, mode: writable(path, mode) and Path(path).name != "shared")
-    with pytest.raises(matrix.ConfigError) as caught:
-        feasibility.check_history_dir(config, tmp_path)
+    with pytest.raises(checks.ConfigError) as caught:
+        checks.check_history_dir(config, tmp_path)
     assert str(caught.value) == (f"config key 'history_dir': 'shared/history': {tmp_path / 'shared'} cannot be "
                                  "written (permission denied): the sweep archives its runs there")

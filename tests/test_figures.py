@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 from matplotlib.container import ErrorbarContainer
 
-from scalesweep.fits import fit_table
-from scalesweep.figures import FIGURE_NAMES, build_figures, plot_scaling, save_figures
-from scalesweep.scaling import scaling_table
+from scalesweep.analysis.fits import fit_table
+from scalesweep.analysis.scaling import scaling_table
+from scalesweep.report.figures import FIGURE_NAMES, build_figures, plot_scaling
+from scalesweep.report.plotkit import save_figures
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -154,8 +155,9 @@ def test_nan_rows_and_an_empty_table_do_not_crash(tmp_path):
 
 
 def test_many_series_share_colours_and_keep_every_series_in_the_data():
-    from scalesweep.figures import MAX_COLOURS, build_figures
-    from scalesweep.scaling import scaling_table
+    from scalesweep.report.figures import build_figures
+    from scalesweep.report.plotkit import MAX_COLOURS
+    from scalesweep.analysis.scaling import scaling_table
 
     rows = [{"model": model, "per_gpu_batch": batch, "gpus": gpus, "status": "ok",
              "steady_epoch_time_s": 100.0 / gpus ** 0.9, "throughput_img_s": 500.0 * gpus ** 0.9,
@@ -189,7 +191,7 @@ def test_an_amdahl_fit_that_explains_nothing_is_not_drawn():
 def test_plot_text_escapes_every_dollar_and_cuts_long_names_keeping_them_apart():
     from matplotlib import cbook
 
-    from scalesweep.figures import LABEL_LIMIT, plot_text
+    from scalesweep.report.plotkit import LABEL_LIMIT, plot_text
 
     assert plot_text("$x^2$") == r"\$x^2\$" and not cbook.is_math_text(plot_text("$x^2$"))
     assert plot_text(plot_text("$x^2$")) == plot_text("$x^2$")  # a label of labels: once
@@ -208,7 +210,7 @@ def test_names_that_look_like_math_or_are_100_kb_long_still_give_every_figure(tm
 
     from matplotlib import cbook
 
-    from scalesweep.figures import LABEL_LIMIT
+    from scalesweep.report.plotkit import LABEL_LIMIT
 
     runs = runs_table()
     runs.loc[runs["model"] == "resnet152v2", "model"] = "$x^2$"

@@ -1,4 +1,4 @@
-"""results/findings.md: the answer in words, every number the tables' (scalesweep/findings.py)."""
+"""results/findings.md: the answer in words, every number the tables' (scalesweep/report/findings.py)."""
 
 import re
 
@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from layout_data import laptop_runs
-from scalesweep import findings, tables
+from scalesweep.analysis import tables
+from scalesweep.report import findings
 
 
 def hand_tables(r2=0.9, p=0.8):

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep.fits import (
+from scalesweep.analysis.fits import (
     FIT_COLUMNS,
     amdahl,
     fit_law,
@@ -15,7 +15,7 @@ from scalesweep.fits import (
     limit_speedup,
     weighted_r_squared,
 )
-from scalesweep.scaling import scaling_table
+from scalesweep.analysis.scaling import scaling_table
 
 IMAGES = 50_000  # images per epoch: throughput = IMAGES / epoch time
 
@@ -169,7 +169,7 @@ def test_unknown_table_is_refused():
 
 
 def test_batch_fit_matches_curve_fit():
-    from scalesweep.fits import amdahl, fit_law, fit_law_batch, gustafson
+    from scalesweep.analysis.fits import amdahl, fit_law, fit_law_batch, gustafson
 
     rng = np.random.default_rng(0)
     n = np.array([1, 2, 4, 8, 16], float)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import TINY, snakemake
-from scalesweep import atomic
+from scalesweep.contract import atomic
 
 FAILED_RUN = "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16/train.log"
 FAILED_ATTEMPTS = "logs/train/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16.attempt-*.log"

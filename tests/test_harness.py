@@ -1,5 +1,5 @@
 """The trainers' shared options (scripts/harness.py) and the config schema say the same thing:
-the trainers own the defaults and scalesweep/records.py the vocabularies; the schema, which a
+the trainers own the defaults and scalesweep/contract/records.py the vocabularies; the schema, which a
 container cannot read, keeps copies this test holds in step."""
 
 import argparse
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import harness
-from scalesweep import records
+from scalesweep.contract import records
 
 SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml").read_text())
 TRAINING = SCHEMA["properties"]["training"]["properties"]
@@ -35,7 +35,7 @@ def test_the_schema_default_is_the_trainers(key):
 
 
 def test_every_shared_trainer_default_has_its_schema_default_or_is_per_model():
-    per_model = {"per_gpu_batch", "base_lr", "resolution"}  # the catalog's, per model (scalesweep/catalog.py)
+    per_model = {"per_gpu_batch", "base_lr", "resolution"}  # the catalog's, per model (scalesweep/contract/catalog.py)
     per_run = {"model", "data", "dataset_name", "gpus", "max_train_images", "list_models", "find_max_batch",
                "nodes", "eval_batch_size", "optimizer", "eval"}
     options = set(vars(trainer_defaults())) - per_model - per_run

@@ -10,8 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalesweep import history, tidy
-from scalesweep.history import DamagedArchiveWarning
+from scalesweep.history import archive, query
+from scalesweep.history.query import DamagedArchiveWarning
+from scalesweep.history.sides import check_side, load_side
+from scalesweep.tidy.table import read_runs_csv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,11 +36,11 @@ def sweep_runs(driver="535.104.05", start="2026-11-01T08:00:00+00:00", statuses=
 
 
 def test_archive_writes_one_named_file_with_the_sweep_columns(tmp_path):
-    archived = history.archive(sweep_runs(), tmp_path, config={"matrix": {"gpus": [1, 2, 4]}}, source=tmp_path)
+    archived = archive.archive(sweep_runs(), tmp_path, config={"matrix": {"gpus": [1, 2, 4]}}, source=tmp_path)
     assert re.fullmatch(r"20261101T080000Z-[0-9a-f]{12}", archived.sweep_id)  # the first run's start
     assert archived.path == tmp_path / f"sweep-{archived.sweep_id}.parquet"
     assert [p.name for p in tmp_path.iterdir()] == [archived.path.name]  # no temporary file left
-    runs = history.archived_runs(tmp_path)
+    runs = query.archived_runs(tmp_path)
     assert len(runs) == 4 and set(runs["sweep_id"]) == {archived.sweep_id}
     assert runs.loc[0, "sweep_date"] == "2026-11-01T08:00:00+00:00"
     assert json.loads(runs.loc[0, "sweep_config"]) == {"matrix": {"gpus": [1, 2, 4]}}
@@ -49,60 +51,60 @@ def test_archive_writes_one_named_file_with_the_sweep_columns(tmp_path):
 
 
 def test_the_same_sweep_archived_twice_is_one_file(tmp_path):
-    first = history.archive(sweep_runs(), tmp_path)
-    again = history.archive(sweep_runs(), tmp_path)
-    other = history.archive(sweep_runs(driver="550.54.15"), tmp_path)
+    first = archive.archive(sweep_runs(), tmp_path)
+    again = archive.archive(sweep_runs(), tmp_path)
+    other = archive.archive(sweep_runs(driver="550.54.15"), tmp_path)
     assert again == first and other.path != first.path
-    assert len(history.sweep_files(tmp_path)) == 2
+    assert len(query.sweep_files(tmp_path)) == 2
 
 
 def test_a_sweep_without_start_times_is_dated_now(tmp_path):
     runs = sweep_runs().drop(columns="start_time")
-    archived = history.archive(runs, tmp_path)
-    assert archived.date[:4] >= "2026" and archived.sweep_id.endswith(history.content_hash(runs))
+    archived = archive.archive(runs, tmp_path)
+    assert archived.date[:4] >= "2026" and archived.sweep_id.endswith(archive.content_hash(runs))
 
 
 def test_selectors_and_where_filter_the_runs(tmp_path):
-    history.archive(sweep_runs(), tmp_path)
-    history.archive(sweep_runs(driver="550.54.15", start="2026-11-02T08:00:00+00:00"), tmp_path)
-    assert len(history.archived_runs(tmp_path)) == 8
-    assert len(history.archived_runs(tmp_path, selectors=["gpu_driver=550.54.15"])) == 4
-    assert len(history.archived_runs(tmp_path, selectors=["gpus=1", "gpu_driver=550.54.15"])) == 2
-    assert len(history.archived_runs(tmp_path, selectors=["gpus=1.0,status=ok"])) == 4  # 1.0 matches 1
-    assert len(history.archived_runs(tmp_path, where="gpu_model LIKE '%H100%' AND gpus >= 2")) == 4
-    assert history.archived_runs(tmp_path, selectors=["gpu_model=A100"]).empty
+    archive.archive(sweep_runs(), tmp_path)
+    archive.archive(sweep_runs(driver="550.54.15", start="2026-11-02T08:00:00+00:00"), tmp_path)
+    assert len(query.archived_runs(tmp_path)) == 8
+    assert len(query.archived_runs(tmp_path, selectors=["gpu_driver=550.54.15"])) == 4
+    assert len(query.archived_runs(tmp_path, selectors=["gpus=1", "gpu_driver=550.54.15"])) == 2
+    assert len(query.archived_runs(tmp_path, selectors=["gpus=1.0,status=ok"])) == 4  # 1.0 matches 1
+    assert len(query.archived_runs(tmp_path, where="gpu_model LIKE '%H100%' AND gpus >= 2")) == 4
+    assert query.archived_runs(tmp_path, selectors=["gpu_model=A100"]).empty
 
 
 def test_query_errors_name_the_columns_and_the_quoting_rule(tmp_path):
-    history.archive(sweep_runs(), tmp_path)
+    archive.archive(sweep_runs(), tmp_path)
     with pytest.raises(ValueError, match="columns: sweep_id, .*gpu_driver"):
-        history.archived_runs(tmp_path, selectors=["gpu_moddel=x"])
+        query.archived_runs(tmp_path, selectors=["gpu_moddel=x"])
     with pytest.raises(ValueError, match="single quotes"):
-        history.archived_runs(tmp_path, where='gpu_model LIKE "%H100%"')
+        query.archived_runs(tmp_path, where='gpu_model LIKE "%H100%"')
     with pytest.raises(ValueError, match="expected column=value"):
-        history.parse_selectors(["=3"])
+        query.parse_selectors(["=3"])
 
 
 def test_sweeps_table_counts_configurations_and_outcomes(tmp_path):
-    a = history.archive(sweep_runs(), tmp_path)
-    b = history.archive(sweep_runs(driver="550.54.15", start="2026-11-02T08:00:00+00:00",
+    a = archive.archive(sweep_runs(), tmp_path)
+    b = archive.archive(sweep_runs(driver="550.54.15", start="2026-11-02T08:00:00+00:00",
                                    statuses=("ok", "failed", "ok", "ok"), model="vit_h_14"), tmp_path)
-    table = history.sweeps_table(tmp_path)
+    table = query.sweeps_table(tmp_path)
     assert table["sweep_id"].tolist() == [a.sweep_id, b.sweep_id]  # oldest first
     # gpus 1 (two repeats), 2, 4: three configurations, four runs
     assert table[["configurations", "runs", "ok", "failed"]].values.tolist() == [[3, 4, 3, 1], [3, 4, 3, 1]]
     assert table["cluster"].tolist() == ["mn5", "mn5"] and table["hardware"].tolist() == ["NVIDIA H100"] * 2
-    only_b = history.sweeps_table(tmp_path, where="model = 'vit_h_14'")
+    only_b = query.sweeps_table(tmp_path, where="model = 'vit_h_14'")
     assert only_b["sweep_id"].tolist() == [b.sweep_id]
-    assert history.sweeps_table(tmp_path / "none").empty
+    assert query.sweeps_table(tmp_path / "none").empty
 
 
 def test_files_with_different_columns_and_types_are_read_together(tmp_path):
-    history.archive(sweep_runs(extra={"precision": "bf16"}), tmp_path)
+    archive.archive(sweep_runs(extra={"precision": "bf16"}), tmp_path)
     # An older sweep: provenance read as numbers, no precision axis, an empty column.
     old = sweep_runs(start="2026-10-01T08:00:00+00:00").assign(gpu_driver=535.0, container_image=None)
-    history.archive(old, tmp_path)
-    runs = history.archived_runs(tmp_path)
+    archive.archive(old, tmp_path)
+    runs = query.archived_runs(tmp_path)
     assert len(runs) == 8
     assert sorted(runs["precision"].dropna().unique()) == ["bf16"]
     assert set(runs["gpu_driver"]) == {"535.104.05", "535.0"}
@@ -111,22 +113,22 @@ def test_files_with_different_columns_and_types_are_read_together(tmp_path):
 def write_damaged(folder: Path) -> tuple[Path, Path]:
     garbage = folder / "sweep-20250101T000000Z-00000000.parquet"
     garbage.write_bytes(b"not a parquet file at all")
-    good = history.archive(sweep_runs(start="2025-06-01T00:00:00+00:00"), folder).path
+    good = archive.archive(sweep_runs(start="2025-06-01T00:00:00+00:00"), folder).path
     cut = folder / "sweep-20250102T000000Z-11111111.parquet"
     cut.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])  # a copy cut short
     return garbage, cut
 
 
 def test_damaged_files_are_skipped_with_a_warning_naming_each(tmp_path):
-    history.archive(sweep_runs(), tmp_path)
+    archive.archive(sweep_runs(), tmp_path)
     garbage, cut = write_damaged(tmp_path)
     with pytest.warns(DamagedArchiveWarning) as caught:
-        runs = history.archived_runs(tmp_path)
+        runs = query.archived_runs(tmp_path)
     messages = " ".join(str(w.message) for w in caught)
     assert str(garbage) in messages and str(cut) in messages
     assert len(runs) == 8 and runs["sweep_id"].nunique() == 2
     with pytest.warns(DamagedArchiveWarning) as caught:
-        assert len(history.sweeps_table(tmp_path)) == 2
+        assert len(query.sweeps_table(tmp_path)) == 2
     assert len(caught) == 2  # each damaged file named once
 
 
@@ -134,16 +136,16 @@ ARCHIVER = """
 import sys, time
 import pandas as pd
 sys.path.insert(0, {repo!r})
-from scalesweep import history, tidy
+from scalesweep.history import archive
 writer, count, folder, go = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 while time.time() < go:  # both writers start at the same moment
     time.sleep(0.001)
 for number in range(count):
     runs = pd.DataFrame({{"framework": "pytorch", "model": "m", "gpus": [1, 2], "status": "ok",
                          "throughput_img_s": [100.0, 190.0], "writer": writer, "number": number}})
-    history.archive(runs, folder)
+    archive.archive(runs, folder)
 # Both archive the very same sweep last: one file, whoever renames it into place last.
-history.archive(pd.DataFrame({{"framework": ["pytorch"], "model": "m", "gpus": 1, "status": "ok",
+archive.archive(pd.DataFrame({{"framework": ["pytorch"], "model": "m", "gpus": 1, "status": "ok",
                               "throughput_img_s": 100.0, "writer": "both", "number": -1}}), folder)
 """
 
@@ -161,7 +163,7 @@ def test_two_archiving_processes_at_once_lose_nothing(tmp_path):
     assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        runs = history.archived_runs(folder, where="writer IS NOT NULL")
+        runs = query.archived_runs(folder, where="writer IS NOT NULL")
     assert any(str(garbage) in str(w.message) for w in caught)
     written = runs.groupby("writer")["number"].apply(lambda n: sorted(set(n))).to_dict()
     assert written == {"a": list(range(20)), "b": list(range(20)), "both": [-1]}
@@ -171,30 +173,30 @@ def test_two_archiving_processes_at_once_lose_nothing(tmp_path):
 
 def test_load_side_from_folder_csv_parquet_id_and_selectors(tmp_path):
     hist = tmp_path / "history"
-    a = history.archive(sweep_runs(), hist)
-    history.archive(sweep_runs(driver="550.54.15", start="2026-11-02T08:00:00+00:00"), hist)
+    a = archive.archive(sweep_runs(), hist)
+    archive.archive(sweep_runs(driver="550.54.15", start="2026-11-02T08:00:00+00:00"), hist)
     results = tmp_path / "results"
     (results / "tidy").mkdir(parents=True)
     sweep_runs().to_csv(results / "tidy" / "runs.csv", index=False)
-    assert len(history.load_side(str(results), hist).runs) == 4
-    assert len(history.load_side(str(results / "tidy" / "runs.csv"), hist).runs) == 4
-    assert history.load_side(str(a.path), hist).sweeps == [a.sweep_id]
-    assert history.load_side(a.sweep_id[:12], hist).sweeps == [a.sweep_id]
-    assert len(history.load_side("gpu_driver=550.54.15", hist).sweeps) == 1
-    assert len(history.load_side("cluster=mn5", hist).sweeps) == 2  # every matching sweep
-    assert len(history.load_side(a.sweep_id, hist, where="gpus = 1").runs) == 2
+    assert len(load_side(str(results), hist).runs) == 4
+    assert len(load_side(str(results / "tidy" / "runs.csv"), hist).runs) == 4
+    assert load_side(str(a.path), hist).sweeps == [a.sweep_id]
+    assert load_side(a.sweep_id[:12], hist).sweeps == [a.sweep_id]
+    assert len(load_side("gpu_driver=550.54.15", hist).sweeps) == 1
+    assert len(load_side("cluster=mn5", hist).sweeps) == 2  # every matching sweep
+    assert len(load_side(a.sweep_id, hist, where="gpus = 1").runs) == 2
     with pytest.raises(ValueError, match="ambiguous"):
-        history.load_side("2026", hist)
+        load_side("2026", hist)
     with pytest.raises(ValueError, match="no archived sweep '1999'"):
-        history.load_side("1999", hist)
+        load_side("1999", hist)
     with pytest.raises(ValueError, match="matches 'cluster=jureca'"):
-        history.load_side("cluster=jureca", hist)
+        load_side("cluster=jureca", hist)
 
 
 def test_provenance_is_read_as_text_from_runs_csv(tmp_path):
     path = tmp_path / "runs.csv"
     sweep_runs().assign(cuda_version="12.10", gpu_driver="550.540").to_csv(path, index=False)
-    runs = tidy.read_runs_csv(path)
+    runs = read_runs_csv(path)
     assert runs["cuda_version"].tolist() == ["12.10"] * 4 and runs["gpu_driver"].iloc[0] == "550.540"
 
 
@@ -203,11 +205,11 @@ def test_history_stage_writes_the_json_that_names_the_file(tmp_path):
     (results / "tidy").mkdir(parents=True)
     sweep_runs().to_csv(results / "tidy" / "runs.csv", index=False)
     named = tmp_path / "archived.json"
-    line = history.write_history(results / "tidy" / "runs.csv", tmp_path / "history", {"a": 1}, named)
+    line = archive.write_history(results / "tidy" / "runs.csv", tmp_path / "history", {"a": 1}, named)
     archived = json.loads(named.read_text())
     assert line == f"archived 4 new runs as {archived['sweep_id']}: {archived['file']}"
     assert archived["runs"] == 4 and Path(archived["file"]).is_file()
-    assert history.archived_runs(tmp_path / "history").loc[0, "sweep_source"] == str(results.resolve())
+    assert query.archived_runs(tmp_path / "history").loc[0, "sweep_source"] == str(results.resolve())
 
 
 # ----------------------------------------------------------------------------- hostile input (issue 19)
@@ -217,38 +219,38 @@ def runs_with_ids(**kwargs):
 
 
 def test_a_copied_archive_file_adds_no_run_and_no_sweep(tmp_path):
-    archived = history.archive(runs_with_ids(), tmp_path)
+    archived = archive.archive(runs_with_ids(), tmp_path)
     (tmp_path / "sweep-copy.parquet").write_bytes(archived.path.read_bytes())  # a user's backup copy
-    assert len(history.archived_runs(tmp_path)) == 4
-    table = history.sweeps_table(tmp_path)
+    assert len(query.archived_runs(tmp_path)) == 4
+    table = query.sweeps_table(tmp_path)
     assert table[["sweep_id", "runs"]].values.tolist() == [[archived.sweep_id, 4]]
-    again = history.archive(runs_with_ids(), tmp_path)
+    again = archive.archive(runs_with_ids(), tmp_path)
     assert (again.sweep_id, again.runs) == (archived.sweep_id, 0)  # nothing new: nothing written
-    assert len(history.sweep_files(tmp_path)) == 2
+    assert len(query.sweep_files(tmp_path)) == 2
 
 
 @pytest.mark.parametrize("name, neighbour", [("hist[1]", "hist1"), ("h*", "h2"), ("h?", "hx")])
 def test_a_history_folder_named_with_glob_characters_reads_only_its_own_files(tmp_path, name, neighbour):
-    own = history.archive(sweep_runs(driver="own"), tmp_path / name)
+    own = archive.archive(sweep_runs(driver="own"), tmp_path / name)
     # DuckDB reads a path as a glob: hist[1]/sweep-X.parquet would be hist1/sweep-X.parquet.
-    other = history.archive(sweep_runs(driver="neighbour"), tmp_path / neighbour).path
+    other = archive.archive(sweep_runs(driver="neighbour"), tmp_path / neighbour).path
     other.rename(other.with_name(own.path.name))
-    runs = history.archived_runs(tmp_path / name)
+    runs = query.archived_runs(tmp_path / name)
     assert len(runs) == 4 and set(runs["gpu_driver"]) == {"own"}
-    assert history.sweeps_table(tmp_path / name)["sweep_id"].tolist() == [own.sweep_id]
-    assert history.load_side(str(own.path), tmp_path / name).sweeps == [own.sweep_id]
+    assert query.sweeps_table(tmp_path / name)["sweep_id"].tolist() == [own.sweep_id]
+    assert load_side(str(own.path), tmp_path / name).sweeps == [own.sweep_id]
 
 
 def test_archiving_again_rewrites_a_damaged_file_of_the_same_sweep(tmp_path):
-    archived = history.archive(sweep_runs(), tmp_path)
+    archived = archive.archive(sweep_runs(), tmp_path)
     whole = archived.path.read_bytes()
     archived.path.write_bytes(whole[: len(whole) // 2])  # a write cut short
     with pytest.warns(DamagedArchiveWarning, match=re.escape(str(archived.path))):
-        again = history.archive(sweep_runs(), tmp_path)
-    assert again == archived and history.unreadable(archived.path) is None
+        again = archive.archive(sweep_runs(), tmp_path)
+    assert again == archived and query.unreadable(archived.path) is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no file skipped any more
-        assert len(history.archived_runs(tmp_path)) == 4
+        assert len(query.archived_runs(tmp_path)) == 4
 
 
 def write_foreign(folder: Path) -> Path:
@@ -260,14 +262,14 @@ def write_foreign(folder: Path) -> Path:
 
 
 def test_a_foreign_parquet_file_named_like_an_archive_is_skipped_with_a_warning(tmp_path):
-    archived = history.archive(sweep_runs(), tmp_path)
+    archived = archive.archive(sweep_runs(), tmp_path)
     foreign = write_foreign(tmp_path)
-    with pytest.warns(history.ForeignFileWarning) as caught:
-        table = history.sweeps_table(tmp_path)
+    with pytest.warns(query.ForeignFileWarning) as caught:
+        table = query.sweeps_table(tmp_path)
     assert table["sweep_id"].tolist() == [archived.sweep_id]
     assert [str(w.message) for w in caught] == [
         f"sweep history: skipping {foreign}: a Parquet file named like an archive but none (no sweep_id column)"]
-    assert history.unreadable(foreign) == "not a sweep archive (no sweep_id column)"
+    assert query.unreadable(foreign) == "not a sweep archive (no sweep_id column)"
     result = scalesweep_cli("history", "--history", tmp_path)
     assert result.returncode == 0 and archived.sweep_id in result.stdout
     assert result.stderr.splitlines() == [f"scalesweep history: warning: {caught[0].message}"]
@@ -285,7 +287,7 @@ def test_a_history_folder_that_cannot_be_written_is_one_line_naming_it(tmp_path,
 
     monkeypatch.setattr(tempfile, "mkstemp", refused)
     with pytest.raises(ValueError) as caught:
-        history.archive(sweep_runs(), folder)
+        archive.archive(sweep_runs(), folder)
     assert str(caught.value) == (f"history folder {folder}: cannot be written (Permission denied): "
                                  "history_dir must name a folder you can write")
     assert list(folder.iterdir()) == []
@@ -298,7 +300,7 @@ def scalesweep_cli(*args):
 
 @pytest.mark.parametrize("filters", [("--where", "gpu_moddel = 'x'"), ("gpu_moddel=x",)])
 def test_a_filter_naming_an_unknown_column_is_one_line_listing_the_columns(tmp_path, filters):
-    history.archive(sweep_runs(), tmp_path)
+    archive.archive(sweep_runs(), tmp_path)
     result = scalesweep_cli("history", "--history", tmp_path, *filters)
     assert result.returncode == 2 and result.stdout == ""
     (line,) = result.stderr.splitlines()
@@ -309,22 +311,22 @@ def test_a_filter_naming_an_unknown_column_is_one_line_listing_the_columns(tmp_p
 def test_a_file_replaced_within_the_same_second_is_read_anew(tmp_path):
     # Reads share one DuckDB database and its Parquet footer cache: a file replaced since the last
     # read (here keeping its old modification time) is read anew, footer and rows.
-    archived = history.archive(sweep_runs(), tmp_path)
-    assert history.archived_runs(tmp_path)["throughput_img_s"].tolist()[:3] == [100.0, 102.0, 190.0]
+    archived = archive.archive(sweep_runs(), tmp_path)
+    assert query.archived_runs(tmp_path)["throughput_img_s"].tolist()[:3] == [100.0, 102.0, 190.0]
     before = archived.path.stat()
     shorter = sweep_runs().head(2).assign(throughput_img_s=[50.0, 51.0])
-    history.write_parquet_atomic(history.archive_frame(shorter, archived.sweep_id, "2026-11-01", None, None),
+    archive.write_parquet_atomic(archive.archive_frame(shorter, archived.sweep_id, "2026-11-01", None, None),
                                  archived.path)
     import os
 
     os.utime(archived.path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert history.archived_runs(tmp_path)["throughput_img_s"].tolist() == [50.0, 51.0]
+    assert query.archived_runs(tmp_path)["throughput_img_s"].tolist() == [50.0, 51.0]
 
 
 @pytest.mark.parametrize("filters", [("--where", "gpu_moddel = 'x'"), ("gpu_moddel=x",)])
 def test_a_compare_filter_naming_an_unknown_column_is_one_line_listing_the_columns(tmp_path, filters):
-    a = history.archive(sweep_runs(), tmp_path / "h")
-    b = history.archive(sweep_runs(driver="550.54.15"), tmp_path / "h")
+    a = archive.archive(sweep_runs(), tmp_path / "h")
+    b = archive.archive(sweep_runs(driver="550.54.15"), tmp_path / "h")
     if filters[0] == "--where":
         sides = [a.sweep_id, b.sweep_id, *filters]
     else:  # a selector as the candidate side
@@ -338,8 +340,8 @@ def test_a_compare_filter_naming_an_unknown_column_is_one_line_listing_the_colum
 
 
 def test_compare_of_sweeps_with_no_configuration_in_common_is_one_line(tmp_path):
-    a = history.archive(sweep_runs(), tmp_path / "h")
-    b = history.archive(sweep_runs(model="vit_h_14", driver="550.54.15"), tmp_path / "h")
+    a = archive.archive(sweep_runs(), tmp_path / "h")
+    b = archive.archive(sweep_runs(model="vit_h_14", driver="550.54.15"), tmp_path / "h")
     result = scalesweep_cli("compare", a.sweep_id, b.sweep_id, "--history", tmp_path / "h", "--out", tmp_path / "cmp")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [
@@ -353,24 +355,24 @@ def test_a_side_without_runs_says_so_and_where_says_how_many_it_left_out(tmp_pat
     empty = tmp_path / "runs.csv"
     sweep_runs().head(0).to_csv(empty, index=False)
     with pytest.raises(ValueError, match=f"^{re.escape(str(empty))}: holds no runs$"):
-        history.load_side(str(empty), tmp_path / "h")
-    archived = history.archive(sweep_runs(), tmp_path / "h")
+        load_side(str(empty), tmp_path / "h")
+    archived = archive.archive(sweep_runs(), tmp_path / "h")
     with pytest.raises(ValueError, match=r": none of its 4 runs meets --where 'gpus > 8'$"):
-        history.load_side(archived.sweep_id, tmp_path / "h", where="gpus > 8")
+        load_side(archived.sweep_id, tmp_path / "h", where="gpus > 8")
 
 
 def test_a_side_naming_no_sweep_lists_the_newest_archived_ids(tmp_path):
-    ids = [history.archive(sweep_runs(start=f"2026-10-0{day}T08:00:00+00:00"), tmp_path).sweep_id
+    ids = [archive.archive(sweep_runs(start=f"2026-10-0{day}T08:00:00+00:00"), tmp_path).sweep_id
            for day in range(1, 8)]
     with pytest.raises(ValueError) as caught:
-        history.check_side("20991231", tmp_path)
+        check_side("20991231", tmp_path)
     newest = ", ".join(reversed(ids[-5:]))
     assert str(caught.value) == (f"no archived sweep '20991231' in {tmp_path}: archived: {newest} and 2 older "
                                  "(`scalesweep history` lists them)")
     with pytest.raises(ValueError, match="no archived run in .* matches 'cluster=jureca': archived: "):
-        history.check_side("cluster=jureca", tmp_path)
-    history.check_side(ids[0][:12], tmp_path)  # a unique prefix, selectors that match, a path: fine
-    history.check_side("cluster=mn5", tmp_path)
-    history.check_side(str(tmp_path), tmp_path)
+        check_side("cluster=jureca", tmp_path)
+    check_side(ids[0][:12], tmp_path)  # a unique prefix, selectors that match, a path: fine
+    check_side("cluster=mn5", tmp_path)
+    check_side(str(tmp_path), tmp_path)
     with pytest.raises(ValueError, match="the history holds no sweep$"):
-        history.check_side("2026", tmp_path / "empty")
+        check_side("2026", tmp_path / "empty")

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from conftest import snakemake
-from scalesweep import history, history_place
+from scalesweep.history import archive
+from scalesweep.plan import history_place
 from test_feasibility import edited
 from test_history import sweep_runs
 
@@ -44,7 +45,7 @@ def sweep_config(tmp_path, history_dir):
 def test_a_history_inside_a_folder_the_workflow_owns_is_refused_before_any_job(tmp_path, history_dir, folder, why):
     (tmp_path / "results" / "figures").mkdir(parents=True)
     os.symlink("results/figures", tmp_path / "linked-history")
-    archive = history.archive(sweep_runs(), tmp_path / "results" / "figures")  # an archive already there
+    archived = archive.archive(sweep_runs(), tmp_path / "results" / "figures")  # an archive already there
     result = snakemake(tmp_path, "--cores", "1", configfile=sweep_config(tmp_path, history_dir))
     assert result.returncode != 0 and "Traceback" not in result.stderr
     message = re.search(r"config key 'history_dir': .*", result.stdout + result.stderr).group(0)
@@ -54,7 +55,7 @@ def test_a_history_inside_a_folder_the_workflow_owns_is_refused_before_any_job(t
     # no job ran: nothing was written (Snakemake's own log aside), and the archive is where it was
     assert sorted(path.name for path in tmp_path.iterdir()) == [".snakemake", "c.yaml", "linked-history", "results"]
     assert [path.name for path in (tmp_path / "results").iterdir()] == ["figures"]
-    assert archive.path.is_file()
+    assert archived.path.is_file()
 
 
 @pytest.mark.parametrize(("history_dir", "refused"), [

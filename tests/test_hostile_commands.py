@@ -14,7 +14,7 @@ import yaml
 from snakemake.utils import validate
 
 from conftest import REPO, SNAKEMAKE
-from scalesweep import images, launch, matrix
+from scalesweep.plan import images, launch, matrix
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 MN5 = REPO / "config" / "mn5.yaml"
@@ -272,7 +272,7 @@ def sweep_config(tmp, value):
         "container": {"runtime": "apptainer", "module": f"apptainer {value}",
                       "binds": [f"/scratch/{value}"], "images": {"pytorch": str(image)}},
     }
-    # Not empty: a run refuses to start on an empty dataset folder (scalesweep/sitecheck.py).
+    # Not empty: a run refuses to start on an empty dataset folder (scalesweep/plan/site.py).
     (tmp / f"data {value}").mkdir(parents=True)
     (tmp / f"data {value}" / "train").write_text("")
     path = tmp / "sweep.yaml"

@@ -1,4 +1,4 @@
-"""Container images (scalesweep/images.py): file-safe names, and the digest that tells two images
+"""Container images (scalesweep/plan/images.py): file-safe names, and the digest that tells two images
 at one path apart in runs.csv and in a comparison's provenance diff."""
 
 import hashlib
@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 from conftest import snakemake
-from scalesweep import compare, images, tidy
+from scalesweep.history import compare
+from scalesweep.plan import images
+from scalesweep.tidy import rows
 
 HEADER = {
     "record": "header", "schema": 1, "framework": "pytorch", "model": "resnet50",
@@ -74,7 +76,7 @@ def sweep_runs(tmp_path, name, content):
     log = tmp_path / f"{name}.log"
     log.write_text("".join(f":::SCALESWEEP {json.dumps(line)}\n" for line in lines))
     out = tmp_path / name
-    tidy.write_tidy_tables([(log, {"framework": "pytorch", "gpus": 4})], out / "epochs.csv",
+    rows.write_tidy_tables([(log, {"framework": "pytorch", "gpus": 4})], out / "epochs.csv",
                            out / "runs.csv", digests={"pytorch": images.read_digest(digest)})
     return pd.read_csv(out / "runs.csv")
 
@@ -90,9 +92,9 @@ def test_one_image_path_rebuilt_gives_another_digest_in_runs_and_the_provenance_
 
 def test_runs_without_a_container_keep_an_empty_digest(tmp_path):
     runs = pd.DataFrame({"framework": ["pytorch", "tensorflow"], "container_digest": [None, None]})
-    filled = tidy.with_digests(runs, {"pytorch": "sha256:aa"})
+    filled = rows.with_digests(runs, {"pytorch": "sha256:aa"})
     assert filled["container_digest"].tolist()[0] == "sha256:aa" and pd.isna(filled["container_digest"][1])
-    assert tidy.with_digests(runs.copy(), None)["container_digest"].isna().all()
+    assert rows.with_digests(runs.copy(), None)["container_digest"].isna().all()
 
 
 def test_the_workflow_hashes_a_local_image_again_only_when_it_was_rebuilt(tmp_path):

@@ -1,4 +1,4 @@
-"""Records that contradict each other (scalesweep/invariants.py): each invariant the trainers
+"""Records that contradict each other (scalesweep/logs/invariants.py): each invariant the trainers
 guarantee, broken in a hand-made log, gives a failed row that says why; the base log it is made
 from is an ok row with hand-checked numbers; and a fuzz of record values and counts through parse
 and tidy never crashes, hangs or runs out of memory."""
@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stepparts
-from scalesweep import invariants, records, tidy
-from scalesweep.parse import LogFormatError, parse_log
+from scalesweep.contract import records
+from scalesweep.logs import invariants
+from scalesweep.logs.read import LogFormatError, parse_log
+from scalesweep.tidy import rows, table
 
 START = "2025-11-14T10:00:00+00:00"
 # Steady epochs 2 and 3: 18 s for 8 steps, so the breakdown's step is 2.25 s; the throughput is the
@@ -67,7 +69,7 @@ def log_text(header, epochs, summary, prefixes=None) -> str:
 def tidy_row(tmp_path, text, name="run.log"):
     path = tmp_path / name
     path.write_text(text)
-    result = tidy.tidy_tables([(path, {})])
+    result = rows.tidy_tables([(path, {})])
     return path, result
 
 
@@ -119,7 +121,7 @@ def test_each_broken_invariant_is_a_refused_row_naming_it(tmp_path, case):
     assert "\n" not in row["reason"]
     assert re.match(reason, row["reason"][len(f"{path}: "):]), row["reason"]
     assert result.refused == [row["reason"]]
-    assert all(math.isnan(row[column]) for column in tidy.METRIC_COLUMNS)
+    assert all(math.isnan(row[column]) for column in table.METRIC_COLUMNS)
     assert result.epochs.empty
 
 
@@ -309,7 +311,7 @@ def test_fuzzed_record_values_and_counts_become_rows(tmp_path):
                     assert invariants.run_problems(run.header, run.epochs, run.summary) == []
         path = tmp_path / "fuzz.log"
         path.write_text(text)
-        result = tidy.tidy_tables([(path, {})])
+        result = rows.tidy_tables([(path, {})])
         assert len(result.runs) >= 1
         for _, row in result.runs.iterrows():
             assert row["status"] in records.STATUSES
@@ -317,7 +319,7 @@ def test_fuzzed_record_values_and_counts_become_rows(tmp_path):
                 assert pd_isna(row["mfu_pct"]) or row["mfu_pct"] <= invariants.MFU_MAX_PCT
             else:
                 assert isinstance(row["reason"], str) and row["reason"] and "\n" not in row["reason"]
-                assert all(math.isnan(row[column]) for column in tidy.METRIC_COLUMNS)
+                assert all(math.isnan(row[column]) for column in table.METRIC_COLUMNS)
 
     one_log()
     elapsed = time.perf_counter() - started

@@ -12,10 +12,11 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from layout_check import checking_savefig, layout_problems  # noqa: E402
 from layout_data import DATA_SETS  # noqa: E402
-from scalesweep import compare  # noqa: E402
-from scalesweep.figures import FIGURE_NAMES, plot_scaling  # noqa: E402
-from scalesweep.fits import fit_table  # noqa: E402
-from scalesweep.scaling import scaling_table  # noqa: E402
+from scalesweep.analysis.fits import fit_table  # noqa: E402
+from scalesweep.analysis.scaling import scaling_table  # noqa: E402
+from scalesweep.history import compare  # noqa: E402
+from scalesweep.report import compare_figure
+from scalesweep.report.figures import FIGURE_NAMES, plot_scaling  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- the check itself
@@ -115,5 +116,5 @@ def test_the_comparison_figure_passes_the_layout_check(data_set, tmp_path, monke
     table, facts = compare.compare_runs(runs, slower)
     assert np.isfinite(table["ratio"]).any(), name
     problems = checking_savefig(monkeypatch, write=False)
-    compare.plot_ratios(table, facts, tmp_path / "compare.png")
+    compare_figure.plot_ratios(table, facts, tmp_path / "compare.png")
     assert problems == {"compare.png": []}, name

@@ -10,7 +10,8 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from scalesweep import configcheck, launch, matrix
+from scalesweep.plan import checks, launch, matrix
+from scalesweep.plan import config as config_files
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -78,19 +79,19 @@ def test_extra_axes_multiply_the_runs_and_reach_the_settings(config):
 
 def test_unknown_model_names_the_key(config):
     config["matrix"]["model"].append("resnet5")
-    with pytest.raises(matrix.ConfigError, match=r"matrix\.model\[4\].*resnet5"):
+    with pytest.raises(checks.ConfigError, match=r"matrix\.model\[4\].*resnet5"):
         matrix.plan(config)
 
 
 def test_undefined_dataset_names_the_key(config):
     config["matrix"]["dataset"] = ["imagenet"]
-    with pytest.raises(matrix.ConfigError, match=r"matrix\.dataset\[0\].*imagenet"):
+    with pytest.raises(checks.ConfigError, match=r"matrix\.dataset\[0\].*imagenet"):
         matrix.plan(config)
 
 
 def test_gpus_spanning_partial_nodes_are_refused(config):
     config["matrix"]["gpus"] = [1, 6]
-    with pytest.raises(matrix.ConfigError, match=r"matrix\.gpus\[1\]"):
+    with pytest.raises(checks.ConfigError, match=r"matrix\.gpus\[1\]"):
         matrix.plan(config)
 
 
@@ -176,14 +177,14 @@ def test_container_python_picks_each_frameworks_interpreter_on_the_host_only(con
 
 def test_a_container_python_that_does_not_run_is_refused_before_any_job(config, tmp_path):
     config["container"] = {"runtime": "none", "python": {"pytorch": str(tmp_path / "missing" / "python")}}
-    with pytest.raises(matrix.ConfigError, match=r"container\.python\.pytorch.*is not an executable interpreter"):
+    with pytest.raises(checks.ConfigError, match=r"container\.python\.pytorch.*is not an executable interpreter"):
         matrix.plan(config)
     config["container"]["python"]["pytorch"] = sys.executable
     assert matrix.plan(config)[0]
 
 
 def paths_of(config):
-    defaults = configcheck.training_defaults()
+    defaults = config_files.training_defaults()
     runs, _ = matrix.plan(config)
     return [matrix.run_path(matrix.run_settings(run, config), defaults) for run in runs]
 
@@ -220,16 +221,16 @@ def test_a_protocol_switch_moves_the_runs_and_switching_back_finds_the_old_ones(
 
 
 def test_settings_a_protocol_does_not_read_stay_out_of_the_path():
-    defaults = matrix.measured_defaults("pytorch", "vit_tiny", configcheck.training_defaults())
+    defaults = matrix.measured_defaults("pytorch", "vit_tiny", config_files.training_defaults())
     run = {"framework": "pytorch", "model": "vit_tiny", "dataset": "d", "gpus": 1, **defaults}
     steps = {**run, "protocol": "steps", "epochs": 9, "target_ci_pct": 0.5}
-    assert matrix.run_path(steps, configcheck.training_defaults()) == (
+    assert matrix.run_path(steps, config_files.training_defaults()) == (
         "pytorch/model~vit_tiny/dataset~d/gpus~1/protocol~steps")
     auto = {**steps, "timed_steps": "auto"}  # an adaptive window is capped by the epochs
-    assert matrix.run_path(auto, configcheck.training_defaults()) == (
+    assert matrix.run_path(auto, config_files.training_defaults()) == (
         "pytorch/model~vit_tiny/dataset~d/gpus~1/epochs~9/protocol~steps/target_ci_pct~0.5/timed_steps~auto")
     tuned = {**run, "compile": True, "max_batch_limit": 64, "time_limit_min": 5}
-    assert matrix.run_path(tuned, configcheck.training_defaults()) == (
+    assert matrix.run_path(tuned, config_files.training_defaults()) == (
         "pytorch/model~vit_tiny/dataset~d/gpus~1/compile~true")
 
 
@@ -237,7 +238,7 @@ def test_every_axis_the_schema_allows_is_a_setting_of_the_run_path():
     """An axis missing here would put runs of different settings into one path."""
     import yaml
 
-    schema = yaml.safe_load(Path(configcheck.SCHEMA).read_text())
+    schema = yaml.safe_load(Path(config_files.SCHEMA).read_text())
     axes = set(schema["properties"]["matrix"]["properties"]) - set(matrix.CORE_AXES)
-    defaults = matrix.measured_defaults("pytorch", "vit_tiny", configcheck.training_defaults())
+    defaults = matrix.measured_defaults("pytorch", "vit_tiny", config_files.training_defaults())
     assert axes and axes <= set(defaults)

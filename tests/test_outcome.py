@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from conftest import snakemake
-from scalesweep import outcome
+from scalesweep.report import outcome
 
 
 def write_runs(results, rows):

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from scalesweep.parse import parse_file, parse_log
-from scalesweep.parsed import EmptyLogError, LogFormatError, gpus_from_filename, parse_duration
+from scalesweep.logs.read import parse_file, parse_log
+from scalesweep.logs.run import EmptyLogError, LogFormatError, gpus_from_filename, parse_duration
 
 LOGS = Path(__file__).parent / "data" / "logs"
 
@@ -342,7 +342,7 @@ def test_parse_duration(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-# --- the record contract on read (scalesweep/records.py) ---------------------------------------
+# --- the record contract on read (scalesweep/contract/records.py) ---------------------------------------
 
 
 def test_empty_log_is_its_own_error_type():

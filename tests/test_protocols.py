@@ -23,8 +23,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep import figures as plots
-from scalesweep import fits, scaling, sweetspot, tidy
+from scalesweep.analysis import fits, scaling, sweetspot
+from scalesweep.report import plotkit
+from scalesweep.report.figures import build_figures
+from scalesweep.tidy import rows
 
 ROOT = Path(__file__).resolve().parents[1]
 import runlog  # noqa: E402
@@ -75,7 +77,7 @@ def epochs_log(tmp_path, gpus, epoch_seconds, name=None):
 
 @pytest.fixture
 def steps_runs(tmp_path):
-    _, runs = tidy.runs_table([(steps_log(tmp_path, n), {}) for n in (1, 2, 4)])
+    _, runs = rows.runs_table([(steps_log(tmp_path, n), {}) for n in (1, 2, 4)])
     return runs
 
 
@@ -131,7 +133,7 @@ def test_runs_table_prices_each_run_by_its_wall_time(steps_runs):
 
 def test_run_interval_from_its_own_step_times(tmp_path):
     """Mean step time known to +/- 2 %: throughput 320 / 1.02 .. 320 / 0.98."""
-    _, runs = tidy.runs_table([(steps_log(tmp_path, 1, ci_pct=2.0), {})])
+    _, runs = rows.runs_table([(steps_log(tmp_path, 1, ci_pct=2.0), {})])
     row = runs.iloc[0]
     assert row["step_time_ci_pct"] == 2.0
     assert (row["throughput_ci_low_img_s"], row["throughput_ci_high_img_s"]) == pytest.approx(
@@ -146,7 +148,7 @@ def test_repeats_give_a_t_interval_of_their_mean(tmp_path):
     sd 100.66, t(0.975, 2) = 4.3027 -> half-width 4.3027 x 100.66 / sqrt(3) = 250.06."""
     items = [(steps_log(tmp_path, 1, step_time=32 / rate, name=f"r{i}.log"), {"repeat": i})
              for i, rate in enumerate((320.0, 400.0, 200.0))]
-    _, runs = tidy.runs_table(items)
+    _, runs = rows.runs_table(items)
     row = scaling.scaling_table(runs).iloc[0]
     mean, sd = np.mean([320, 400, 200]), np.std([320, 400, 200], ddof=1)
     half = 4.302653 * sd / math.sqrt(3)
@@ -158,7 +160,7 @@ def test_repeats_give_a_t_interval_of_their_mean(tmp_path):
 def test_epochs_protocol_with_a_fixed_dataset_keeps_the_time_ratio(tmp_path):
     """1,024 images per epoch at every N: T ratio = throughput ratio; steady = epochs 2, 3."""
     items = [(epochs_log(tmp_path, 1, [9.0, 4.0, 4.0]), {}), (epochs_log(tmp_path, 2, [9.0, 2.5, 2.5]), {})]
-    table = scaling.scaling_table(tidy.runs_table(items)[1]).set_index("gpus")
+    table = scaling.scaling_table(rows.runs_table(items)[1]).set_index("gpus")
     assert (table["scaling_basis"] == "time").all()
     assert table.loc[2, "speedup"] == pytest.approx(4.0 / 2.5)
     assert table.loc[2, "time_speedup"] == pytest.approx(table.loc[2, "throughput_speedup"])
@@ -167,26 +169,26 @@ def test_epochs_protocol_with_a_fixed_dataset_keeps_the_time_ratio(tmp_path):
 def test_a_group_mixing_protocols_gets_a_note_and_no_relative_metrics(tmp_path):
     items = [(epochs_log(tmp_path, 1, [9.0, 4.0, 4.0]), {}), (steps_log(tmp_path, 2), {}),
              (steps_log(tmp_path, 4), {})]
-    table = scaling.scaling_table(tidy.runs_table(items)[1])
+    table = scaling.scaling_table(rows.runs_table(items)[1])
     assert table["note"].str.contains("mixed protocols (epochs, steps)", regex=False).all()
     for column in ("speedup", "efficiency_pct", "karp_flatt", "throughput_speedup", "time_speedup"):
         assert table[column].isna().all(), column
     assert table["throughput_img_s"].notna().all()  # the measurements themselves stay
-    fit_rows = fits.fit_table(tidy.runs_table(items)[1])
+    fit_rows = fits.fit_table(rows.runs_table(items)[1])
     assert fit_rows["p"].isna().all()
 
 
 def test_speedup_figure_overlays_the_fit_of_the_series_it_draws(steps_runs):
     table = scaling.scaling_table(steps_runs)
     fit_table = fits.fit_table(steps_runs, scaling=table)
-    figure = plots.build_figures(table, fit_table)["speedup_by_model"]
+    figure = build_figures(table, fit_table)["speedup_by_model"]
     drawn = figure.data.sort_values("gpus")["value"].tolist()
     assert drawn == pytest.approx([1.0, 5 / 3, 2.5])  # the throughput ratio, not 1, 0.83, 0.63
     curve = figure.curves[figure.curves["kind"] == "prediction"]
     # p = 0.8 -> S(8) = 1/(0.2 + 0.1) = 3.333, S(16) = 1/(0.2 + 0.05) = 4
     assert curve.sort_values("gpus")["speedup"].tolist() == pytest.approx([10 / 3, 4.0], rel=1e-5)
     assert "thr(N)/thr(N_min)" in figure.grid.axes.flat[0].get_ylabel()
-    plots.plt.close("all")
+    plotkit.plt.close("all")
 
 
 def test_fit_r2_is_that_of_the_relative_objective():

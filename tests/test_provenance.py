@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from scalesweep import provenance, scaling
-from scalesweep.provenance import PROVENANCE_COLUMNS, run_provenance, settings_hash
-from scalesweep.tidy import runs_table
+from scalesweep.analysis import scaling
+from scalesweep.tidy import provenance
+from scalesweep.tidy.provenance import PROVENANCE_COLUMNS, run_provenance, settings_hash
+from scalesweep.tidy.rows import runs_table
+from scalesweep.tidy.table import group_keys
 
 
 import node  # noqa: E402
@@ -104,7 +106,7 @@ def test_runs_csv_carries_provenance_and_it_never_splits_a_scaling_group(tmp_pat
     table = scaling.scaling_table(runs)
     assert len(table) == 2 and table["baseline_gpus"].tolist() == [1, 1]
     assert table["speedup"].tolist() == pytest.approx([1.0, 6.4])
-    assert not set(PROVENANCE_COLUMNS) & set(scaling.group_keys(runs))
+    assert not set(PROVENANCE_COLUMNS) & set(group_keys(runs))
 
 
 def test_a_failed_run_keeps_the_provenance_of_its_header(tmp_path):

@@ -9,7 +9,8 @@ import re
 import pytest
 
 from conftest import REPO, snakemake
-from scalesweep import figures, history
+from scalesweep.history import sides
+from scalesweep.report import figures
 
 RESULTS_HEADING = "Afterwards `results/` holds"
 ONLY_WITH_COMPARE = "compare/"
@@ -41,7 +42,7 @@ def test_readme_lists_every_figure_and_says_how_many():
 def test_readme_lists_the_comparison_files_of_compare_with():
     entries, _, _ = readme_listing()
     listed = [entry for entry in entries if entry.startswith(ONLY_WITH_COMPARE)]
-    assert listed == history.comparison_outputs("some-sweep", "compare")
+    assert listed == sides.comparison_outputs("some-sweep", "compare")
     assert listed == ["compare/compare.csv", "compare/compare.png", "compare/summary.txt"]
 
 

@@ -1,4 +1,4 @@
-"""The record contract on read (scalesweep/records.py): its table matches docs/records.md, the
+"""The record contract on read (scalesweep/contract/records.py): its table matches docs/records.md, the
 writer's records (scripts/runlog.py) pass it, and no hostile log gets past parse + tidy +
 check_runs as anything but a row (fuzzed with hypothesis)."""
 
@@ -15,9 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalesweep import records, scaling, tidy
-from scalesweep.parse import parse_log
-from scalesweep.parsed import LogFormatError
+from scalesweep.contract import records
+from scalesweep.logs.read import parse_log
+from scalesweep.logs.run import LogFormatError
+from scalesweep.tidy import rows, table
 
 ROOT = Path(__file__).resolve().parents[1]
 import harness  # noqa: E402
@@ -292,7 +293,7 @@ def check_row(row: pd.Series) -> None:
     time_s, rate = row["steady_epoch_time_s"], row["throughput_img_s"]
     if row["status"] != "ok":
         assert isinstance(row["reason"], str) and row["reason"] and "\n" not in row["reason"]
-        assert all(math.isnan(row[column]) for column in tidy.METRIC_COLUMNS)
+        assert all(math.isnan(row[column]) for column in table.METRIC_COLUMNS)
         return
     assert not pd.isna(row["gpus"]) and row["gpus"] >= 0
     for value in (time_s, rate, row["throughput_per_gpu_img_s"]):
@@ -310,17 +311,17 @@ def check_tables(texts: list[str], folder: Path) -> None:
         paths.append(path)
     for start in range(0, len(paths), 1000):
         chunk = paths[start:start + 1000]
-        tables = tidy.tidy_tables([(path, {}) for path in chunk])
+        tables = rows.tidy_tables([(path, {}) for path in chunk])
         epochs, runs, refused = tables.epochs, tables.runs, tables.refused
-        checked = scaling.check_runs(runs, source=f"fuzz runs {start}")
+        checked = table.check_runs(runs, source=f"fuzz runs {start}")
         assert len(checked) == (runs["gpus"].notna() | (runs["status"] == "ok")).sum()
         for _, row in runs.iterrows():
             check_row(row)
         assert (epochs["seconds"].dropna() > 0).all() and (epochs["throughput_img_s"].dropna() > 0).all()
         assert set(refused) <= set(runs["reason"])
         # What analyze does next: the CSV written reads back whole, row for row.
-        _, runs_csv = tidy.write_tidy(epochs, runs, folder / f"tidy{start}")
-        assert len(scaling.read_runs(runs_csv)) == len(checked)
+        _, runs_csv = rows.write_tidy(epochs, runs, folder / f"tidy{start}")
+        assert len(table.read_runs(runs_csv)) == len(checked)
 
 
 FUZZ = settings(max_examples=10_000, deadline=None, derandomize=True, database=None,

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from scalesweep import cli, scaling, tidy
-from scalesweep.parse import parse_file
-from scalesweep.parsed import LogFormatError
+from scalesweep import cli
+from scalesweep.analysis import scaling
+from scalesweep.logs.read import parse_file
+from scalesweep.logs.run import LogFormatError
+from scalesweep.tidy import rows
+from scalesweep.tidy.table import read_runs
 
 LOGS = Path(__file__).parent / "data" / "logs"
 # Keras 2 output of the reference script as the book's runs printed it: ResNet50V2 (2048 per GPU)
@@ -27,7 +30,7 @@ KERAS3_LOG = LOGS / "tf_keras3_cpu_1-2-4replicas.log"
 
 
 def table_of(log, images_per_epoch=None):
-    _, runs = tidy.runs_table([(str(log), {})], images_per_epoch)
+    _, runs = rows.runs_table([(str(log), {})], images_per_epoch)
     return runs, scaling.scaling_table(runs)
 
 
@@ -97,7 +100,7 @@ def test_a_dataset_size_the_steps_contradict_is_refused_naming_the_log():
 
 def test_analyze_takes_images_per_epoch(tmp_path, capsys):
     assert cli.main(["analyze", str(KERAS3_LOG), "--out", str(tmp_path), "--images-per-epoch", "1100"]) == 0
-    runs = scaling.read_runs(tmp_path / "tidy" / "runs.csv")
+    runs = read_runs(tmp_path / "tidy" / "runs.csv")
     assert set(runs["images_per_epoch"]) == {1100}
     with pytest.raises(SystemExit):
         cli.main(["analyze", str(KERAS3_LOG), "--out", str(tmp_path), "--images-per-epoch", "0"])

@@ -21,9 +21,9 @@ import pytest
 from PIL import Image
 
 from conftest import snakemake
-from scalesweep.figures import FIGURE_NAMES
-from scalesweep.scaling import group_keys
-from scalesweep.tables import TABLES
+from scalesweep.analysis.tables import TABLES
+from scalesweep.report.figures import FIGURE_NAMES
+from scalesweep.tidy.table import group_keys
 
 HERE = Path(__file__).resolve().parent
 ENSURE_CHROMIUM = HERE / "report" / "ensure-chromium.sh"

@@ -11,8 +11,9 @@ import subprocess
 
 import pandas as pd
 
-from scalesweep import compare, history, provenance
-from scalesweep.tidy import runs_table
+from scalesweep.history import archive, compare, query, sides
+from scalesweep.plan import code_version
+from scalesweep.tidy.rows import runs_table
 
 VERSION = "3ec7d5d1a2b3"
 
@@ -46,29 +47,29 @@ def test_sweep_rerun_after_failure_and_added_configuration_archive_each_run_once
     logs, store = tmp_path / "logs", tmp_path / "history"
     first = [(write_log(logs / f"g{n}.log", n, f"2026-11-20T08:0{n}:00+00:00", 4.0 / n), n) for n in (1, 2)]
     broken = (write_log(logs / "g4.attempt-1.log", 4, "2026-11-20T08:04:00+00:00", 1.2, finished=False), 4)
-    sweep1 = history.archive(tidy(first + [broken]), store)
+    sweep1 = archive.archive(tidy(first + [broken]), store)
     assert sweep1.runs == 3  # archived with its failure (the workflow waits; archiving may not)
     # rerun 1: the failed configuration fixed; rerun 2: a configuration added. runs.csv holds
     # every run each time, as the workflow's tidy rewrites it.
     fixed = (write_log(logs / "g4.attempt-2.log", 4, "2026-11-20T09:00:00+00:00", 1.1), 4)
-    sweep2 = history.archive(tidy(first + [fixed]), store)
+    sweep2 = archive.archive(tidy(first + [fixed]), store)
     added = (write_log(logs / "g8.log", 8, "2026-11-20T09:30:00+00:00", 0.6), 8)
-    sweep3 = history.archive(tidy(first + [fixed, added]), store)
+    sweep3 = archive.archive(tidy(first + [fixed, added]), store)
     assert (sweep2.runs, sweep3.runs) == (1, 1)  # only what is new
     assert sweep2.sweep_id.startswith("20261120T090000Z") and sweep3.sweep_id.startswith("20261120T093000Z")
     # archiving the same runs.csv again writes nothing
-    assert history.archive(tidy(first + [fixed, added]), store).runs == 0
-    assert len(history.sweep_files(store)) == 3
+    assert archive.archive(tidy(first + [fixed, added]), store).runs == 0
+    assert len(query.sweep_files(store)) == 3
 
-    listing = history.sweeps_table(store)
+    listing = query.sweeps_table(store)
     assert listing["runs"].tolist() == [3, 1, 1] and listing["ok"].tolist() == [2, 1, 1]
     # a copied archive file doubles nothing
     shutil.copy(sweep1.path, store / f"sweep-{sweep1.sweep_id}-copy.parquet")
-    runs = history.archived_runs(store)
+    runs = query.archived_runs(store)
     assert len(runs) == 5 and runs["run_id"].is_unique
-    assert history.sweeps_table(store)["runs"].tolist() == [3, 1, 1]
+    assert query.sweeps_table(store)["runs"].tolist() == [3, 1, 1]
     # compare pools the 4 ok runs of one per configuration, never a copy
-    side = history.load_side("cluster=laptop", store)
+    side = sides.load_side("cluster=laptop", store)
     assert len(side.runs) == 5
     table, facts = compare.compare_runs(side.runs, side.runs)
     assert table["n_baseline"].tolist() == [1, 1, 1, 1]
@@ -96,12 +97,12 @@ def test_code_version_is_dirty_for_code_edits_only(tmp_path):
     git(tmp_path, "init", "-q")
     git(tmp_path, "add", ".")
     git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-    clean = provenance.code_version(tmp_path)
+    clean = code_version.code_version(tmp_path)
     assert len(clean) == 12 and "dirty" not in clean
     (tmp_path / "config" / "config.yaml").write_text("a: 2\n")  # a config edit: no code change
-    assert provenance.code_version(tmp_path) == clean
+    assert code_version.code_version(tmp_path) == clean
     (tmp_path / "scalesweep" / "x.py").write_text("A = 2\n")
-    assert provenance.code_version(tmp_path) == clean + "-dirty"
+    assert code_version.code_version(tmp_path) == clean + "-dirty"
 
 
 def test_provenance_diff_covers_only_configurations_on_both_sides(tmp_path):

@@ -6,20 +6,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep.scaling import (
-    NON_KEY_COLUMNS,
+from scalesweep.analysis.scaling import (
     SCALING_COLUMNS,
     acceleration_table,
     comparison_table,
-    group_keys,
     karp_flatt,
     marginal_gain,
-    read_runs,
     scaling_table,
-    table_group_keys,
 )
+from scalesweep.tidy.table import NON_KEY_COLUMNS, group_keys, read_runs, table_group_keys
 
-# The columns of runs.csv as scalesweep.tidy writes them (axes first, then the fixed columns).
+# The columns of runs.csv as scalesweep/tidy/rows.py writes them (axes first, then the fixed columns).
 RUN_DEFAULTS = {
     "framework": "tensorflow", "model": "resnet50v2", "dataset": "cifar10", "gpus": 1, "nodes": 1,
     "repeat": 0, "per_gpu_batch": 64, "global_batch": 64, "world_size": 1, "status": "ok",
@@ -187,7 +184,7 @@ def test_non_key_columns_are_listed_once_and_never_become_keys():
 def test_every_result_column_of_runs_csv_but_the_asked_batch_is_no_key():
     """The keys of a full runs.csv row set are its configuration: the axes and the asked batch,
     plus any axis a sweep adds; every other column tidy writes (a new one too) is no key."""
-    from scalesweep.tidy import AXIS_COLUMNS, RUN_RESULT_COLUMNS
+    from scalesweep.tidy.table import AXIS_COLUMNS, RUN_RESULT_COLUMNS
 
     row = dict.fromkeys(AXIS_COLUMNS + RUN_RESULT_COLUMNS, 1)
     runs = pd.DataFrame([row, row]).assign(precision="bf16")
@@ -198,7 +195,7 @@ def test_scaling_csv_round_trip_keeps_the_group_keys(tmp_path, reference_runs):
     path = tmp_path / "scaling.csv"
     scaling_table(reference_runs.assign(precision="bf16")).to_csv(path, index=False)
     back = pd.read_csv(path)
-    assert table_group_keys(back) == ["framework", "model", "dataset", "per_gpu_batch",
+    assert table_group_keys(back, SCALING_COLUMNS) == ["framework", "model", "dataset", "per_gpu_batch",
                                       "precision"]
 
 

@@ -11,7 +11,16 @@ import yaml
 
 from conftest import LOCAL_ENV, REPO, TINY, snakemake
 from mn5site import mn5_profile, run_with_profile
-from scalesweep import configcheck, launch, matrix, preview, sitecheck
+from scalesweep.plan import checks, launch, matrix, preview
+from scalesweep.plan.config import training_defaults, validate_config
+from scalesweep.plan.site import (
+    account_problem,
+    from_command_line,
+    missing_paths_error,
+    path_problems,
+    qos_problems,
+    qos_warning,
+)
 
 MN5 = REPO / "config" / "mn5.yaml"
 # What the real config/mn5.yaml reads, all missing here.
@@ -27,7 +36,7 @@ MN5_COST = ("GPUs of the jobs to run: 140 (160 charged: whole nodes); GPU-hours 
 
 
 def validated(config):
-    configcheck.validate_config(config)
+    validate_config(config)
     return config
 
 
@@ -126,8 +135,8 @@ def test_new_keys_have_schema_defaults_and_models_override_the_cluster():
 def test_new_keys_refuse_wrong_values_naming_the_key(edit, message):
     config = yaml.safe_load(TINY.read_text())
     edit(config)
-    with pytest.raises(matrix.ConfigError) as error:
-        configcheck.validate_config(config)
+    with pytest.raises(checks.ConfigError) as error:
+        validate_config(config)
     assert str(error.value).startswith(message)
 
 
@@ -148,7 +157,7 @@ def test_a_site_declared_by_a_profile_is_read_back_from_snakemakes_text():
     # What Snakemake hands over of a profile's `config:` entry (BaseLoader: every value text).
     as_text = {"name": "MareNostrum 5", "account_required": "True", "network": "false",
                "qos_limits": {"acc_debug": {"max_nodes": "8", "max_gpus": "32", "max_time_min": "120"}}}
-    assert sitecheck.from_command_line(as_text) == {
+    assert from_command_line(as_text) == {
         "name": "MareNostrum 5", "account_required": True, "network": False,
         "qos_limits": {"acc_debug": {"max_nodes": 8, "max_gpus": 32, "max_time_min": 120}}}
 
@@ -160,25 +169,25 @@ def full_site(**given):
 
 def test_no_account_is_refused_only_where_the_site_requires_one():
     site = full_site(**MN5_SITE)
-    problem = sitecheck.account_problem(site, None, ["qos=acc_debug", "mem_mb=0", "tmpdir=system_tmpdir"])
+    problem = account_problem(site, None, ["qos=acc_debug", "mem_mb=0", "tmpdir=system_tmpdir"])
     assert problem.startswith("MareNostrum 5 refuses jobs without an account (site.account_required)")
     assert "`slurm_account: <account>` under `default-resources:`" in problem
     # --default-resources replaces the profile's: the command-line form restates them.
     assert "`--default-resources slurm_account=<account> qos=acc_debug mem_mb=0`" in problem
     assert "`bsc_project list` lists yours" in problem
-    assert sitecheck.account_problem(site, "  ", []) is not None
-    assert sitecheck.account_problem(site, "abc123", []) is None
-    assert sitecheck.account_problem(full_site(), None, []) is None
+    assert account_problem(site, "  ", []) is not None
+    assert account_problem(site, "abc123", []) is None
+    assert account_problem(full_site(), None, []) is None
 
 
 def test_a_job_beyond_its_qos_is_named_with_the_limit_it_exceeds():
     site = full_site(**MN5_SITE)
     config = validated(yaml.safe_load(MN5.read_text()))
     runs, _ = matrix.plan(config, check_paths=False)
-    jobs = {matrix.run_path(s, configcheck.training_defaults()): s
+    jobs = {matrix.run_path(s, training_defaults()): s
             for s in (matrix.run_settings(run, config) for run in runs)}
-    assert sitecheck.qos_problems(site, "acc_debug", jobs) == []
-    problems = sitecheck.qos_problems(site, "acc_training", jobs)
+    assert qos_problems(site, "acc_debug", jobs) == []
+    problems = qos_problems(site, "acc_training", jobs)
     vit = ("pytorch/model~vit_h_14/dataset~{}/gpus~{}/compile~true/epochs~5/num_workers~10/per_gpu_batch~128/"
            "precision~bf16")
     assert problems == [
@@ -190,14 +199,14 @@ def test_a_job_beyond_its_qos_is_named_with_the_limit_it_exceeds():
     ]
     assert len(problems) == 4  # 16 GPUs on 4 nodes fit; 32 GPUs on 8 nodes exceed both limits
     # One node of 4 GPUs: every whole-node TensorFlow job fits, a ViT job of 2 nodes does not.
-    interactive = sitecheck.qos_problems(site, "acc_interactive", jobs)
+    interactive = qos_problems(site, "acc_interactive", jobs)
     assert not any(p.startswith("job tensorflow/") for p in interactive)
     assert interactive[0].startswith(f"job {vit.format('micro-224', 8)}: 2 nodes exceed QoS acc_interactive's")
-    assert sitecheck.qos_problems(site, None, jobs) == [
+    assert qos_problems(site, None, jobs) == [
         "MareNostrum 5 refuses jobs without a QoS (site.qos_required), and none is set: set `qos: <name>` "
         "under the profile's `default-resources:` (acc_debug, acc_interactive, acc_training)"]
-    assert sitecheck.qos_problems(site, "acc_bscls", jobs) == []
-    assert sitecheck.qos_warning(site, "acc_bscls").startswith("QoS acc_bscls has no limits in site.qos_limits")
+    assert qos_problems(site, "acc_bscls", jobs) == []
+    assert qos_warning(site, "acc_bscls").startswith("QoS acc_bscls has no limits in site.qos_limits")
 
 
 def test_time_beyond_the_qos_is_refused():
@@ -205,7 +214,7 @@ def test_time_beyond_the_qos_is_refused():
     config = validated(yaml.safe_load(TINY.read_text()))
     config["cluster"]["time_limit_min"] = 61
     settings = settings_of(config, framework="pytorch", gpus=2)
-    assert sitecheck.qos_problems(site, "short", {"p": settings}) == [
+    assert qos_problems(site, "short", {"p": settings}) == [
         "job p: 61 minutes exceed QoS short's limit of 60 minutes (site.qos_limits.short.max_time_min)"]
 
 
@@ -228,7 +237,7 @@ def test_missing_empty_and_misplaced_paths_are_all_listed(tmp_path):
     config["container"] = {**config["container"], "runtime": "apptainer",
                            "images": {"pytorch": "empty.sif", "tensorflow": "tf.sif"}}
     runs, _ = matrix.plan(config, check_paths=False)
-    problems = sitecheck.path_problems(config, [matrix.run_settings(r, config) for r in runs], tmp_path)
+    problems = path_problems(config, [matrix.run_settings(r, config) for r in runs], tmp_path)
     assert problems == [
         ("datasets.a-file.path", "a-file", "is a file, not the dataset's folder"),
         ("datasets.empty.path", "empty", "is empty (no file in it or below it)"),
@@ -237,7 +246,7 @@ def test_missing_empty_and_misplaced_paths_are_all_listed(tmp_path):
         ("datasets.missing.path", "missing", "does not exist"),
         ("container.images.pytorch", "empty.sif", "is an empty file"),
     ]
-    error = sitecheck.missing_paths_error(problems)
+    error = missing_paths_error(problems)
     assert error.splitlines()[0].startswith("6 path(s) the jobs read are missing or empty; nothing runs")
     assert "  datasets.missing.path: 'missing' does not exist" in error.splitlines()
 

@@ -5,7 +5,8 @@ sweet spot, figures), epoch times chosen by hand."""
 import pandas as pd
 import pytest
 
-from scalesweep import cli, fits
+from scalesweep import cli
+from scalesweep.analysis import fits
 from test_run_identity import write_log
 
 

@@ -5,8 +5,8 @@ import math
 import pandas as pd
 import pytest
 
-from scalesweep.scaling import SCALING_COLUMNS
-from scalesweep.sweetspot import gpu_hours, sweet_spot_table
+from scalesweep.analysis.scaling import SCALING_COLUMNS
+from scalesweep.analysis.sweetspot import gpu_hours, sweet_spot_table
 
 
 def scaling(gpus, time_s, efficiency_pct, total_time_s=None, epochs=10, model="a"):

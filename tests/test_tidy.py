@@ -9,8 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from scalesweep import tidy
-from scalesweep.tidy import AXIS_COLUMNS, EPOCH_RESULT_COLUMNS, METRIC_COLUMNS, RUN_RESULT_COLUMNS, runs_table, write_tidy
+from scalesweep.logs.run import whole_number
+from scalesweep.tidy import rows
+from scalesweep.tidy.rows import runs_table, write_tidy
+from scalesweep.tidy.table import AXIS_COLUMNS, EPOCH_RESULT_COLUMNS, METRIC_COLUMNS, RUN_RESULT_COLUMNS
 
 RUN_COLUMNS = AXIS_COLUMNS + RUN_RESULT_COLUMNS
 EPOCH_COLUMNS = AXIS_COLUMNS + EPOCH_RESULT_COLUMNS
@@ -257,7 +259,7 @@ def test_write_tidy_killed_mid_write_keeps_the_previous_table(tmp_path, monkeypa
 
 def test_tidy_stage_writes_both_tables(tmp_path):
     # The workflow's rule `tidy` (and the one CLI, `python -m scalesweep analyze`) call this.
-    line = tidy.write_tidy_tables([(LOGS / "tf_keras3_resnet50_2gpus.log", {})], tmp_path / "e.csv",
+    line = rows.write_tidy_tables([(LOGS / "tf_keras3_resnet50_2gpus.log", {})], tmp_path / "e.csv",
                                   tmp_path / "r.csv")
     assert len(pd.read_csv(tmp_path / "r.csv")) == 1 and len(pd.read_csv(tmp_path / "e.csv")) == 4  # 4 epochs
     assert line == "1 runs: 1 ok"
@@ -269,7 +271,7 @@ def test_tidy_stage_writes_both_tables(tmp_path):
 def test_tidy_tables_lists_refused_logs_but_not_failed_runs(tmp_path):
     bad = tmp_path / "bad.log"
     bad.write_text(record("header", framework="pytorch", model="resnet18", world_size="4", epochs=1))
-    result = tidy.tidy_tables([(bad, {}), (LOGS / "empty.log", {}), (LOGS / "scalesweep_oom.log", {}),
+    result = rows.tidy_tables([(bad, {}), (LOGS / "empty.log", {}), (LOGS / "scalesweep_oom.log", {}),
                                (LOGS / "scalesweep_ok.log", {})])
     assert list(result.runs["status"]) == ["failed", "failed", "oom", "ok"]
     assert result.refused == [f"{bad}:1: header record: 'world_size' must be a whole number from 1 to 2**53, got '4'"]
@@ -297,7 +299,7 @@ def test_global_batch_is_per_gpu_batch_times_world_size_when_the_log_leaves_it_o
      (float("nan"), None), (2**53, 2**53), (2**53 + 1, None), (10**400, None), ([1], None)],
 )
 def test_whole_number_reads_config_values_without_raising(value, number):
-    assert tidy.whole_number(value) == number
+    assert whole_number(value) == number
 
 
 def test_config_values_that_are_no_count_do_not_crash_the_table():
@@ -310,7 +312,7 @@ def test_config_values_that_are_no_count_do_not_crash_the_table():
 def test_ok_run_without_any_gpu_count_is_refused_not_an_ok_row_without_gpus(tmp_path):
     log = tmp_path / "keras.log"
     log.write_text("Epoch 1/2\n4/4 - 9s - 2s/step - loss: 2.3\nEpoch 2/2\n4/4 - 8s - 2s/step - loss: 2.1\n")
-    result = tidy.tidy_tables([(log, {})])
+    result = rows.tidy_tables([(log, {})])
     row = result.runs.iloc[0]
     assert_failed_row(row, "failed")
     assert row["reason"] == f"{log}: GPU count unknown: the log gives no 'world_size' or 'gpus', nor do the run's axes"
@@ -323,12 +325,12 @@ def test_ok_run_without_any_gpu_count_is_refused_not_an_ok_row_without_gpus(tmp_
 def test_unreadable_log_file_is_a_refused_row(tmp_path):
     folder = tmp_path / "run.log"
     folder.mkdir()
-    result = tidy.tidy_tables([(folder, {"gpus": 1})])
+    result = rows.tidy_tables([(folder, {"gpus": 1})])
     assert result.runs.iloc[0]["reason"] == "no log"  # a folder is no log file
     # A file that exists and cannot be read, even by root: reading it fails with EIO.
     unreadable = Path("/proc/self/mem")
     if not unreadable.is_file():
         pytest.skip("needs Linux /proc")
-    result = tidy.tidy_tables([(unreadable, {"gpus": 1})])
+    result = rows.tidy_tables([(unreadable, {"gpus": 1})])
     assert result.refused == [result.runs.iloc[0]["reason"]]
     assert result.refused[0].startswith(f"{unreadable}: cannot read: ")

@@ -303,8 +303,8 @@ def test_too_few_images_for_one_global_batch_is_a_clear_failure(cifar_256):
 
 @pytest.mark.slow
 def test_steps_protocol_with_xla_records_two_windows(cifar_256):
-    from scalesweep import parse
-    from scalesweep.records import FIRST_STEADY_EPOCH
+    from scalesweep.logs.read import parse_log
+    from scalesweep.contract.records import FIRST_STEADY_EPOCH
 
     done = run_trainer(
         cifar_256, "--model", "cnn_small", "--gpus", 1, "--resolution", 32, "--per-gpu-batch", 16,
@@ -327,7 +327,7 @@ def test_steps_protocol_with_xla_records_two_windows(cifar_256):
     assert summary["train_time_s"] == pytest.approx(warmup["seconds"] + timed["seconds"])
     assert "timed window: 20 steps" in done.stdout
     # The records' reader takes steady state = epochs >= 2: the timed window, unchanged.
-    (run,) = parse.parse_log(done.stdout)
+    (run,) = parse_log(done.stdout)
     assert run.summary["status"] == "ok"
     assert [e for e in run.epochs if e["epoch"] >= FIRST_STEADY_EPOCH] == [
         {key: value for key, value in timed.items() if key not in ("record", "schema")}]

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from scalesweep import cli, history, sqlfilter
+from scalesweep import cli
+from scalesweep.history import archive, query, sqlfilter
 from test_history import REPO, sweep_runs
 
 SECRET = "TOP-SECRET-7f3a"
@@ -17,8 +18,8 @@ SECRET = "TOP-SECRET-7f3a"
 def hostile(tmp_path):
     """Two archived sweeps, a secret file beside them and a place a write would land."""
     store = tmp_path / "history"
-    ids = [history.archive(sweep_runs(), store).sweep_id,
-           history.archive(sweep_runs(driver="550.54.15"), store).sweep_id]
+    ids = [archive.archive(sweep_runs(), store).sweep_id,
+           archive.archive(sweep_runs(driver="550.54.15"), store).sweep_id]
     secret = tmp_path / "secret.txt"
     secret.write_text(SECRET + "\n")
     return {"store": store, "ids": ids, "secret": secret, "written": tmp_path / "written",
@@ -106,7 +107,7 @@ def test_an_ordinary_filter_still_selects_runs(hostile, capsys):
     assert status == 0 and err == ""
     assert out.splitlines()[1].startswith(hostile["ids"][1]) and len(out.splitlines()) == 2
     # sweep_config is JSON text; a date compares as ISO text
-    runs = history.archived_runs(hostile["store"], where="sweep_config->>'$.x' IS NULL AND sweep_date >= '2026'")
+    runs = query.archived_runs(hostile["store"], where="sweep_config->>'$.x' IS NULL AND sweep_date >= '2026'")
     assert len(runs) == 8
     status, out, err = run_cli(capsys, "compare", *hostile["ids"], "--history", hostile["store"],
                                "--out", hostile["out"], "--where", "gpus IN (1, 2) AND status = 'ok'")

@@ -31,18 +31,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from scalesweep.records import BREAKDOWN_PARTS
+from scalesweep.contract.records import BREAKDOWN_PARTS
 
 PARTS = BREAKDOWN_PARTS
 PART_NAMES = {"data_wait_s": "data", "compute_s": "compute", "sync_wait_s": "sync wait",
               "sync_comm_s": "sync comm", "other_s": "other"}
-# runs.csv columns of the breakdown, in order (medians of the timed steps; the probes' results).
-# sync_exposed_s = sync_wait_s + sync_comm_s, kept for the logs written before the split.
-BREAKDOWN_COLUMNS = (
-    "breakdown_step_s", *PARTS, "sync_exposed_s", "breakdown_steps", "allreduce_s", "allreduce_bytes", "algbw_gb_s",
-    "busbw_gb_s", "overlap_pct", "comm_compute_ratio", "flops_per_image", "tflops_per_gpu",
-    "mfu_pct",
-)
 LOSS_COLUMNS = ("step_efficiency_pct", *(f"loss_{PART_NAMES[p].replace(' ', '_')}_pct" for p in PARTS))
 NO_BREAKDOWN_NOTE = "no step breakdown in the log (reference or older records): columns left empty"
 
@@ -74,12 +67,6 @@ def loss_table(cells: pd.DataFrame, base: int | None) -> dict:
     parts = {p: cells[p].to_numpy(float) for p in PARTS}
     return attribute_loss(cells["gpus"].to_numpy(float), cells["global_batch"].to_numpy(float),
                           parts, base)
-
-
-def tflops_per_gpu(flops_per_image, throughput_img_s, gpus):
-    """Achieved model TFLOP/s per GPU (the CPU baseline counts as one device)."""
-    devices = np.maximum(np.asarray(gpus, float), 1.0)
-    return np.asarray(flops_per_image, float) * np.asarray(throughput_img_s, float) / devices / 1e12
 
 
 def long_parts(scaling: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

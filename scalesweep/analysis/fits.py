@@ -34,15 +34,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import OptimizeWarning, curve_fit
 
-from scalesweep.scaling import (
-    is_usable,
-    check_runs,
-    group_basis,
-    iter_groups,
-    key_tuple,
-    scaling_table,
-    table_group_keys,
-)
+from scalesweep.analysis.scaling import SCALING_COLUMNS, group_basis, is_usable, scaling_table
+from scalesweep.tidy.table import check_runs, iter_groups, key_tuple, table_group_keys
 
 MIN_POINTS = 3
 N_DOUBLINGS = 2
@@ -243,12 +236,12 @@ def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0,
     if "status" in data.columns:
         runs = check_runs(data)
         scaling = scaling_table(runs) if scaling is None else scaling
-        keys = table_group_keys(scaling)
+        keys = table_group_keys(scaling, SCALING_COLUMNS)
         ok = runs[(runs["gpus"] >= 1) & (runs["status"] == "ok")]
         runs_by_group = {key_tuple(v, keys): r for v, r in iter_groups(ok, keys)}
     elif {"scale_factor", "speedup", "tts_speedup"} <= set(data.columns):
         scaling, runs_by_group = data, None
-        keys = table_group_keys(scaling)
+        keys = table_group_keys(scaling, SCALING_COLUMNS)
     else:
         raise ValueError("fit_table: expected a runs table (with 'status') or a scaling table "
                          "(with 'scale_factor', 'speedup', 'tts_speedup')")

@@ -4,15 +4,16 @@ until out of memory, then bisecting) -> results/tables/max_batch.csv."""
 
 import pandas as pd
 
-from scalesweep import atomic, format_scalesweep
+from scalesweep.contract import atomic
+from scalesweep.logs.formats.scalesweep import iter_records
 
 MAX_BATCH_COLUMNS = ["max_per_gpu_batch", "limit_reached", "tried", "status", "reason", "log"]
 
 
 def records(text, kind, source="<string>"):
-    """Every record of one kind in a log, in order (format_scalesweep.iter_records: the one record reader)."""
+    """Every record of one kind in a log, in order (iter_records: the one record reader)."""
     lines = enumerate(text.splitlines(), start=1)
-    return [record for _, record in format_scalesweep.iter_records(lines, source)
+    return [record for _, record in iter_records(lines, source)
             if record is not None and record.get("record") == kind]
 
 

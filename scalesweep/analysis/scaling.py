@@ -1,7 +1,7 @@
 """Scaling tables from the tidy runs table (runs.csv): speedup, efficiency and the extras.
 
 Metric definitions: docs/metrics.md. Every group of runs that share a configuration (the
-GROUP KEYS: every column of runs.csv that is not in NON_KEY_COLUMNS) gets one row per GPU count
+GROUP KEYS: every column of runs.csv that is not in tidy/table.py's NON_KEY_COLUMNS) gets one row per GPU count
 (gpus >= 1) with the repeats aggregated by their median. The baseline of a group is its smallest
 GPU count with a usable ok run; when that is not 1 GPU, speedups are relative to it and the note
 says so. Broken inputs (failed/oom/timeout runs, zero or missing times, one GPU count) keep their
@@ -13,34 +13,21 @@ row with NaN metrics and a note, never a crash and never a number that looks val
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from scalesweep.provenance import SWEEP_COLUMNS
-from scalesweep.records import STATUSES
-from scalesweep.tidy import RUN_RESULT_COLUMNS, read_runs_csv
-from scalesweep.breakdown import BREAKDOWN_COLUMNS, LOSS_COLUMNS, NO_BREAKDOWN_NOTE, PARTS, loss_table
-
-
-# Every runs.csv column but the configuration is a measurement, bookkeeping or provenance, never
-# a group key: derived from tidy's column lists, so a new runs.csv column is not a key by mistake.
-# gpus/nodes/repeat are the sweep's position within a group; per_gpu_batch is what was asked (a
-# batch axis fills it), so it stays a key, while global_batch, world_size, epochs and
-# images_per_epoch follow from gpus (a partial last batch dropped makes images per epoch shrink
-# with the global batch) and would split one scaling series into one group per GPU count.
-NON_KEY_COLUMNS = frozenset(
-    {"gpus", "nodes", "repeat", *RUN_RESULT_COLUMNS, *SWEEP_COLUMNS}
-) - {"per_gpu_batch"}
-
-REQUIRED_RUN_COLUMNS = ("gpus", "status", "steady_epoch_time_s", "throughput_img_s")
-NUMERIC_RUN_COLUMNS = (
-    "gpus", "nodes", "epochs", "steady_epoch_time_s", "throughput_img_s", "total_time_s",
+from scalesweep.analysis.breakdown import LOSS_COLUMNS, NO_BREAKDOWN_NOTE, PARTS, loss_table
+from scalesweep.tidy.table import (
+    BREAKDOWN_COLUMNS,
+    check_runs,
+    group_keys,
+    iter_groups,
+    key_tuple,
+    table_group_keys,
 )
 
-# Breakdown medians per GPU count (scalesweep/breakdown.py), then the loss they explain.
+# Breakdown medians per GPU count (scalesweep/analysis/breakdown.py), then the loss they explain.
 SCALED_BREAKDOWN = tuple(c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes"))
 
 # GPU energy per GPU count: medians of runs.csv's, the energy efficiency jpi(N_min) / jpi(N) in %,
@@ -167,88 +154,6 @@ def format_value(value) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
-
-
-# ----------------------------------------------------------------------------- input
-
-def group_keys(runs: pd.DataFrame) -> list[str]:
-    """The configuration axes of a runs table, in column order."""
-    return [c for c in runs.columns if c not in NON_KEY_COLUMNS]
-
-
-def table_group_keys(table: pd.DataFrame, value_columns=SCALING_COLUMNS) -> list[str]:
-    """The group keys of a table this package derived (scaling, fits, sweet spots)."""
-    return [c for c in table.columns if c not in value_columns]
-
-
-def read_runs(path) -> pd.DataFrame:
-    """Read and check runs.csv; errors name the file, the column and the CSV line."""
-    # CSV line = row position + 2 (the header is line 1).
-    return check_runs(read_runs_csv(path), source=str(path), line_offset=2)
-
-
-def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int | None = None
-               ) -> pd.DataFrame:
-    """A copy of `runs` with numeric columns as numbers; ValueError naming bad column and row."""
-    missing = [c for c in REQUIRED_RUN_COLUMNS if c not in runs.columns]
-    if missing:
-        raise ValueError(f"{source}: missing column(s) {', '.join(map(repr, missing))} "
-                         f"(runs.csv written by scalesweep.tidy has them)")
-    runs = runs.reset_index(drop=True).copy()
-    logs = runs["log"] if "log" in runs.columns else pd.Series(None, index=runs.index)
-
-    def where(position: int) -> str:
-        return f"row {position}" if line_offset is None else f"line {position + line_offset}"
-
-    def from_log(position: int) -> str:
-        # runs.csv is written by the tidy step: the value came from this log, the place to fix.
-        log = logs.iloc[position]
-        return f" (the run of {log})" if isinstance(log, str) and log else ""
-
-    for column in NUMERIC_RUN_COLUMNS:
-        if column not in runs.columns:
-            continue
-        numbers = pd.to_numeric(runs[column], errors="coerce")
-        bad = numbers.isna() & runs[column].notna()
-        if bad.any():
-            position = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ValueError(f"{source} {where(position)}: column {column!r} holds "
-                             f"{runs[column].iloc[position]!r}, not a number{from_log(position)}")
-        runs[column] = numbers.astype(float)
-    # A failed run whose log never said its GPU count (an empty log, say) stays in runs.csv but
-    # has no place in a scaling series; an ok run without one is an error. The index keeps the
-    # CSV rows' positions for the messages below.
-    runs = runs[runs["gpus"].notna() | (runs["status"] == "ok")].copy()
-    gpus = runs["gpus"]
-    bad = gpus.isna() | (gpus < 0) | (gpus != gpus.round())
-    if bad.any():
-        position = int(gpus.index[bad.to_numpy()][0])
-        raise ValueError(f"{source} {where(position)}: column 'gpus' must be a whole number >= 0, "
-                         f"got {gpus.loc[position]!r}{from_log(position)}")
-    runs["gpus"] = gpus.astype(int)
-    unknown = ~runs["status"].isin(STATUSES)
-    if unknown.any():
-        position = int(runs.index[unknown.to_numpy()][0])
-        raise ValueError(f"{source} {where(position)}: column 'status' holds "
-                         f"{runs['status'].loc[position]!r}; "
-                         f"expected one of {', '.join(STATUSES)}{from_log(position)}")
-    return runs.reset_index(drop=True)
-
-
-def iter_groups(table: pd.DataFrame, keys: list[str]) -> Iterator[tuple[dict, pd.DataFrame]]:
-    """(key values, rows) per group; missing key values form their own group."""
-    if not keys:
-        if len(table):
-            yield {}, table
-        return
-    for values, rows in table.groupby(keys, dropna=False, sort=True):
-        values = values if isinstance(values, tuple) else (values,)
-        yield dict(zip(keys, values)), rows
-
-
-def key_tuple(values: dict, keys: list[str]) -> tuple:
-    """Hashable group identity in which missing values (NaN) compare equal."""
-    return tuple(None if pd.isna(values[k]) else values[k] for k in keys)
 
 
 # ----------------------------------------------------------------------------- aggregation
@@ -676,7 +581,7 @@ def comparison_table(scaling: pd.DataFrame, by: str = "model",
     the reference) would otherwise put every model on its own row; they become columns like the
     metrics (`per_gpu_batch:resnet50v2`). Keys constant over the table stay in the index.
     """
-    keys = table_group_keys(scaling)
+    keys = table_group_keys(scaling, SCALING_COLUMNS)
     if by not in keys:
         raise ValueError(f"comparison_table: {by!r} is not a group key of the scaling table "
                          f"(keys: {', '.join(keys) or 'none'})")

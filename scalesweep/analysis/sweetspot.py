@@ -33,9 +33,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from scalesweep.scaling import (
-    SUPERLINEAR_FLAG, THROUGHPUT_BASIS, group_basis, is_usable, iter_groups, table_group_keys,
+from scalesweep.analysis.scaling import (
+    SCALING_COLUMNS,
+    SUPERLINEAR_FLAG,
+    THROUGHPUT_BASIS,
+    group_basis,
+    is_usable,
 )
+from scalesweep.tidy.table import iter_groups, table_group_keys
 
 INTENTS = ("fastest", "efficient", "budget", "greenest")
 SWEET_SPOT_COLUMNS = (
@@ -170,7 +175,7 @@ def sweet_spot_table(scaling: pd.DataFrame, efficiency_floor: float = 80.0,
         raise ValueError(f"epoch_budget must be > 0 epochs, got {epoch_budget!r}")
     if greenest_time_bound_s is not None and not greenest_time_bound_s > 0:
         raise ValueError(f"greenest_time_bound_s must be > 0 seconds or None, got {greenest_time_bound_s!r}")
-    keys = table_group_keys(scaling)
+    keys = table_group_keys(scaling, SCALING_COLUMNS)
     table = with_costs(scaling, epoch_budget)
     rows = []
     for values, group in iter_groups(table, keys):

@@ -9,7 +9,9 @@ jobsteps included) imports this module to parse the workflow.
 
 from pathlib import Path
 
-from scalesweep import atomic, scaling, sweetspot
+from scalesweep.analysis import scaling, sweetspot
+from scalesweep.contract import atomic
+from scalesweep.tidy.table import read_runs
 
 TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
 
@@ -17,7 +19,7 @@ TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "co
 def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
                     greenest_time_bound_s=None, allow_superlinear=False) -> dict:
     """Every table of the analysis, by name (TABLES), from a runs table."""
-    from scalesweep import fits
+    from scalesweep.analysis import fits
 
     table = scaling.scaling_table(runs, epoch_budget)
     return {
@@ -34,7 +36,7 @@ def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_bud
 def write_tables(runs_csv, outputs: dict, efficiency_floor=80.0, gpu_hour_budget=None,
                  epoch_budget=1.0, greenest_time_bound_s=None, allow_superlinear=False) -> str:
     """runs.csv -> every table of TABLES at outputs[name]; the log line."""
-    tables = analysis_tables(scaling.read_runs(runs_csv), efficiency_floor, gpu_hour_budget,
+    tables = analysis_tables(read_runs(runs_csv), efficiency_floor, gpu_hour_budget,
                              epoch_budget, greenest_time_bound_s, allow_superlinear)
     for name, table in tables.items():
         path = Path(outputs[name])

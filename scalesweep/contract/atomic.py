@@ -16,8 +16,6 @@ import tempfile
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
-import pandas as pd
-
 
 def user_file_mode() -> int:
     """0666 less the process's umask: the mode open() would give a new file."""
@@ -67,7 +65,8 @@ def fsync_file(path) -> None:
         os.fsync(written.fileno())
 
 
-def write_csv(frame: pd.DataFrame, path) -> None:
+def write_csv(frame, path) -> None:
+    """A table (a pandas DataFrame: this module imports no pandas) as CSV, without its index."""
     with replaced_whole(path) as temporary:
         frame.to_csv(temporary, index=False)
 

@@ -40,6 +40,11 @@ def peak_tflops(device_name: str | None, dtype: str | None) -> float | None:
     return None
 
 
+def tflops_per_gpu(flops_per_image, throughput_img_s, gpus) -> float:
+    """Achieved model TFLOP/s per GPU (the CPU baseline counts as one device)."""
+    return float(flops_per_image) * float(throughput_img_s) / max(float(gpus), 1.0) / 1e12
+
+
 def mfu_pct(tflops_per_gpu, device_name, framework, precision) -> float | None:
     """Achieved TFLOP/s per GPU in % of the device's peak; None where the peak is unknown."""
     peak = peak_tflops(device_name, compute_dtype(framework, precision))

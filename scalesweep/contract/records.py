@@ -34,7 +34,7 @@ PREFIX = ":::SCALESWEEP "
 RECORD_PREFIX = PREFIX.strip()  # what a reader looks for: other text may stand before it
 SCHEMA = 1
 # A trainer's summary says ok, oom or failed; SLURM's accounting may turn a failed run into
-# timeout (scalesweep/accounting.py).
+# timeout (scalesweep/logs/accounting.py).
 SUMMARY_STATUSES = ("ok", "oom", "failed")
 STATUSES = ("ok", "failed", "oom", "timeout")
 # Epoch 1 carries start-up (graph build, compilation, cache fill): steady state starts at epoch 2.
@@ -46,7 +46,7 @@ PROTOCOLS = ("epochs", "steps")
 OOM_POLICIES = ("fail", "halve")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICE_KINDS = ("gpu", "cpu")
-# Where a step's time goes (scripts/stepparts.py computes them, scalesweep/breakdown.py attributes
+# Where a step's time goes (scripts/stepparts.py computes them, scalesweep/analysis/breakdown.py attributes
 # them): parts that add up to the wall time per step, `breakdown_step_s`.
 BREAKDOWN_PARTS = ("data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
 

@@ -49,14 +49,26 @@ import pandas as pd
 # scipy.special, not scipy.stats: the same distribution functions for a third of the import time.
 from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
-from scalesweep import atomic, history, provenance, scaling
+from scalesweep.analysis import scaling
+from scalesweep.contract import atomic
+from scalesweep.history import query, sides
+from scalesweep.report.compare_figure import (
+    FASTER,
+    SAME,
+    SLOWER,
+    UNKNOWN,
+    UNKNOWN_NO_REPEATS,
+    config_label,
+    level_text,
+    plot_ratios,
+)
+from scalesweep.tidy import provenance
+from scalesweep.tidy.table import group_keys
 
 CONFIDENCE = 0.95
 MIN_BOOTSTRAP_REPEATS = 20
 BOOTSTRAP_RESAMPLES = 10_000
 CI_LOW, CI_HIGH = "throughput_ci_low_img_s", "throughput_ci_high_img_s"
-FASTER, SLOWER, SAME, UNKNOWN = "faster", "slower", "no detectable difference", "unknown"
-UNKNOWN_NO_REPEATS = "unknown (no repeats)"
 # Provenance compared between the sides; a start time or load average always differs.
 DIFF_FIELDS = tuple(c for c in provenance.PROVENANCE_COLUMNS if c not in provenance.UNCOMPARED)
 METRIC_INPUTS = ("gpus", "nodes", "status", "steady_epoch_time_s", "throughput_img_s",
@@ -79,8 +91,8 @@ def configuration_keys(baseline: pd.DataFrame, candidate: pd.DataFrame) -> tuple
     that value without naming the axis); with several values it stays a key, and the other
     side, which lacks it, then has none of those configurations.
     """
-    # The metrics a comparison reads are never axes (whatever scaling.NON_KEY_COLUMNS lists).
-    keys_b, keys_c = ([k for k in scaling.group_keys(frame) if k not in METRIC_INPUTS]
+    # The metrics a comparison reads are never axes (whatever table.NON_KEY_COLUMNS lists).
+    keys_b, keys_c = ([k for k in group_keys(frame) if k not in METRIC_INPUTS]
                       for frame in (baseline, candidate))
     keys, notes = [k for k in keys_b if k in keys_c], []
     for side, own, frame in (("baseline", keys_b, baseline), ("candidate", keys_c, candidate)):
@@ -516,12 +528,9 @@ def _cell_note(base: Cell, cand: Cell) -> str:
 
 # ----------------------------------------------------------------------------- outputs
 
-OUTPUTS = history.COMPARE_OUTPUTS
-
-
 def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE,
                      seed: int = 0, history_runs=None, allow_same: bool = False) -> tuple[pd.DataFrame, str]:
-    """Compare two history.Side objects into outdir/compare.csv, compare.png and summary.txt;
+    """Compare two sides.Side objects into outdir/compare.csv, compare.png and summary.txt;
     returns the table and the summary text. `history_runs`: where single runs' spread comes from.
     Sides that hold the same runs are a ValueError unless `allow_same` (self_comparison)."""
     shared, same = self_comparison(baseline.runs, candidate.runs)
@@ -548,11 +557,11 @@ def write_compare(baseline_spec: str, archived_json, history_dir, outdir) -> str
     """The compare stage (rule `compare`): the sweep archived in `archived_json` (the candidate) against
     `baseline_spec` (config key compare_with); returns the verdict counts for the rule's log."""
     archived = json.loads(Path(archived_json).read_text())
-    baseline = history.load_side(str(baseline_spec), history_dir, role="sweep to compare with")
-    candidate = history.load_side(archived.get("runs_csv", archived["file"]), history_dir)
+    baseline = sides.load_side(str(baseline_spec), history_dir, role="sweep to compare with")
+    candidate = sides.load_side(archived.get("runs_csv", archived["file"]), history_dir)
     candidate.label = f"this sweep ({archived['sweep_id']})"
     table, _ = write_comparison(baseline, candidate, outdir,
-                                history_runs=lambda: history.spread_runs(history_dir))
+                                history_runs=lambda: query.spread_runs(history_dir))
     counts = table["verdict"].value_counts()
     return f"{len(table)} configurations compared with {baseline_spec}: " + ", ".join(
         f"{n} {verdict}" for verdict, n in counts.items())
@@ -592,12 +601,6 @@ def nothing_in_common(facts: dict, baseline: str, candidate: str) -> str:
             f"{notes}): a configuration is its axes ({', '.join(keys)}), compared only where both ran it")
 
 
-def config_label(row, keys: list[str]) -> str:
-    """'pytorch vit_tiny synth-folder gpus=2': axis values, the GPU count named."""
-    parts = [str(row[key]) for key in keys[:-1] if str(row[key])]
-    return " ".join([*parts, f"gpus={row[keys[-1]]}"])
-
-
 def comparison_summary(table: pd.DataFrame, facts: dict, baseline, candidate) -> str:
     """The short text report: sides, verdict counts, the changed configurations, provenance."""
     keys = facts["keys"]
@@ -606,9 +609,9 @@ def comparison_summary(table: pd.DataFrame, facts: dict, baseline, candidate) ->
              f"{len(facts['only_baseline'])}, only in the candidate: {len(facts['only_candidate'])})",
              *(f"note: {note}" for note in facts["notes"])]
     lines.append(
-        f"throughput ratio = candidate / baseline; {_pct(facts['confidence'])} intervals per "
-        f"configuration; verdicts at the family-wise {_pct(facts['confidence'])} level (Bonferroni "
-        f"over {facts['m']} configurations with an interval: each at {_pct(facts['adjusted_level'])})")
+        f"throughput ratio = candidate / baseline; {level_text(facts['confidence'])} intervals per "
+        f"configuration; verdicts at the family-wise {level_text(facts['confidence'])} level (Bonferroni "
+        f"over {facts['m']} configurations with an interval: each at {level_text(facts['adjusted_level'])})")
     counts = table["verdict"].value_counts()
     unknown = counts.get(UNKNOWN, 0) + counts.get(UNKNOWN_NO_REPEATS, 0)
     lines.append("verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in (SLOWER, FASTER, SAME))
@@ -635,10 +638,6 @@ def spread_lines(spread: dict, m: int) -> list[str]:
                      f"{repeats_needed(variance, m)} repeats a side to be found (80 % power, "
                      f"family-wise over {m})")
     return lines
-
-
-def _pct(level: float) -> str:
-    return f"{level * 100:.4g} %"
 
 
 def _side_line(name: str, side) -> str:
@@ -682,83 +681,3 @@ def regressions(table: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:
     return table[(table["verdict"] == SLOWER) & (slowdown > fail_above_pct)]
 
 
-VERDICT_COLOURS = {SLOWER: "#c0392b", FASTER: "#1e8449", SAME: "#555555", UNKNOWN: "#aaaaaa"}
-
-
-def verdict_colour(verdict: str) -> str:
-    """The colour of a verdict; every `unknown (...)` verdict is unknown's."""
-    return VERDICT_COLOURS.get(verdict, VERDICT_COLOURS[UNKNOWN])
-
-
-MAX_PLOTTED = 40  # rows a figure can label legibly; the table keeps every configuration
-
-
-def plot_ratios(table: pd.DataFrame, facts: dict, path) -> None:
-    """One row per configuration: the ratio (dot), its 95 % interval (thick) and family-wise
-    interval (thin), coloured by verdict, on a log axis with 1.0 marked and labelled ticks across
-    the range. More than MAX_PLOTTED configurations: the most changed ones, the title says so."""
-    # A bare Figure renders with Agg and skips pyplot's import and global state.
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-
-    finite = table[np.isfinite(table["ratio"])]
-    rows = most_changed(finite, MAX_PLOTTED)
-    height = 2.0 + 0.3 * max(len(rows), 1)
-    figure = Figure(figsize=(8.0, height))
-    axis = figure.subplots()
-    for position, row in rows.iterrows():
-        colour = verdict_colour(row["verdict"])
-        y = len(rows) - 1 - position
-        axis.plot([row["ratio_ci_adj_low"], row["ratio_ci_adj_high"]], [y, y], color=colour, lw=1)
-        axis.plot([row["ratio_ci_low"], row["ratio_ci_high"]], [y, y], color=colour, lw=4, alpha=0.6)
-        axis.plot(row["ratio"], y, "o", color=colour, ms=6)
-    axis.axvline(1.0, color="black", ls="--", lw=1)
-    _log_ratio_axis(axis, rows)
-    axis.set_yticks(range(len(rows)), [config_label(r, facts["keys"]) for _, r in rows[::-1].iterrows()],
-                    fontsize=8)
-    axis.set_xlabel("Throughput ratio, candidate / baseline (log; 1 = no change)")
-    shown = (f"{len(rows)} configurations" if len(rows) == len(finite) else
-             f"the {len(rows)} most changed of {len(finite)} configurations (all in compare.csv)")
-    axis.set_title(f"{shown}\ndot = ratio, thick = {_pct(facts['confidence'])} interval, "
-                   "thin = family-wise", fontsize=9)
-    verdicts = rows["verdict"].astype(str)
-    handles = [Line2D([], [], color=c, marker="o", lw=2, label=v) for v, c in VERDICT_COLOURS.items()
-               if verdicts.str.startswith(v).any()]
-    if handles:  # beside the panel: inside, it would sit on some configuration's interval
-        axis.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
-                    title="verdict", frameon=False)
-    if rows.empty:
-        axis.text(0.5, 0.5, "no configuration with a ratio", ha="center", transform=axis.transAxes)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110, bbox_inches="tight")
-
-
-def most_changed(rows: pd.DataFrame, limit: int) -> pd.DataFrame:
-    """At most `limit` rows, those furthest from a ratio of 1 on the log scale, in table order."""
-    if len(rows) <= limit:
-        return rows.reset_index(drop=True)
-    distance = np.abs(np.log(rows["ratio"].to_numpy(float)))
-    keep = np.sort(np.argsort(-distance, kind="stable")[:limit])
-    return rows.iloc[keep].reset_index(drop=True)
-
-
-def _log_ratio_axis(axis, rows: pd.DataFrame) -> None:
-    """A log axis with about five plainly labelled ticks across the plotted range and 1 among
-    them (a range within one decade would otherwise show only the tick at 1)."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
-
-    axis.set_xscale("log")
-    bounds = rows[["ratio_ci_adj_low", "ratio_ci_adj_high", "ratio"]].to_numpy(float)
-    bounds = bounds[np.isfinite(bounds) & (bounds > 0)]
-    low, high = (min(bounds.min(), 1.0), max(bounds.max(), 1.0)) if len(bounds) else (0.5, 2.0)
-    # 1 first, then the others at least a sixth of the range apart (their labels must not touch).
-    gap = max(np.log(high / low), 1e-6) / 6.0
-    ticks = [1.0]
-    for tick in (float(f"{t:.2g}") for t in np.geomspace(low, high, 5)):
-        if all(abs(np.log(tick / kept)) >= gap for kept in ticks):
-            ticks.append(tick)
-    ticks.sort()
-    axis.xaxis.set_major_locator(FixedLocator(ticks))
-    axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axis.xaxis.set_minor_locator(NullLocator())
-    axis.xaxis.set_minor_formatter(NullFormatter())

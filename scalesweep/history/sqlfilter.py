@@ -176,7 +176,7 @@ def _node_problem(node: dict) -> str | None:
 
 def confined_connection(folders=(), settings=None):
     """An in-memory DuckDB connection that reads only files in `folders` (each spelled every way
-    a query names it: history.duckdb_path escapes glob characters), writes no file, loads no
+    a query names it: query.duckdb_path escapes glob characters), writes no file, loads no
     extension, and keeps `settings` ({name: value}) and these for good: the one kind of
     connection user filters run on. (Folders, not the files: 2,000 allowed paths cost every
     listing 40-80 ms to set, and every file opened a search through them.)"""

@@ -1,11 +1,11 @@
 """What the trainers guarantee across records, checked on read (docs/records.md, "Invariants").
 
-scalesweep/records.py judges each key of one record on its own; a log can pass that and still
+scalesweep/contract/records.py judges each key of one record on its own; a log can pass that and still
 contradict itself: a header with `gpus` 8 and `world_size` 2, more epoch records than the header
 asks for, breakdown parts that do not add up to the step, a data wait of 1e300 s, an MFU of
 149,000 %, two ranks that each printed a full record set into one log. The checks here take the
 parsed records and return, for each broken invariant, one reason naming the keys and values; the
-parser (scalesweep/parse.py) and the tidy stage (scalesweep/tidy.py, the MFU) turn a run with a
+parser (scalesweep/logs/read.py) and the tidy stage (scalesweep/tidy/rows.py, the MFU) turn a run with a
 reason into a failed row that says why, never an ok one.
 
 Pure functions of plain dicts; every threshold is a named constant with the reason for its size.
@@ -17,7 +17,7 @@ import math
 import re
 from datetime import datetime
 
-from scalesweep.records import BREAKDOWN_PARTS, FIRST_STEADY_EPOCH, is_count, is_number
+from scalesweep.contract.records import BREAKDOWN_PARTS, FIRST_STEADY_EPOCH, is_count, is_number
 
 
 # breakdown_step_s, and the parts that add up to it (the trainers' stepparts.py imports the same).

@@ -3,17 +3,17 @@
 The format is detected from the text, never configured; each has its own module, so a new
 format is a new file and a line in `detect_format`/`parse_log`:
 
-- `scalesweep` (format_scalesweep.py): our `:::SCALESWEEP {json}` records (docs/records.md);
-- `tf-reference-keras2` / `tf-keras3` (format_keras.py): the reference TensorFlow script's
+- `scalesweep` (formats/scalesweep.py): our `:::SCALESWEEP {json}` records (docs/records.md);
+- `tf-reference-keras2` / `tf-keras3` (formats/keras.py): the reference TensorFlow script's
   Keras epoch lines (docs/metrics.md);
-- `ddp-reference` (format_ddp.py): the reference PyTorch DDP trainer's INFO lines;
+- `ddp-reference` (formats/ddp.py): the reference PyTorch DDP trainer's INFO lines;
 - `unknown`: no training lines at all, but a failure signature (failures.py: a job killed at its
   time limit before printing anything) or a Python exception (a trainer that died on import) - a
   failed run, not an unreadable log, named by its path when that is a workflow log
-  (parsed.run_identity).
+  (run.run_identity).
 
-Every run comes out as a `ParsedRun` keyed like docs/records.md and checked against the record
-contract (scalesweep/records.py), whatever its format. A run that did not finish is a run with
+Every run comes out as a `ParsedRun` (logs/run.py) keyed like docs/records.md and checked against
+the record contract (scalesweep/contract/records.py), whatever its format. A run that did not finish is a run with
 status failed / oom / timeout and a one-line reason, never numbers that look valid; so is a run
 whose log holds a value the contract does not allow (its reason names the log, line and key).
 """
@@ -23,17 +23,27 @@ from __future__ import annotations
 import codecs
 from pathlib import Path
 
-from scalesweep import invariants
-from scalesweep.failures import failure_from_signatures, last_exception, one_line
-from scalesweep.format_ddp import is_ddp_line, parse_ddp
-from scalesweep.format_keras import (
-    EPOCH_TIME_RE, KERAS_EPOCH_RE, KERAS_HEADER_RE, KERAS_PROGRESS_RE, parse_keras,
+from scalesweep.contract.records import RECORD_PREFIX
+from scalesweep.logs import invariants
+from scalesweep.logs.failures import failure_from_signatures, last_exception, one_line
+from scalesweep.logs.formats.ddp import is_ddp_line, parse_ddp
+from scalesweep.logs.formats.keras import (
+    EPOCH_TIME_RE,
+    KERAS_EPOCH_RE,
+    KERAS_HEADER_RE,
+    KERAS_PROGRESS_RE,
+    parse_keras,
 )
-from scalesweep.format_scalesweep import parse_scalesweep
-from scalesweep.parsed import (
-    EmptyLogError, LogFormatError, ParsedRun, UNIDENTIFIED, checked, refused_summary, run_identity,
+from scalesweep.logs.formats.scalesweep import parse_scalesweep
+from scalesweep.logs.run import (
+    EmptyLogError,
+    LogFormatError,
+    ParsedRun,
+    UNIDENTIFIED,
+    checked,
+    refused_summary,
+    run_identity,
 )
-from scalesweep.records import RECORD_PREFIX
 
 
 def parse_file(path, world_size: int | None = None, images_per_epoch: int | None = None) -> list[ParsedRun]:
@@ -91,7 +101,7 @@ def parse_log(text: str, source: str = "<string>", world_size: int | None = None
 
 
 def _consistent(run: ParsedRun) -> ParsedRun:
-    """An ok run whose records contradict each other (scalesweep/invariants.py) is failed, the
+    """An ok run whose records contradict each other (scalesweep/logs/invariants.py) is failed, the
     first contradiction its reason. A run failed already keeps its reason: the trainer's verdict,
     or the value that broke the contract."""
     if run.problems or run.summary.get("status") != "ok":

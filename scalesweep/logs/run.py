@@ -1,17 +1,19 @@
 """What every log format parses into: `ParsedRun` (keys of docs/records.md), the run being read
 (`Draft`), the errors, the record contract applied to a parsed run, what a log's path says
-(`run_identity`, `gpus_from_filename`) and the small value readers the formats share."""
+(`run_identity`, `gpus_from_filename`) and the small value readers the formats, the log
+discovery and the tidy rows share."""
 
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scalesweep import records
-from scalesweep.catalog import MODELS
-from scalesweep.failures import one_line
+from scalesweep.contract import records
+from scalesweep.contract.catalog import MODELS
+from scalesweep.logs.failures import one_line
 
 
 # `counted`: the trainer counted the images (our records, the DDP reference's sampler sizes);
@@ -227,3 +229,21 @@ def as_count(text) -> int | None:
 
 def as_rate(images, seconds) -> float | None:
     return images / seconds if images and seconds and seconds > 0 else None
+
+
+def whole_number(value) -> int | None:
+    """A config or log value that is a whole number up to records.MAX_COUNT (an int, a numpy int,
+    4.0 from a CSV column with gaps), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):  # exactly, where float() would round past 2**53
+        number = int(value)
+    else:
+        try:
+            real = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if not math.isfinite(real) or not real.is_integer():
+            return None
+        number = int(real)
+    return number if abs(number) <= records.MAX_COUNT else None

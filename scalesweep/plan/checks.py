@@ -1,20 +1,52 @@
-"""Config values that every job would refuse, refused before the first job with the key named.
+"""Config problems found before the first job, each a ConfigError naming the key.
 
-The schema checks types and ranges; these are what it cannot see and a job would trip over at
-its start, after its GPU hours were booked: a number that YAML reads as a float (`32.0` reaches
-the trainer as `--per-gpu-batch 32.0`), a name that is not text, a NUL byte (no command line can
-carry one), a dataset path the trainers would read as an option, a matrix too large to expand, a
-synthetic dataset smaller than one step, a bind list longer than one argument may be, a history
-folder that is a file or cannot be written (permissions, a read-only file system), a sweep to
-compare with that is blank or the history lacks. (A history folder inside a folder the workflow
-owns is refused once every rule is defined: scalesweep/history_place.py.)
+The schema checks types and ranges (scalesweep/plan/config.py reads the files and applies it);
+these are what it cannot see and a job would trip over at its start, after its GPU hours were
+booked: a number that YAML reads as a float (`32.0` reaches the trainer as `--per-gpu-batch
+32.0`), a name that is not text, a NUL byte (no command line can carry one), a dataset path the
+trainers would read as an option, a matrix too large to expand, a synthetic dataset smaller than
+one step, a bind list longer than one argument may be, a history folder that is a file or cannot
+be written (permissions, a read-only file system); and the cross references between keys: models,
+datasets and GPU counts the matrix names, the images and interpreters of its frameworks, exclude
+entries that would match nothing, synthetic sizes of another format. (A sweep to compare with
+that is blank or the history lacks is refused by scalesweep/history/sides.py, which reads the
+history; a history folder inside a folder the workflow owns, once every rule is defined, by
+scalesweep/plan/history_place.py.)
 """
 
+import difflib
 import math
 import os
 from pathlib import Path
 
-from scalesweep.matrix import ConfigError, value_kind
+from scalesweep.contract.catalog import MODELS
+
+
+class ConfigError(ValueError):
+    """A config problem found before any job runs; the message names the key (an empty key: the
+    message says where itself)."""
+
+    def __init__(self, key, message):
+        super().__init__(f"config key '{key}': {message}" if key else message)
+        self.key = key
+
+
+def did_you_mean(names, candidates):
+    """'; did you mean 'framework'?' for near misses of known names, else ''."""
+    close = [difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1) for name in names]
+    guesses = [f"'{match[0]}'" for match in close if match]
+    return f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+
+
+def value_kind(value):
+    """What a YAML value is, in words: 'a number', 'a string', 'a boolean', 'a list', ..."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    kinds = {str: "a string", list: "a list", dict: "a mapping", type(None): "empty"}
+    return kinds.get(type(value), type(value).__name__)
+
 
 # More combinations than this are refused before the matrix is expanded (each is a dict in
 # memory, and a sweep this size is a typo far more often than a plan).
@@ -119,11 +151,11 @@ def check_bind_length(config) -> None:
 
 
 def check_planned(config, all_settings, workdir=".", check_paths=True) -> None:
-    """What needs the planned runs (and, with check_paths, the file system)."""
+    """What needs the planned runs (and, with check_paths, the file system). The sweep to compare
+    with needs the history: scalesweep/history/sides.py checks it (check_compare_with)."""
     check_steps_fit(config, all_settings)
     if check_paths:
         check_history_dir(config, workdir)
-        check_compare_with(config, workdir)
 
 
 def check_history_dir(config, workdir=".") -> None:
@@ -137,13 +169,132 @@ def check_history_dir(config, workdir=".") -> None:
                                          f"({why}): the sweep archives its runs there")
 
 
-def check_compare_with(config, workdir=".") -> None:
-    """The sweep to compare with is in the history (or a folder) before any run starts."""
-    from scalesweep import history  # DuckDB: imported only when a comparison is asked for
+# ----------------------------------------------------------------------------- cross references
 
-    if config["compare_with"] is None:
+# The options of scripts/make_cifar.py and scripts/make_imagefolder.py a `synthetic:` entry may
+# set, by dataset format (tests/test_config_checks.py checks them against the scripts' parsers).
+SYNTHETIC_OPTIONS = {
+    "cifar10": {"required": (), "optional": ("train_images", "test_images", "seed")},
+    "imagefolder": {"required": ("classes", "train_per_class", "val_per_class", "size"), "optional": ("seed",)},
+}
+
+
+def exclude_values(wanted):
+    """(key suffix, value) for each value an exclude entry gives one axis (a list means any of)."""
+    if isinstance(wanted, list):
+        return [(f"[{index}]", value) for index, value in enumerate(wanted)]
+    return [("", wanted)]
+
+
+def check_exclude(config, axes):
+    """An exclude entry naming no axis of the matrix, or a value of another kind than the axis's
+    (gpus: '2' for gpus: [1, 2]), would match nothing without a word: refuse both. `axes`: the
+    matrix's axes in the order a message lists them (matrix.axis_names)."""
+    matrix = config["matrix"]
+    for index, pattern in enumerate(config.get("exclude", [])):
+        for axis, wanted in pattern.items():
+            key = f"exclude[{index}].{axis}"
+            if axis not in matrix:
+                raise ConfigError(
+                    key,
+                    f"'{axis}' is not an axis of the matrix (axes: {', '.join(axes)})"
+                    + did_you_mean([axis], axes),
+                )
+            kinds = sorted({value_kind(value) for value in matrix[axis]})
+            for suffix, value in exclude_values(wanted):
+                if value_kind(value) not in kinds:
+                    plurals = " and ".join(kind.split(" ")[-1] + "s" for kind in kinds)
+                    raise ConfigError(
+                        key + suffix,
+                        f"{value!r} is {value_kind(value)}, but matrix.{axis} holds {plurals}: {matrix[axis]}",
+                    )
+
+
+def check_references(config):
+    """Cross-key checks the schema cannot do; raises ConfigError naming the key."""
+    matrix = config["matrix"]
+    known_models = sorted({m for models in MODELS.values() for m in models})
+    for index, model in enumerate(matrix["model"]):
+        if model not in known_models:
+            raise ConfigError(
+                f"matrix.model[{index}]", f"unknown model '{model}' (known: {', '.join(known_models)})"
+            )
+    for index, dataset in enumerate(matrix["dataset"]):
+        if dataset not in config["datasets"]:
+            raise ConfigError(
+                f"matrix.dataset[{index}]",
+                f"dataset '{dataset}' is not defined under 'datasets' "
+                f"(defined: {', '.join(sorted(config['datasets'])) or 'none'})",
+            )
+    gpus_per_node = config["cluster"]["gpus_per_node"]
+    for index, gpus in enumerate(matrix["gpus"]):
+        if gpus > gpus_per_node and gpus % gpus_per_node:
+            raise ConfigError(
+                f"matrix.gpus[{index}]",
+                f"{gpus} GPUs span nodes but are not a multiple of "
+                f"cluster.gpus_per_node={gpus_per_node}",
+            )
+    container = config["container"]
+    if container["runtime"] != "none":
+        for framework in matrix["framework"]:
+            if framework not in container["images"]:
+                raise ConfigError(
+                    f"container.images.{framework}",
+                    f"runtime is {container['runtime']} but no image is set for {framework}",
+                )
+    for framework, overrides in config.get("models", {}).items():
+        for model in overrides:
+            if model not in MODELS[framework]:
+                raise ConfigError(f"models.{framework}.{model}", f"not a {framework} model")
+
+
+def check_synthetic(key, fmt, sizes):
+    """A synthetic entry sets only options its format's generator has, and all it requires."""
+    options = SYNTHETIC_OPTIONS[fmt]
+    allowed = options["required"] + options["optional"]
+    for option in sizes:
+        if option not in allowed:
+            owners = [other for other, o in SYNTHETIC_OPTIONS.items() if option in o["required"] + o["optional"]]
+            belongs = f"; {option} is an option of {', '.join(owners)} datasets" if owners else ""
+            raise ConfigError(
+                f"{key}.{option}",
+                f"not an option of {fmt} datasets (theirs: {', '.join(allowed)}){belongs}",
+            )
+    missing = [option for option in options["required"] if option not in sizes]
+    if missing:
+        raise ConfigError(
+            key, f"{fmt} datasets need {', '.join(options['required'])}; missing: {', '.join(missing)}"
+        )
+
+
+def check_datasets(config):
+    """What the schema lets through but would silently differ or fail in a job: a path beside
+    synthetic (ignored), an empty path (the working directory), synthetic sizes of another format."""
+    for name, spec in config["datasets"].items():
+        key = f"datasets.{name}"
+        if "path" in spec and "synthetic" in spec:
+            raise ConfigError(
+                key,
+                "has both 'path' and 'synthetic': a synthetic dataset is generated under "
+                "resources/datasets/ and never reads the path; keep one of them",
+            )
+        if "path" in spec and not str(spec["path"]).strip():
+            raise ConfigError(
+                f"{key}.path", "is empty (it would read the working directory); give the dataset's folder"
+            )
+        if "synthetic" in spec:
+            check_synthetic(f"{key}.synthetic", spec["format"], spec["synthetic"])
+
+
+def check_trainer_pythons(config, frameworks, workdir="."):
+    """`container.python` interpreters of the frameworks that run must exist and be executable
+    (runtime none only: inside a container the image's python runs)."""
+    container = config.get("container", {})
+    if container.get("runtime", "none") != "none":
         return
-    try:
-        history.check_side(str(config["compare_with"]), config["history_dir"], workdir)
-    except ValueError as error:
-        raise ConfigError("compare_with", str(error)) from None
+    for framework in frameworks:
+        python = container.get("python", {}).get(framework)
+        if python is not None and not os.access(Path(workdir) / python, os.X_OK):
+            raise ConfigError(
+                f"container.python.{framework}", f"'{python}' is not an executable interpreter"
+            )

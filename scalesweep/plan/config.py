@@ -21,10 +21,11 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config, validate
 
-from scalesweep import feasibility, matrix, sitecheck
-from scalesweep.matrix import ConfigError, did_you_mean
+from scalesweep.plan import checks, matrix
+from scalesweep.plan.checks import ConfigError, did_you_mean
+from scalesweep.plan.site import check_images
 
-SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 # Instances shown in a message are cut to a line (jsonschema writes them out whole).
 SHORT = reprlib.Repr()
@@ -104,7 +105,7 @@ def load_strict(path):
             raise ConfigFileError(yaml_error_message(path, error)) from None
     if not isinstance(data, dict):
         raise ConfigFileError(
-            f"{path}: the top level must be keys (matrix:, datasets:, ...), not {matrix.value_kind(data)}"
+            f"{path}: the top level must be keys (matrix:, datasets:, ...), not {checks.value_kind(data)}"
         )
     return data
 
@@ -172,7 +173,7 @@ def unknown_keys(error, key):
 
 def schema_problem(error):
     """A jsonschema ValidationError as a ConfigError naming the key, without the schema dump."""
-    key = feasibility.key_path(error.absolute_path)
+    key = checks.key_path(error.absolute_path)
     if error.validator == "additionalProperties" and error.validator_value is False:
         return unknown_keys(error, key)
     if error.validator == "required":
@@ -190,8 +191,8 @@ def schema_problem(error):
 
 def validate_config(config, schema=SCHEMA):
     """Snakemake's validation (it fills in the schema's defaults), with a one-line ConfigError;
-    then what the schema lets through but every job would refuse (scalesweep/feasibility.py)."""
-    feasibility.check_text(config)
+    then what the schema lets through but every job would refuse (scalesweep/plan/checks.py)."""
+    checks.check_text(config)
     try:
         validate(config, str(schema))
     except WorkflowError as error:
@@ -202,17 +203,17 @@ def validate_config(config, schema=SCHEMA):
     problem = jsonschema.exceptions.best_match(strict_validator(schema).iter_errors(config))
     if problem is not None:
         raise whole_number_problem(problem) from None
-    feasibility.check_matrix_size(config["matrix"])
-    feasibility.check_dataset_path_shapes(config)
-    feasibility.check_bind_length(config)
+    checks.check_matrix_size(config["matrix"])
+    checks.check_dataset_path_shapes(config)
+    checks.check_bind_length(config)
 
 
 @functools.lru_cache(maxsize=4)
 def strict_validator(schema):
-    """The schema's validator, with 32.0 no integer (feasibility.strict_integer)."""
+    """The schema's validator, with 32.0 no integer (checks.strict_integer)."""
     document = yaml.safe_load(Path(schema).read_text())
     base = jsonschema.validators.validator_for(document)
-    checker = base.TYPE_CHECKER.redefine("integer", feasibility.strict_integer)
+    checker = base.TYPE_CHECKER.redefine("integer", checks.strict_integer)
     return jsonschema.validators.extend(base, type_checker=checker)(document)
 
 
@@ -243,7 +244,7 @@ def sources(files, cli_config=None):
 def check_sweep(paths, site=None):
     """Config files merged in order (then `site`, as a profile's `config:` entry gives it),
     validated and planned: what the workflow checks when parsed, except that no path is looked up
-    (sitecheck.path_problems does that). Returns (config, runs, their settings, warnings)."""
+    (site.path_problems does that). Returns (config, runs, their settings, warnings)."""
     config = {}
     for path in paths:
         update_config(config, load_strict(path))
@@ -251,9 +252,9 @@ def check_sweep(paths, site=None):
         config["site"] = site
     validate_config(config)
     runs, excluded = matrix.plan(config, check_paths=False)
-    sitecheck.check_images(config, runs)
+    check_images(config, runs)
     settings = [matrix.run_settings(run, config) for run in runs]
-    feasibility.check_planned(config, settings, check_paths=False)
+    checks.check_planned(config, settings, check_paths=False)
     return config, runs, settings, matrix.config_warnings(config, excluded, settings)
 
 

@@ -27,10 +27,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from scalesweep.matrix import ConfigError
+from scalesweep.plan.checks import ConfigError
 
+# The history folder when the config names none (the schema's `history_dir` default): the
+# workflow's own place for it, and what `scalesweep history` and `compare` read by default.
+DEFAULT_HISTORY_DIR = "results/history"
 SNAKEMAKE_FOLDER = ".snakemake"  # Snakemake's metadata, conda environments, SLURM logs
-# A name the archive would write (history.FILE_PREFIX/FILE_SUFFIX), tried against the outputs.
+# A name the archive would write (history/query.py: FILE_PREFIX, FILE_SUFFIX), tried against the outputs.
 SAMPLE_ARCHIVE = "sweep-20260101T000000Z-0123456789ab.parquet"
 
 
@@ -125,8 +128,6 @@ def refuse_owned_history(history_dir: str, rules, workdir, sources: str) -> None
     """WorkflowError (the key, the folder, the config files `sources`) for a history folder where
     one of `rules` writes; called when the workflow is parsed, before any job."""
     from snakemake.exceptions import WorkflowError
-
-    from scalesweep.history import DEFAULT_HISTORY_DIR
 
     problem = history_place_problem(history_dir, rule_outputs(rules), DEFAULT_HISTORY_DIR, workdir,
                                     snakemake_matches)

@@ -19,7 +19,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from scalesweep import atomic
+from scalesweep.contract import atomic
 
 CONTAINERS = "resources/containers"
 # Local images' digests, kept apart from the pulled images' so the two rules never claim one file.

@@ -1,6 +1,6 @@
 """Trainer command lines and SLURM resources, built from a run's settings.
 
-Pure string building (settings come from scalesweep.matrix.run_settings), so the exact commands
+Pure string building (settings come from scalesweep.plan.matrix.run_settings), so the exact commands
 a sweep will run on a cluster are testable on a machine without SLURM or Apptainer.
 
 Commands are built from argument lists and quoted once per shell they pass through (the job's
@@ -12,7 +12,7 @@ container options, module names) always arrives as written; only the launcher's 
 import os
 import shlex
 
-from scalesweep import images
+from scalesweep.plan import images
 
 TRAINER_SCRIPTS = {"tensorflow": "train_tf.py", "pytorch": "train_torch.py"}
 

@@ -1,54 +1,34 @@
 """The sweep matrix: config -> one row per configuration, with explicit exclusion rules.
 
 Pure functions of the (schema-validated) config dict, shared by the Snakefile and the tests. The
-JSON schema (workflow/schemas/config.schema.yaml) checks types and names; the checks here are the
-ones a schema cannot express (cross references between keys, files that must exist), and the
-warnings about what would run but hardly as meant (printed in the preview).
+JSON schema (workflow/schemas/config.schema.yaml) checks types and names; `plan` first runs the
+checks a schema cannot express (cross references between keys, files that must exist:
+scalesweep/plan/checks.py). The warnings here are about what would run but hardly as meant
+(printed in the preview).
 """
 
-import difflib
 import itertools
 import math
-import os
 from collections import Counter
-from pathlib import Path
 
-from scalesweep.catalog import DATASET_FORMATS, MODEL_DEFAULTS, MODELS
-from scalesweep.records import FIRST_STEADY_EPOCH
+from scalesweep.contract.catalog import DATASET_FORMATS, MODEL_DEFAULTS, MODELS
+from scalesweep.contract.records import FIRST_STEADY_EPOCH
+from scalesweep.plan.checks import (
+    ConfigError,
+    check_datasets,
+    check_exclude,
+    check_references,
+    check_trainer_pythons,
+    exclude_values,
+)
 
 CORE_AXES = ("framework", "model", "dataset", "gpus")
-
-
-
-# The options of scripts/make_cifar.py and scripts/make_imagefolder.py a `synthetic:` entry may
-# set, by dataset format (tests/test_config_checks.py checks them against the scripts' parsers).
-SYNTHETIC_OPTIONS = {
-    "cifar10": {"required": (), "optional": ("train_images", "test_images", "seed")},
-    "imagefolder": {"required": ("classes", "train_per_class", "val_per_class", "size"), "optional": ("seed",)},
-}
 
 # Job-shape settings a model may set for itself (models.<framework>.<model>), else `cluster:`'s.
 JOB_SHAPE_KEYS = ("time_limit_min", "exclusive", "whole_node")
 
 # The exclusion rules before the config's own `exclude` entries, in the order they apply.
 BUILT_IN_RULES = ("model-framework", "dataset-format", "tensorflow-single-node")
-
-
-
-class ConfigError(ValueError):
-    """A config problem found before any job runs; the message names the key (an empty key: the
-    message says where itself)."""
-
-    def __init__(self, key, message):
-        super().__init__(f"config key '{key}': {message}" if key else message)
-        self.key = key
-
-
-def did_you_mean(names, candidates):
-    """'; did you mean 'framework'?' for near misses of known names, else ''."""
-    close = [difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1) for name in names]
-    guesses = [f"'{match[0]}'" for match in close if match]
-    return f"; did you mean {' or '.join(guesses)}?" if guesses else ""
 
 
 def axis_names(matrix):
@@ -69,47 +49,6 @@ def nodes_for(gpus, gpus_per_node):
 
 def dataset_format(config, dataset):
     return config["datasets"][dataset]["format"]
-
-
-def value_kind(value):
-    """What a YAML value is, in words: 'a number', 'a string', 'a boolean', 'a list', ..."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    kinds = {str: "a string", list: "a list", dict: "a mapping", type(None): "empty"}
-    return kinds.get(type(value), type(value).__name__)
-
-
-def exclude_values(wanted):
-    """(key suffix, value) for each value an exclude entry gives one axis (a list means any of)."""
-    if isinstance(wanted, list):
-        return [(f"[{index}]", value) for index, value in enumerate(wanted)]
-    return [("", wanted)]
-
-
-def check_exclude(config):
-    """An exclude entry naming no axis of the matrix, or a value of another kind than the axis's
-    (gpus: '2' for gpus: [1, 2]), would match nothing without a word: refuse both."""
-    matrix = config["matrix"]
-    axes = axis_names(matrix)
-    for index, pattern in enumerate(config.get("exclude", [])):
-        for axis, wanted in pattern.items():
-            key = f"exclude[{index}].{axis}"
-            if axis not in matrix:
-                raise ConfigError(
-                    key,
-                    f"'{axis}' is not an axis of the matrix (axes: {', '.join(axes)})"
-                    + did_you_mean([axis], axes),
-                )
-            kinds = sorted({value_kind(value) for value in matrix[axis]})
-            for suffix, value in exclude_values(wanted):
-                if value_kind(value) not in kinds:
-                    plurals = " and ".join(kind.split(" ")[-1] + "s" for kind in kinds)
-                    raise ConfigError(
-                        key + suffix,
-                        f"{value!r} is {value_kind(value)}, but matrix.{axis} holds {plurals}: {matrix[axis]}",
-                    )
 
 
 def rule_of(reason):
@@ -222,96 +161,6 @@ def exclusion_reason(run, config):
     return None
 
 
-def check_references(config):
-    """Cross-key checks the schema cannot do; raises ConfigError naming the key."""
-    matrix = config["matrix"]
-    known_models = sorted({m for models in MODELS.values() for m in models})
-    for index, model in enumerate(matrix["model"]):
-        if model not in known_models:
-            raise ConfigError(
-                f"matrix.model[{index}]", f"unknown model '{model}' (known: {', '.join(known_models)})"
-            )
-    for index, dataset in enumerate(matrix["dataset"]):
-        if dataset not in config["datasets"]:
-            raise ConfigError(
-                f"matrix.dataset[{index}]",
-                f"dataset '{dataset}' is not defined under 'datasets' "
-                f"(defined: {', '.join(sorted(config['datasets'])) or 'none'})",
-            )
-    gpus_per_node = config["cluster"]["gpus_per_node"]
-    for index, gpus in enumerate(matrix["gpus"]):
-        if gpus > gpus_per_node and gpus % gpus_per_node:
-            raise ConfigError(
-                f"matrix.gpus[{index}]",
-                f"{gpus} GPUs span nodes but are not a multiple of "
-                f"cluster.gpus_per_node={gpus_per_node}",
-            )
-    container = config["container"]
-    if container["runtime"] != "none":
-        for framework in matrix["framework"]:
-            if framework not in container["images"]:
-                raise ConfigError(
-                    f"container.images.{framework}",
-                    f"runtime is {container['runtime']} but no image is set for {framework}",
-                )
-    for framework, overrides in config.get("models", {}).items():
-        for model in overrides:
-            if model not in MODELS[framework]:
-                raise ConfigError(f"models.{framework}.{model}", f"not a {framework} model")
-
-
-def check_synthetic(key, fmt, sizes):
-    """A synthetic entry sets only options its format's generator has, and all it requires."""
-    options = SYNTHETIC_OPTIONS[fmt]
-    allowed = options["required"] + options["optional"]
-    for option in sizes:
-        if option not in allowed:
-            owners = [other for other, o in SYNTHETIC_OPTIONS.items() if option in o["required"] + o["optional"]]
-            belongs = f"; {option} is an option of {', '.join(owners)} datasets" if owners else ""
-            raise ConfigError(
-                f"{key}.{option}",
-                f"not an option of {fmt} datasets (theirs: {', '.join(allowed)}){belongs}",
-            )
-    missing = [option for option in options["required"] if option not in sizes]
-    if missing:
-        raise ConfigError(
-            key, f"{fmt} datasets need {', '.join(options['required'])}; missing: {', '.join(missing)}"
-        )
-
-
-def check_datasets(config):
-    """What the schema lets through but would silently differ or fail in a job: a path beside
-    synthetic (ignored), an empty path (the working directory), synthetic sizes of another format."""
-    for name, spec in config["datasets"].items():
-        key = f"datasets.{name}"
-        if "path" in spec and "synthetic" in spec:
-            raise ConfigError(
-                key,
-                "has both 'path' and 'synthetic': a synthetic dataset is generated under "
-                "resources/datasets/ and never reads the path; keep one of them",
-            )
-        if "path" in spec and not str(spec["path"]).strip():
-            raise ConfigError(
-                f"{key}.path", "is empty (it would read the working directory); give the dataset's folder"
-            )
-        if "synthetic" in spec:
-            check_synthetic(f"{key}.synthetic", spec["format"], spec["synthetic"])
-
-
-def check_trainer_pythons(config, frameworks, workdir="."):
-    """`container.python` interpreters of the frameworks that run must exist and be executable
-    (runtime none only: inside a container the image's python runs)."""
-    container = config.get("container", {})
-    if container.get("runtime", "none") != "none":
-        return
-    for framework in frameworks:
-        python = container.get("python", {}).get(framework)
-        if python is not None and not os.access(Path(workdir) / python, os.X_OK):
-            raise ConfigError(
-                f"container.python.{framework}", f"'{python}' is not an executable interpreter"
-            )
-
-
 def nothing_to_run(config, excluded):
     """The error when the rules leave nothing: which rules removed how many combinations."""
     patterns = config.get("exclude", [])
@@ -332,7 +181,7 @@ def plan(config, workdir=".", check_paths=True):
     """(runs, excluded): the configurations to run and the (combination, reason) pairs left out."""
     check_references(config)
     check_datasets(config)
-    check_exclude(config)
+    check_exclude(config, axis_names(config["matrix"]))
     runs, excluded = [], []
     for run in expand_matrix(config["matrix"]):
         reason = exclusion_reason(run, config)
@@ -398,7 +247,7 @@ AUTO_TIMED_STEPS = "auto"
 
 def measured_defaults(framework, model, training_defaults) -> dict:
     """Each setting that changes what a run measures, at its value when no config sets it: the
-    schema's training defaults (configcheck.training_defaults), the model's built-in batch and
+    schema's training defaults (config.training_defaults), the model's built-in batch and
     learning rate, the first repeat."""
     unset = {key: value for key, value in training_defaults.items() if key not in UNMEASURED}
     return {**unset, **MODEL_DEFAULTS[framework][model], "repeat": 0}

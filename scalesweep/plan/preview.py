@@ -10,8 +10,8 @@ list below says so.
 
 from collections import Counter
 
-from scalesweep.launch import booked_gpu_hours, held_gpus, holds_whole_nodes
-from scalesweep.matrix import exclusion_counts
+from scalesweep.plan.launch import booked_gpu_hours, held_gpus, holds_whole_nodes
+from scalesweep.plan.matrix import exclusion_counts
 
 
 def plural(count: int, noun: str) -> str:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from scalesweep import images, launch
-from scalesweep.matrix import ConfigError
+from scalesweep.plan import images, launch
+from scalesweep.plan.checks import ConfigError
 
 # The book's way to bring a Docker image to a site whose nodes reach no registry (docs/containers.md).
 OFFLINE_IMAGE_ROUTE = (

@@ -22,7 +22,6 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from scalesweep.accounting import sacct_states
 
 # The plugin's comment begins with one of these (rule jobs; group jobs).
 PLUGIN_COMMENT_PREFIXES = ("rule_", "group_")
@@ -166,10 +165,12 @@ def outcome_lines(jobs: list[QueuedJob], states: dict, results: dict[str, str]) 
 
 
 def wait_for_earlier_jobs(workdir: str, results: dict[str, str], poll_s: float, latency_s: float,
-                          say, query=queued_jobs, states=sacct_states) -> list[QueuedJob]:
+                          say, states, query=queued_jobs) -> list[QueuedJob]:
     """Wait until the jobs an earlier head submitted from `workdir` have left the queue, then
     until the results of those that completed are visible here; say what each one left.
-    `results` names the result of a job's comment where known (results_by_comment)."""
+    `results` names the result of a job's comment where known (results_by_comment); `states`
+    gives jobs' final states by id (scalesweep/logs/accounting.py: sacct_states, which the
+    workflow passes in: accounting reads runs, a later layer than the plan)."""
     jobs = earlier_jobs(query(), workdir)
     if not jobs:
         return []

@@ -4,7 +4,7 @@ Per group of the scaling table (framework, model, dataset and any other axis tha
 lines: how far it was measured to scale (the largest GPU count with a speedup, its speedup and
 efficiency), where to stop (the sweet spot of every intent with its GPU-hours), why efficiency
 fell (the points lost at that count split into the parts of the step that grew, the
-`loss_*_pct` columns of scalesweep/breakdown.py), and what the Amdahl fit predicts at the next
+`loss_*_pct` columns of scalesweep/analysis/breakdown.py), and what the Amdahl fit predicts at the next
 two doublings with its interval, or a warning when it explains nothing (R² <= 0) or could not
 be fitted. Every number is read from the tables (`group_findings`) and only formatted here.
 
@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalesweep import atomic
-from scalesweep.breakdown import PART_NAMES, PARTS
-from scalesweep.fits import N_DOUBLINGS, predicted_speedup
-from scalesweep.scaling import format_value, is_usable, iter_groups, table_group_keys
+from scalesweep.analysis.breakdown import PART_NAMES, PARTS
+from scalesweep.analysis.fits import N_DOUBLINGS, predicted_speedup
+from scalesweep.analysis.scaling import SCALING_COLUMNS, format_value, is_usable
+from scalesweep.contract import atomic
+from scalesweep.tidy.table import iter_groups, table_group_keys
 
 TITLE = "**Findings: how far each configuration scales, where to stop, and why**"
 # The loss columns in words, the words of the step breakdown (docs/metrics.md).
@@ -169,7 +170,7 @@ def findings_text(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
     lines = [TITLE, ""]
     if scaling.empty:
         return "\n".join([*lines, "No GPU runs in the scaling table: nothing to report.", ""])
-    keys = table_group_keys(scaling)
+    keys = table_group_keys(scaling, SCALING_COLUMNS)
     for values, group in iter_groups(scaling, keys):
         row = largest_count(group)
         lines += [f"**{group_title(values)}**", "",

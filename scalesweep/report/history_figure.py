@@ -1,5 +1,6 @@
 """History at a glance: each configuration's throughput across the archived sweeps (rule
-`history` writes it after archiving this sweep; scalesweep/history.py holds the archive).
+`history` writes it after archiving this sweep; scalesweep/history/query.py builds the table
+drawn here from the archive).
 
 One panel per group (labelled as in the scaling figures), the sweep dates on the x axis, one
 colour per GPU count, the median throughput of each sweep with its 95 % interval as error bars
@@ -16,36 +17,23 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from scalesweep import history
-from scalesweep.figures import (
+from scalesweep.report.findings import gpus_text
+from scalesweep.report.plotkit import (
     HEIGHT,
     STYLE,
     PlotFigure,
-    _col_wrap,
-    _legend,
-    _note,
-    _placeholder,
+    add_legend,
+    add_note,
+    panel_wrap,
+    placeholder,
     plot_table,
     plt,
     save_png,
 )
-from scalesweep.findings import gpus_text
-from scalesweep.scaling import scaling_table
 
 NAME = "throughput_history"
 DATE_LABEL = "Sweep date (UTC)"
 MANY_DATES = 6  # more sweeps than this: matplotlib's own date ticks, not one per sweep
-
-
-def history_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """The scaling table of each archived sweep, with its `sweep_id` and `sweep_date`."""
-    tables = []
-    for (sweep_id, date), part in runs.groupby(["sweep_id", "sweep_date"], sort=True):
-        table = scaling_table(part.drop(columns=list(history.SWEEP_COLUMNS)))
-        tables.append(table.assign(sweep_id=sweep_id, sweep_date=pd.to_datetime(date, utc=True)))
-    if not tables:
-        return pd.DataFrame(columns=["sweep_id", "sweep_date"])
-    return pd.concat(tables, ignore_index=True)
 
 
 def history_figure(table: pd.DataFrame) -> PlotFigure:
@@ -56,7 +44,7 @@ def history_figure(table: pd.DataFrame) -> PlotFigure:
 def _history_figure(table: pd.DataFrame) -> PlotFigure:
     sweeps = table["sweep_id"].nunique() if len(table) else 0
     if sweeps < 2:
-        return _placeholder(NAME, f"{sweeps} sweep(s) in the history: throughput over time "
+        return placeholder(NAME, f"{sweeps} sweep(s) in the history: throughput over time "
                                   "needs two or more")
     data, _ = plot_table(table.drop(columns=["sweep_id", "sweep_date"]))
     data = data.assign(sweep_id=table["sweep_id"].to_numpy(),
@@ -64,11 +52,11 @@ def _history_figure(table: pd.DataFrame) -> PlotFigure:
                        panel=lambda d: d["label"], count=lambda d: d["gpus"].map(gpus_text))
     data = data.dropna(subset=["throughput_img_s"])
     if data.empty:
-        return _placeholder(NAME, "no throughput in the archived sweeps")
+        return placeholder(NAME, "no throughput in the archived sweeps")
     # Colours and legend in GPU order (a sorted palette would put 16 GPUs before 2).
     counts = data.drop_duplicates("gpus").sort_values("gpus")["count"]
     colors = dict(zip(counts, sns.color_palette(n_colors=len(counts))))
-    grid = sns.FacetGrid(data, col="panel", col_wrap=_col_wrap(data.rename(
+    grid = sns.FacetGrid(data, col="panel", col_wrap=panel_wrap(data.rename(
         columns={"model": "_", "panel": "model"})), height=HEIGHT, aspect=1.3, sharey=False)
     grid.map_dataframe(_throughput_over_time, colors=colors)
     grid.set_titles("{col_name}", size=9)
@@ -81,8 +69,8 @@ def _history_figure(table: pd.DataFrame) -> PlotFigure:
         ax.set_ylim(bottom=0)
         ax.tick_params(labelbottom=True, labelleft=True)
     grid.tight_layout()
-    _legend(grid, colors, data["count"], "GPU count")
-    _note(grid.figure, f"{sweeps} sweeps; error bars: 95 % throughput interval of each sweep")
+    add_legend(grid, colors, data["count"], "GPU count")
+    add_note(grid.figure, f"{sweeps} sweeps; error bars: 95 % throughput interval of each sweep")
     return PlotFigure(NAME, grid.figure, data.reset_index(drop=True), grid=grid)
 
 
@@ -111,9 +99,9 @@ def _date_axis(ax, dates) -> None:
     ax.tick_params(axis="x", labelsize=8)
 
 
-def write_history_figure(history_dir, output) -> str:
-    """Every archived sweep's runs -> `output` (PNG); the log line."""
-    table = history_table(history.archived_runs(history_dir))
+def write_history_figure(table: pd.DataFrame, output) -> str:
+    """The scaling table of every archived sweep (query.history_table) -> `output` (PNG); the
+    log line."""
     figure = history_figure(table)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     save_png(figure.figure, output, 120)

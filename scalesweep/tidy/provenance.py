@@ -2,19 +2,16 @@
 
 The header (docs/records.md) nests versions and lists devices; a runs table and the sweep history
 need one value per cell, so that two sweeps can be compared field by field (`provenance_diff` in
-scalesweep/compare.py). None of these columns is a configuration axis: they are listed in
-scalesweep/scaling.py NON_KEY_COLUMNS, and two sweeps' configurations match on the axes alone.
+scalesweep/history/compare.py). None of these columns is a configuration axis: they are listed in
+scalesweep/tidy/table.py's NON_KEY_COLUMNS, and two sweeps' configurations match on the axes
+alone. (The code version a run records comes from the workflow: scalesweep/plan/code_version.py.)
 """
 
-import functools
 import hashlib
 import json
 import math
-import subprocess
-from importlib import metadata
-from pathlib import Path
 
-# A sweep's own columns in the history archive (scalesweep/history.py): its id, date, config,
+# A sweep's own columns in the history archive (scalesweep/history/archive.py): its id, date, config,
 # where it was archived from and on which host.
 SWEEP_COLUMNS = ("sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host")
 PROVENANCE_COLUMNS = (
@@ -26,7 +23,7 @@ PROVENANCE_COLUMNS = (
     "cudnn_version",
     "nccl_version",
     "container_image",
-    # the image file's SHA-256 (scalesweep/images.py): the same path may hold a rebuilt image
+    # the image file's SHA-256 (scalesweep/plan/images.py): the same path may hold a rebuilt image
     "container_digest",
     "cluster",
     "slurm_nodelist",
@@ -54,8 +51,6 @@ NOT_SETTINGS = frozenset({"repeat"})
 # The header's name of each framework's own version in `versions`.
 FRAMEWORK_VERSION_KEYS = {"pytorch": "torch", "tensorflow": "tensorflow"}
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def run_provenance(header: dict, axes: dict | None = None) -> dict:
     """The PROVENANCE_COLUMNS of one run from its parsed header and its sweep axes.
@@ -73,7 +68,7 @@ def run_provenance(header: dict, axes: dict | None = None) -> dict:
         "cudnn_version": _text(versions.get("cudnn")),
         "nccl_version": _text(versions.get("nccl")),
         "container_image": _text(header.get("container_image")),
-        # known to the workflow, not to the trainer: tidy.with_digests fills it in
+        # known to the workflow, not to the trainer: rows.with_digests fills it in
         "container_digest": None,
         # SLURM's cluster name where the trainer ran under SLURM, else the machine itself
         "cluster": _text(header.get("slurm_cluster_name") or header.get("hostname")),
@@ -134,82 +129,6 @@ def _text(value) -> str | None:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     return str(value)
-
-
-@functools.lru_cache(maxsize=1)
-def scalesweep_version() -> str:
-    """The git commit of this checkout (`-dirty` with uncommitted changes), else the installed
-    package's version: the code that tabulated (and normally launched) the sweep."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=12"],
-            capture_output=True, text=True, timeout=10,
-        )
-        if done.returncode == 0 and done.stdout.strip():
-            return done.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
-        return metadata.version("scalesweep")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-# What `-dirty` looks at: the code that launches, trains and tabulates. config/ is an input that
-# settings_hash already records; results, logs and docs change nothing a run computes.
-CODE_PATHS = ("scalesweep", "scripts", "workflow", "Snakefile", "envs", "pyproject.toml")
-VERSION_ENV = "SCALESWEEP_VERSION"  # set by the workflow, read by the trainers (scripts/runlog.py)
-
-
-def code_version(repo: Path = REPO) -> str:
-    """The checkout's commit, `-dirty` when CODE_PATHS hold uncommitted changes; in an unpacked
-    offline bundle the commit it was made from (bundle_version); the installed package's version
-    without either (a copy without .git, say)."""
-    recorded = bundle_version(repo)
-    if recorded is not None:
-        return recorded
-    try:
-        commit = _git(repo, "rev-parse", "--short=12", "HEAD")
-        changed = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
-        return commit + ("-dirty" if changed else "")
-    except (OSError, subprocess.SubprocessError):
-        return scalesweep_version()
-
-
-# An offline bundle (envs/bundle.sh, scalesweep/bundle.py) carries no .git: it records the code
-# version it was made from and the SHA-256 of each code file in this file at its top.
-BUNDLE_MANIFEST = "bundle.json"
-
-
-def bundle_version(folder: Path) -> str | None:
-    """The code version an unpacked bundle recorded, `-dirty` when a code file it holds was
-    changed or removed since; None where `folder` is no bundle. ValueError naming the file when
-    the record cannot be read: a run would otherwise record a version it did not run."""
-    path = Path(folder) / BUNDLE_MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        version, files = str(manifest["code_version"]), dict(manifest["files"])
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{path}: not a readable bundle record ({error!r}); "
-                         "unpack the bundle again or remove the file") from None
-    edited = any(file_sha256(Path(folder) / name) != digest for name, digest in files.items())
-    return version + "-dirty" if edited and not version.endswith("-dirty") else version
-
-
-def file_sha256(path: Path) -> str | None:
-    """The file's SHA-256 in hex; None where it is missing."""
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return None
-
-
-def _git(repo: Path, *args) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          timeout=10, check=True)
-    return done.stdout.strip()
 
 
 def run_id(header: dict, epochs: list, summary: dict | None, log=None) -> str:

@@ -5,82 +5,39 @@ what happened: axes override or complete the log, metrics always come from the l
 metrics are recomputed from the epochs (median over epochs >= 2), never copied from a summary.
 A run that did not finish is a row with status failed / oom / timeout, a reason, and NaN in every
 metric column, so no plot or fit can take it for a measurement. So is a log that cannot be read
-or breaks the record contract (scalesweep/records.py); `tidy_tables` also lists those as refused.
+or breaks the record contract (scalesweep/contract/records.py); `tidy_tables` also lists those as refused.
 """
 
 import math
-import numbers
 import statistics
 from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
 
-from scalesweep import atomic, breakdown, copies, hardware, invariants, records
-from scalesweep.parse import parse_file
-from scalesweep.parsed import EmptyLogError, LogFormatError, refused_summary
-from scalesweep.provenance import PROVENANCE_COLUMNS, run_id, run_provenance
-from scalesweep.records import FIRST_STEADY_EPOCH
-
-AXIS_COLUMNS = ["framework", "model", "dataset", "gpus", "nodes", "repeat"]
-METRIC_COLUMNS = [
-    "steady_epoch_time_s",
-    "throughput_img_s",
-    "throughput_per_gpu_img_s",
-    "total_time_s",
-    "memory_gb",
-    "peak_host_rss_gb",
-]
-# The steady throughput's 95 % interval from the run's own timed steps (batch means).
-INTERVAL_COLUMNS = ["step_time_ci_pct", "throughput_ci_low_img_s", "throughput_ci_high_img_s"]
-# What a run cost, failed runs included: the trainer's whole life (start-up included) x GPUs.
-COST_COLUMNS = ["wall_time_s", "gpu_hours"]
-# GPU energy of the steady windows (scripts/energy.py): energy_j of the steady epochs or timed
-# window summed, per image and as average power per GPU; run_energy_j the whole run's.
-ENERGY_COLUMNS = ["energy_j", "joules_per_image", "avg_power_w_per_gpu", "run_energy_j"]
-ENERGY_TEXT_COLUMNS = ["energy_source", "energy_note"]
-# The job's whole-node energy by SLURM's accounting (scalesweep/accounting.py), where configured.
-SLURM_ENERGY_COLUMNS = ["slurm_energy_j", "slurm_energy_source"]
-# Where a step's time goes (scalesweep/breakdown.py); empty for logs without it.
-BREAKDOWN_COLUMNS = list(breakdown.BREAKDOWN_COLUMNS)
-FLOAT_BREAKDOWN_COLUMNS = [c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes")]
-RUN_RESULT_COLUMNS = [
-    "per_gpu_batch",
-    "global_batch",
-    "world_size",
-    "status",
-    "reason",
-    "epochs",
-    *METRIC_COLUMNS,
-    "protocol",
-    "log_format",
-    "log",
-    *INTERVAL_COLUMNS,
-    "timed_steps",
-    "timed_stop_reason",
-    *COST_COLUMNS,
-    *ENERGY_COLUMNS,
-    *ENERGY_TEXT_COLUMNS,
-    *SLURM_ENERGY_COLUMNS,
-    *BREAKDOWN_COLUMNS,
-    # provenance, after the contract's columns
-    "device_kind",
-    "images_per_epoch",
-    "images_per_epoch_source",
-    "train_images",
-    "slurm_job_id",
-    "hostname",
-    *PROVENANCE_COLUMNS,
-    "run_id",
-]
-EPOCH_RESULT_COLUMNS = ["epoch", "images", "seconds", "throughput_img_s", "loss", "accuracy", "steady"]
-EPOCH_FLOAT_COLUMNS = ["seconds", "throughput_img_s", "loss", "accuracy"]
-
-# Read back as text: names ('2024.1' and '2024.10' as numbers would become one float and one group)
-# and provenance (a driver "550.540" or a CUDA "12.10" read as numbers would lose digits).
-NAME_COLUMNS = ("framework", "model", "dataset", "precision", "protocol")
-TEXT_COLUMNS = (*NAME_COLUMNS, *(c for c in PROVENANCE_COLUMNS if c not in ("load_avg_1m", "node_shared")),
-                "hostname", "slurm_job_id", "run_id")
+from scalesweep.contract import atomic, hardware, records
+from scalesweep.contract.records import FIRST_STEADY_EPOCH
+from scalesweep.logs import invariants
+from scalesweep.logs.read import parse_file
+from scalesweep.logs.run import EmptyLogError, LogFormatError, refused_summary, whole_number
+from scalesweep.tidy import copies
+from scalesweep.tidy.provenance import run_id, run_provenance
+from scalesweep.tidy.table import (
+    AXIS_COLUMNS,
+    BREAKDOWN_COLUMNS,
+    COST_COLUMNS,
+    COUNT_COLUMNS,
+    ENERGY_COLUMNS,
+    ENERGY_TEXT_COLUMNS,
+    EPOCH_FLOAT_COLUMNS,
+    EPOCH_RESULT_COLUMNS,
+    FLOAT_BREAKDOWN_COLUMNS,
+    INTERVAL_COLUMNS,
+    METRIC_COLUMNS,
+    RUN_RESULT_COLUMNS,
+    SLURM_ENERGY_COLUMNS,
+    status_counts,
+)
 
 # Config keys that would overwrite a measurement or the verdict on it. Other result columns
 # (per_gpu_batch, epochs, ...) may be sweep axes: the axis value then fills that column.
@@ -89,12 +46,6 @@ RESERVED_KEYS = frozenset(
      *ENERGY_COLUMNS, *ENERGY_TEXT_COLUMNS, *SLURM_ENERGY_COLUMNS, *BREAKDOWN_COLUMNS,
      *EPOCH_RESULT_COLUMNS}
 )
-# Counts stay integers in the CSVs (`4`, not `4.0`) even where a failed row leaves them empty.
-COUNT_COLUMNS = (
-    "gpus", "nodes", "repeat", "per_gpu_batch", "global_batch", "world_size", "epochs",
-    "images_per_epoch", "train_images", "timed_steps", "breakdown_steps", "allreduce_bytes",
-    "epoch", "images",
-)  # fmt: skip
 NO_LOG_REASON = "no log"
 NO_STEADY_REASON = "only epoch 1 finished: no steady-state epoch (epoch >= 2) to measure"
 
@@ -106,7 +57,7 @@ class TidyTables(NamedTuple):
     # naming the log (and line and key where there is one); each is also a failed row in `runs`.
     refused: list[str]
     # One line per run read again (the same log twice, a copy of it): left out, named
-    # (scalesweep/copies.py).
+    # (scalesweep/tidy/copies.py).
     copies_left_out: list[str] = []
 
 
@@ -123,7 +74,7 @@ def runs_table(items, images_per_epoch: int | None = None) -> tuple[pd.DataFrame
 
 def tidy_tables(items, images_per_epoch: int | None = None) -> TidyTables:
     """runs_table's tables, and the logs it refused (TidyTables.refused). `images_per_epoch`: the
-    dataset's training images, for logs that count steps instead (Keras; format_keras.keras_epoch_images)."""
+    dataset's training images, for logs that count steps instead (Keras; formats/keras.py: keras_epoch_images)."""
     items = [(path, dict(config)) for path, config in items]
     extra_axes = _extra_axes(config for _, config in items)
     readings = [reading for path, config in items for reading in _rows_for_item(path, config, images_per_epoch)]
@@ -163,15 +114,9 @@ def _counts_as_integers(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def status_counts(runs: pd.DataFrame) -> str:
-    """e.g. '12 runs: 11 ok, 1 failed'."""
-    counts = runs["status"].value_counts()
-    return f"{len(runs)} runs: " + ", ".join(f"{n} {status}" for status, n in counts.items())
-
-
 def with_digests(runs: pd.DataFrame, digests: dict | None) -> pd.DataFrame:
     """container_digest of every run from {framework: 'sha256:...'}: the workflow knows which
-    image each framework's runs ran in and hashed it once (scalesweep/images.py)."""
+    image each framework's runs ran in and hashed it once (scalesweep/plan/images.py)."""
     if not digests:
         return runs
     known = runs["framework"].map(digests)
@@ -191,7 +136,7 @@ def tidy_frames(items, ask_slurm: bool = False, digests=None) -> tuple[pd.DataFr
     status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...), and every run its job's energy
     where the cluster accounts it (slurm_energy_j); digests: {framework: image digest}
     (with_digests)."""
-    from scalesweep import accounting
+    from scalesweep.logs import accounting
 
     epochs, runs = runs_table(items)
     runs = with_digests(runs, digests)
@@ -275,24 +220,6 @@ def _world_size_hint(config: dict) -> int | None:
         if value is not None and value >= 1:
             return value
     return None
-
-
-def whole_number(value) -> int | None:
-    """A config or log value that is a whole number up to records.MAX_COUNT (an int, a numpy int,
-    4.0 from a CSV column with gaps), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, numbers.Integral):  # exactly, where float() would round past 2**53
-        number = int(value)
-    else:
-        try:
-            real = float(value)
-        except (TypeError, ValueError, OverflowError):
-            return None
-        if not math.isfinite(real) or not real.is_integer():
-            return None
-        number = int(real)
-    return number if abs(number) <= records.MAX_COUNT else None
 
 
 def _global_batch(per_gpu_batch, world_size) -> int | None:
@@ -442,13 +369,13 @@ _SUMMARY_BREAKDOWN = tuple(c for c in BREAKDOWN_COLUMNS if c not in ("flops_per_
 
 def breakdown_fields(header: dict, summary: dict, row: dict) -> dict:
     """The breakdown columns of an ok run: the summary's parts and probes, the header's FLOPs per
-    image, and from them the achieved TFLOP/s per GPU and the MFU (scalesweep/hardware.py)."""
+    image, and from them the achieved TFLOP/s per GPU and the MFU (scalesweep/contract/hardware.py)."""
     values = {key: summary.get(key) if _is_number(summary.get(key)) else None for key in _SUMMARY_BREAKDOWN}
     flops = header.get("flops_per_image")
     values["flops_per_image"] = flops if _is_number(flops) else None
     values["tflops_per_gpu"] = values["mfu_pct"] = None
     if values["flops_per_image"] is not None and _is_number(row.get("throughput_img_s")) and _is_number(row.get("gpus")):
-        tflops = float(breakdown.tflops_per_gpu(flops, row["throughput_img_s"], row["gpus"]))
+        tflops = hardware.tflops_per_gpu(flops, row["throughput_img_s"], row["gpus"])
         values["tflops_per_gpu"] = tflops
         device = (header.get("gpu_models") or [None])[0] if header.get("device_kind") == "gpu" else None
         values["mfu_pct"] = hardware.mfu_pct(tflops, device, header.get("framework"), header.get("precision"))
@@ -504,10 +431,3 @@ def _is_number(value) -> bool:
     return records.is_number(value)
 
 
-def read_runs_csv(path) -> pd.DataFrame:
-    """runs.csv (this module writes it) read back with its text columns as text: the one reader
-    of the tables, the history and the comparison. ValueError naming the file when unreadable."""
-    try:
-        return pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot read the runs table: {error}") from error

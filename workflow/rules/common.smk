@@ -1,4 +1,5 @@
-# Config validation, the run matrix and every input/params function of the workflow.
+# Config validation, the run matrix and the input/params functions of the workflow (the training
+# jobs' threads and SLURM resources: resources.smk).
 import json
 import os
 import re
@@ -7,7 +8,6 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
-from snakemake.iocontainers import Wildcards
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import min_version
 
@@ -16,20 +16,21 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep import (
-    configcheck,
-    feasibility,
+from scalesweep.history import sides  # noqa: E402
+from scalesweep.plan import (
+    checks,
+    code_version,
     images,
     launch,
     matrix,
     preview,
-    provenance,
-    sitecheck,
+    site,
 )  # noqa: E402
+from scalesweep.plan import config as config_files  # noqa: E402
 
 # The code every trainer of this invocation runs, computed once where git is (the trainers may
 # run in a container without it); a SLURM job's own Snakemake inherits the submitter's value.
-os.environ.setdefault(provenance.VERSION_ENV, provenance.code_version())
+os.environ.setdefault(code_version.VERSION_ENV, code_version.code_version())
 
 # The default config is read here, not by a `configfile:` line in the Snakefile: each file used is
 # read strictly first (a syntax error or a duplicate key named with file, line and column), and a
@@ -40,13 +41,13 @@ DEFAULT_REPLACED = bool(
     workflow.config_settings.overwrite_config
     and workflow.config_settings.replace_workflow_config
 )
-CONFIG_FILES = configcheck.files_used(
+CONFIG_FILES = config_files.files_used(
     DEFAULT_CONFIGFILE, workflow.overwrite_configfiles, DEFAULT_REPLACED
 )
 try:
     for config_file in CONFIG_FILES:
-        configcheck.load_strict(config_file)
-except configcheck.ConfigFileError as error:
+        config_files.load_strict(config_file)
+except config_files.ConfigFileError as error:
     raise WorkflowError(str(error)) from None
 
 if not DEFAULT_REPLACED:
@@ -56,34 +57,33 @@ if not DEFAULT_REPLACED:
 
 # A site declared by the profile's `config:` entry arrives as text below the top level.
 if "site" in workflow.config_settings.config:
-    config["site"] = sitecheck.from_command_line(
-        workflow.config_settings.config["site"]
-    )
+    config["site"] = site.from_command_line(workflow.config_settings.config["site"])
 try:
-    configcheck.validate_config(
+    config_files.validate_config(
         config, os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml")
     )
     RUNS, EXCLUDED = matrix.plan(config)
-    sitecheck.check_images(config, RUNS)
-except matrix.ConfigError as error:
-    config_sources = configcheck.sources(CONFIG_FILES, workflow.config_settings.config)
+    site.check_images(config, RUNS)
+except checks.ConfigError as error:
+    config_sources = config_files.sources(CONFIG_FILES, workflow.config_settings.config)
     raise WorkflowError(f"{error} {config_sources}") from None
 
 # A run's result and logs live at <framework>/model~M/dataset~D/gpus~N, then one folder level per
 # setting it measures away from the default (matrix.run_path); the two trainers are separate
 # rules with their own commands and resources.
 RUN_PATTERN = matrix.RUN_PATTERN
-TRAINING_DEFAULTS = configcheck.training_defaults()
+TRAINING_DEFAULTS = config_files.training_defaults()
 RUN_SETTINGS = [matrix.run_settings(run, config) for run in RUNS]
 RUN_PATHS = [matrix.run_path(settings, TRAINING_DEFAULTS) for settings in RUN_SETTINGS]
 WORKDIR = os.getcwd()
 SETTINGS = dict(zip(RUN_PATHS, RUN_SETTINGS))
 # Missing or empty datasets and images: listed by a preview, refused by a run (submission_checks).
-PATH_PROBLEMS = sitecheck.path_problems(config, RUN_SETTINGS, WORKDIR)
+PATH_PROBLEMS = site.path_problems(config, RUN_SETTINGS, WORKDIR)
 try:
-    feasibility.check_planned(config, SETTINGS.values(), WORKDIR)
-except matrix.ConfigError as error:
-    config_sources = configcheck.sources(CONFIG_FILES, workflow.config_settings.config)
+    checks.check_planned(config, SETTINGS.values(), WORKDIR)
+    sides.check_compare_with(config, WORKDIR)
+except checks.ConfigError as error:
+    config_sources = config_files.sources(CONFIG_FILES, workflow.config_settings.config)
     raise WorkflowError(f"{error} {config_sources}") from None
 # With --sdm conda each rule's own environment provides `python`; otherwise the sweep's
 # interpreter runs everything (its absolute path also works on compute nodes sharing the file system).
@@ -223,22 +223,6 @@ def local_image_path(wildcards):
     return launch.absolute(IMAGE_NAMES[wildcards.image], WORKDIR)
 
 
-def job_threads(framework, wildcards):
-    """Locally a trainer takes every core given to Snakemake, so runs never share the machine and
-    their timings mean something; a cluster job (and a preview) gets its own CPUs (cpus_per_task).
-    """
-    if (
-        workflow.executor_plugin is not None
-        and workflow.executor_plugin.name == "local"
-    ):
-        return workflow.cores
-    return settings_of(framework, wildcards)["cpus_per_task"]
-
-
-def trainer_threads(framework):
-    return lambda wildcards: job_threads(framework, wildcards)
-
-
 def trainer_command(framework, job_settings=lambda settings: settings):
     """The job's command; its trainer processes share the job's threads at run time
     (launch.omp_threads_word)."""
@@ -267,106 +251,6 @@ def max_batch_logs():
 def max_batch_configs():
     runs = dict(zip(RUN_PATHS, RUNS))
     return [runs[path] for path in max_batch_paths()]
-
-
-def profile_slurm_extra(resource_settings):
-    """The slurm_extra of the profile's (or --default-resources') defaults, or None: the train
-    rules set slurm_extra themselves, which replaces a default (launch.slurm_resources merges it).
-    """
-    from snakemake.resources import Resources
-
-    defaults = resource_settings.default_resources
-    return Resources.from_mapping(defaults).get("slurm_extra") if defaults else None
-
-
-def command_line_slurm_extra(resource_settings):
-    """{rule: slurm_extra} given with --set-resources (or a profile's set-resources). Snakemake
-    applies these after a rule's own resources, replacing the train rules' options; train.smk
-    puts the merged value back (train_rules_keep_their_slurm_extra)."""
-    from snakemake.resources import Resources
-
-    return {
-        rule_name: Resources.from_mapping(overrides)["slurm_extra"]
-        for rule_name, overrides in resource_settings.overwrite_resources.items()
-        if "slurm_extra" in overrides
-    }
-
-
-PROFILE_SLURM_EXTRA = profile_slurm_extra(workflow.resource_settings)
-COMMAND_LINE_SLURM_EXTRA = command_line_slurm_extra(workflow.resource_settings)
-
-
-def user_slurm_extra(wildcards, input, attempt, threads, rulename):
-    """The user's slurm_extra for one job: the profile's default, then the command line's for
-    this rule; each is an expression Snakemake evaluates per job. The more specific comes
-    later, as sbatch mostly keeps the last of an option given twice."""
-    values = []
-    for resource in (PROFILE_SLURM_EXTRA, COMMAND_LINE_SLURM_EXTRA.get(rulename)):
-        if resource is None:
-            continue
-        value = resource.evaluate(
-            wildcards,
-            input=input,
-            attempt=attempt,
-            threads=threads,
-            rulename=rulename,
-            async_run=workflow.async_run,
-        ).value
-        values.append(str(value or ""))
-    return " ".join(value for value in values if value)
-
-
-def slurm_resource(framework, name, default=None):
-    """One SLURM resource of a training job (the plugin reads them; local runs ignore them)."""
-
-    def resource_of(wildcards, input, attempt, threads, rulename):
-        settings = settings_of(framework, wildcards)
-        extra = (
-            user_slurm_extra(wildcards, input, attempt, threads, rulename)
-            if name == "slurm_extra"
-            else ""
-        )
-        return launch.slurm_resources(settings, config["cluster"], extra).get(
-            name, default
-        )
-
-    return resource_of
-
-
-def slurm_resources(framework, multinode=False):
-    """Every SLURM resource of a training job, by name: `resources: **slurm_resources(...)`. A
-    run across nodes is an `mpi` job of the plugin, one task per node (scalesweep/launch.py).
-    """
-    resources = {
-        name: slurm_resource(framework, name, default)
-        for name, default in (
-            ("nodes", None),
-            ("gres", ""),
-            ("cpus_per_task", None),
-            ("tasks_per_gpu", None),
-            ("runtime", None),
-            ("slurm_extra", ""),
-        )
-    }
-    if multinode:
-        resources.update(tasks=slurm_resource(framework, "tasks"), mpi="srun")
-    return resources
-
-
-def train_rules_keep_their_slurm_extra():
-    """Run after the train rules are defined. --set-resources <rule>:slurm_extra=... replaces a
-    rule's own slurm_extra (Snakemake applies it after the rule's resources), dropping the
-    workflow's options such as --exclusive: put back the train rules' own, which adds the
-    command line's (user_slurm_extra)."""
-    for rule_name, framework in (
-        ("train_tensorflow", "tensorflow"),
-        ("train_pytorch", "pytorch"),
-        ("train_pytorch_multinode", "pytorch"),
-    ):
-        if rule_name in COMMAND_LINE_SLURM_EXTRA:
-            getattr(rules, rule_name).rule.resources["slurm_extra"] = slurm_resource(
-                framework, "slurm_extra", ""
-            )
 
 
 def gpu_counts(multinode):
@@ -400,28 +284,6 @@ def preview_jobs(max_batch):
     return {run_log(path): SETTINGS[path] for path in RUN_PATHS}
 
 
-def resource_value(name, rule_name):
-    """A resource the profile (or the command line) gives every job of a rule, as a job would
-    get it: --set-resources for the rule, else --default-resources; None when neither sets it.
-    """
-    settings = workflow.resource_settings
-    for given in (
-        settings.overwrite_resources.get(rule_name, {}),
-        settings.default_resources or {},
-    ):
-        if name in given:
-            evaluated = given[name].evaluate(
-                Wildcards(),
-                input=[],
-                attempt=1,
-                threads=1,
-                rulename=rule_name,
-                async_run=workflow.async_run,
-            )
-            return evaluated.value
-    return None
-
-
 def train_rule(settings, max_batch):
     if max_batch:
         return f"max_batch_{settings['framework']}"
@@ -430,24 +292,22 @@ def train_rule(settings, max_batch):
 
 
 def site_problems(jobs, max_batch):
-    """What the site refuses of the jobs to run ({run path: settings}; scalesweep/sitecheck.py);
+    """What the site refuses of the jobs to run ({run path: settings}; scalesweep/plan/site.py);
     never for a local run."""
     executor = workflow.executor_plugin
     if executor is not None and executor.name == "local":
         return []
-    site = config["site"]
+    needs = config["site"]
     defaults = workflow.resource_settings.default_resources
     account = resource_value("slurm_account", "all")
-    problems = [
-        sitecheck.account_problem(site, account, defaults.args if defaults else [])
-    ]
+    problems = [site.account_problem(needs, account, defaults.args if defaults else [])]
     by_rule = {}
     for path, settings in jobs.items():
         by_rule.setdefault(train_rule(settings, max_batch), {})[path] = settings
     for rule_name, rule_jobs in sorted(by_rule.items()):
         qos = resource_value("qos", rule_name)
-        problems += sitecheck.qos_problems(site, qos, rule_jobs)
-        warning = sitecheck.qos_warning(site, qos)
+        problems += site.qos_problems(needs, qos, rule_jobs)
+        warning = site.qos_warning(needs, qos)
         if warning and workflow.is_main_process:
             print(preview.warning_lines([warning]), file=sys.stderr)
     return [problem for problem in problems if problem]
@@ -456,7 +316,7 @@ def site_problems(jobs, max_batch):
 def submission_checks():
     """Before a run's first job: missing or empty paths (a preview only lists them)."""
     if not workflow.dryrun and workflow.is_main_process and PATH_PROBLEMS:
-        raise WorkflowError(sitecheck.missing_paths_error(PATH_PROBLEMS))
+        raise WorkflowError(site.missing_paths_error(PATH_PROBLEMS))
 
 
 def preview_of(max_batch):
@@ -475,10 +335,10 @@ def preview_of(max_batch):
             }
             refused = site_problems(pending, max_batch)
             if refused:
-                raise WorkflowError(sitecheck.site_refusal(refused))
+                raise WorkflowError(site.site_refusal(refused))
             submission_checks()
             if PATH_PROBLEMS:
-                print(sitecheck.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
+                print(site.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
             summary = preview.plan_summary(
                 RUNS, EXCLUDED, jobs, done, max_batch=max_batch
             )

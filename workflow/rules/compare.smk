@@ -1,6 +1,8 @@
 # The compare stage (with `compare_with` set): this sweep against that one, with confidence
-# intervals, by scalesweep/compare.py: results/compare/{compare.csv,compare.png,summary.txt}.
-from scalesweep import history, rulelog
+# intervals, by scalesweep/history/compare.py:
+# results/compare/{compare.csv,compare.png,summary.txt}.
+from scalesweep import rulelog
+from scalesweep.history import sides
 
 
 rule compare:
@@ -13,7 +15,7 @@ rule compare:
                 caption="../report/compare.rst",
                 category="Comparison",
             )
-            for number, name in enumerate(history.COMPARE_OUTPUTS)
+            for number, name in enumerate(sides.COMPARE_OUTPUTS)
         },
     log:
         "logs/compare.log",
@@ -23,7 +25,7 @@ rule compare:
         history_dir=config["history_dir"],
     run:
         # imported here: scipy would slow down every parse of the workflow (cluster jobs included)
-        from scalesweep import compare
+        from scalesweep.history import compare
 
         outdir = os.path.dirname(output[0])
         rulelog.run_logged(

@@ -1,12 +1,11 @@
 # The figures stage: the scaling and fits tables -> seaborn figures (PNG), per model and with all
-# models combined, by scalesweep/figures.py.
-from scalesweep import rulelog
+# models combined, by scalesweep/report/figures.py.
+from scalesweep import pipeline, rulelog
 
 
 rule figures:
     input:
-        scaling="results/tables/scaling.csv",
-        fits="results/tables/fits.csv",
+        **{name: f"results/tables/{name}.csv" for name in pipeline.FIGURE_TABLES},
     output:
         report(
             directory("results/figures"),
@@ -19,9 +18,6 @@ rule figures:
         "logs/figures.log",
     localrule: True
     run:
-        # imported here: matplotlib would slow down every parse of the workflow
-        from scalesweep import figures
-
         rulelog.run_logged(
-            log[0], figures.write_figures, input.scaling, input.fits, output[0]
+            log[0], pipeline.write_figures, dict(input.items()), output[0]
         )

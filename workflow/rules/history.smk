@@ -1,9 +1,11 @@
 # The history stage: the finished sweep's runs archived into the (possibly shared) history folder
-# as one immutable file, by scalesweep/history.py. The history folder is append-only and shared
-# between sweeps, so it is no output of this workflow: results/tables/archived.json names the file
-# this sweep archived, and is the rule's output. Then the history at a glance: every archived
-# sweep's throughput per configuration over time (scalesweep/history_figure.py).
-from scalesweep import history, rulelog, tables
+# as one immutable file, by scalesweep/history/archive.py. The history folder is append-only and
+# shared between sweeps, so it is no output of this workflow: results/tables/archived.json names
+# the file this sweep archived, and is the rule's output. Then the history at a glance: every
+# archived sweep's throughput per configuration over time (scalesweep/report/history_figure.py).
+from scalesweep import rulelog
+from scalesweep.analysis import tables
+from scalesweep.history import archive
 
 
 rule history:
@@ -27,7 +29,7 @@ rule history:
     run:
         rulelog.run_logged(
             log[0],
-            history.write_history,
+            archive.write_history,
             input.runs,
             params.history_dir,
             params.config,

@@ -1,9 +1,10 @@
-# The sweep's container images (scalesweep/images.py), before any training: each distinct remote
-# image (docker://, library://, ...) is pulled once into resources/containers/<name>.sif, where
-# every job and node would otherwise convert it at once into one shared cache; each image's
+# The sweep's container images (scalesweep/plan/images.py), before any training: each distinct
+# remote image (docker://, library://, ...) is pulled once into resources/containers/<name>.sif,
+# where every job and node would otherwise convert it at once into one shared cache; each image's
 # SHA-256 is written once per sweep for provenance (runs.csv: container_digest). Both run where
 # Snakemake runs (localrule): a pull needs the network, which compute nodes often lack.
-from scalesweep import images, rulelog
+from scalesweep import rulelog
+from scalesweep.plan import images
 
 
 rule images:

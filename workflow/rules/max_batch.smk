@@ -1,8 +1,9 @@
 # The maximum viable per-GPU batch of each configuration on one GPU (the reference's "find the
 # maximum viable batch size" task): `snakemake find_max_batch` -> results/tables/max_batch.csv.
 # It probes a few steps per batch size, so it costs minutes, not epochs. The table is
-# scalesweep/max_batch.py's.
-from scalesweep import max_batch, rulelog
+# scalesweep/analysis/max_batch.py's.
+from scalesweep import rulelog
+from scalesweep.analysis import max_batch
 
 
 rule find_max_batch:

@@ -1,6 +1,8 @@
-# How a sweep ends on the terminal (scalesweep/outcome.py): runs ok and failed, each failure's
-# reason and log, and where the tables, figures, findings, archive and report are.
-from scalesweep import images, outcome
+# How a sweep ends on the terminal (scalesweep/report/outcome.py): runs ok and failed, each
+# failure's reason and log, and where the tables, figures, findings, archive and report are.
+from scalesweep import pipeline
+from scalesweep.plan import images
+from scalesweep.report import outcome
 
 
 onsuccess:
@@ -13,17 +15,15 @@ onsuccess:
 # scaling tables, figures and findings from exactly those rows. The next invocation runs the missing
 # configurations (each run's result is a target of rule all) and then rebuilds these tables
 # from complete results. On a full, over-quota or read-only disk the closing lines still come,
-# with the file that could not be written (outcome.failure_outcome).
+# with the file that could not be written (pipeline.failure_outcome).
 onerror:
     print(
-        outcome.failure_outcome(
+        pipeline.failure_outcome(
             zip(map(best_log, RUN_PATHS), run_configs()),
             dict(rules.tidy.output.items()),
             {
                 "table_outputs": dict(rules.tables.output.items()),
-                "analysis": config["analysis"],
-                "scaling_csv": rules.figures.input.scaling,
-                "fits_csv": rules.figures.input.fits,
+                "settings": pipeline.table_settings(config["analysis"]),
                 "figures_dir": rules.figures.output[0],
                 "findings_md": rules.findings.output[0],
             },

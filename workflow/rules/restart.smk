@@ -1,12 +1,13 @@
 # A head started again after a crash (docs/cluster-head.md): the lock the dead head left is
-# explained with the exact commands (scalesweep/head_lock.py), and on SLURM the jobs it left
-# queued or running are waited for instead of submitted twice (scalesweep/slurm_jobs.py), and a
+# explained with the exact commands (scalesweep/plan/head_lock.py), and on SLURM the jobs it left
+# queued or running are waited for instead of submitted twice (scalesweep/plan/slurm_jobs.py), and a
 # result on disk is never trained again (measured_results_are_final).
 import socket
 
 from snakemake.io import IOFile
 
-from scalesweep import head_lock, slurm_jobs
+from scalesweep.logs import accounting
+from scalesweep.plan import head_lock, slurm_jobs
 
 HOST = socket.gethostname()
 
@@ -73,6 +74,7 @@ def wait_for_earlier_jobs():
             workflow.remote_execution_settings.seconds_between_status_checks,
             workflow.execution_settings.latency_wait,
             say,
+            accounting.sacct_states,
         )
     except slurm_jobs.SlurmQueryError as error:
         raise WorkflowError(

@@ -1,7 +1,8 @@
 # The tables stage: runs.csv -> scaling (speedup, efficiency, time to solution, marginal gain,
 # Karp-Flatt, step-breakdown attribution), Amdahl/Gustafson fits, sweet spot per intent,
-# CPU-vs-GPU acceleration, model/dataset comparisons, by scalesweep/tables.py.
-from scalesweep import rulelog, tables
+# CPU-vs-GPU acceleration, model/dataset comparisons, by scalesweep/analysis/tables.py.
+from scalesweep import pipeline, rulelog
+from scalesweep.analysis import tables
 
 
 rule tables:
@@ -21,12 +22,8 @@ rule tables:
         "logs/tables.log",
     localrule: True
     params:
-        efficiency_floor=config["analysis"]["efficiency_floor_pct"],
-        gpu_hour_budget=config["analysis"]["gpu_hour_budget"],
-        epoch_budget=config["analysis"]["epoch_budget"],
-        greenest_time_bound_s=config["analysis"]["greenest_time_bound_s"],
-        allow_superlinear=config["analysis"]["allow_superlinear"],
+        **pipeline.table_settings(config["analysis"]),
     run:
         rulelog.run_logged(
-            log[0], tables.write_tables, input[0], dict(output.items()), **params
+            log[0], pipeline.write_tables, input[0], dict(output.items()), params
         )

@@ -1,6 +1,8 @@
 # The tidy stage: every run's log -> results/tidy/epochs.csv (run x epoch) and runs.csv (one row
-# per run) by scalesweep/tidy.py.
-from scalesweep import images, rulelog, tidy
+# per run) by scalesweep/tidy/rows.py.
+from scalesweep import rulelog
+from scalesweep.plan import images
+from scalesweep.tidy import rows
 
 
 rule tidy:
@@ -25,7 +27,7 @@ rule tidy:
     run:
         rulelog.run_logged(
             log[0],
-            tidy.write_tidy_tables,
+            rows.write_tidy_tables,
             zip(input.logs, params.configs),
             *output,
             digests=images.sweep_digests(params.container, params.frameworks),

@@ -6,7 +6,7 @@
 # rerun repeats. Snakemake deletes a job's log: file before the job starts; that removes only the
 # link, so the logs of earlier attempts (a crash, a SLURM timeout) stay. `exec`: the runner is
 # the child of the Snakemake that runs the job, and stops the training when that Snakemake dies.
-# On SLURM the resources below shape each job (scalesweep/launch.py: slurm_resources).
+# On SLURM the resources below shape each job (scalesweep/plan/launch.py: slurm_resources).
 
 TRAIN_SHELL = (
     f"exec {shell_literal(PYTHON)} {shell_literal(script('run_attempt.py'))}"

@@ -7,10 +7,19 @@ from __future__ import annotations
 import os
 import re
 
-from scalesweep.failures import UNFINISHED_CAUSES, unfinished_summary
-from scalesweep.parsed import (
-    DIGITS, Draft, LogFormatError, ParsedRun, as_count, as_metric, as_number, catalog_model,
-    finished_summary, gpus_from_filename, parse_duration,
+from scalesweep.logs.failures import UNFINISHED_CAUSES, unfinished_summary
+from scalesweep.logs.run import (
+    DIGITS,
+    Draft,
+    LogFormatError,
+    ParsedRun,
+    as_count,
+    as_metric,
+    as_number,
+    catalog_model,
+    finished_summary,
+    gpus_from_filename,
+    parse_duration,
 )
 
 

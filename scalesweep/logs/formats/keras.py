@@ -6,10 +6,17 @@ from __future__ import annotations
 
 import re
 
-from scalesweep.failures import UNFINISHED_CAUSES, unfinished_summary
-from scalesweep.parsed import (
-    CIFAR10_TRAIN_IMAGES, DIGITS, Draft, LogFormatError, ParsedRun, as_metric, as_rate,
-    catalog_model, finished_summary,
+from scalesweep.logs.failures import UNFINISHED_CAUSES, unfinished_summary
+from scalesweep.logs.run import (
+    CIFAR10_TRAIN_IMAGES,
+    DIGITS,
+    Draft,
+    LogFormatError,
+    ParsedRun,
+    as_metric,
+    as_rate,
+    catalog_model,
+    finished_summary,
 )
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 
-from scalesweep import invariants, records
-from scalesweep.failures import TRUNCATED_REASON, unfinished_summary
-from scalesweep.parsed import (
-    Draft, LogFormatError, ParsedRun, keep_valid, refused_summary, run_identity,
-)
-from scalesweep.records import RECORD_PREFIX, SCHEMA, STATUSES
+from scalesweep.contract import records
+from scalesweep.contract.records import RECORD_PREFIX, SCHEMA, STATUSES
+from scalesweep.logs import invariants
+from scalesweep.logs.failures import TRUNCATED_REASON, unfinished_summary
+from scalesweep.logs.run import Draft, LogFormatError, ParsedRun, keep_valid, refused_summary, run_identity
 
 
 def iter_records(lines, source="<string>"):

@@ -1,0 +1,138 @@
+"""The two sides of a comparison: the runs a spec names (a results folder, a runs.csv, an
+archived file, selectors over the history or a sweep id), narrowed by a `--where` filter, and what
+a comparison writes (scalesweep/history/compare.py compares them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from scalesweep.history import sqlfilter
+from scalesweep.history.query import (
+    FILE_SUFFIX,
+    archived_runs,
+    files_of_sweeps,
+    known_sweeps,
+    query,
+    query_error,
+    sweep_files,
+)
+from scalesweep.plan.checks import ConfigError
+from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
+from scalesweep.tidy.table import read_runs_csv
+
+
+@dataclass
+class Side:
+    """One side of a comparison: its runs and where they came from."""
+
+    label: str
+    runs: pd.DataFrame
+
+    @property
+    def sweeps(self) -> list[str]:
+        if "sweep_id" not in self.runs:
+            return []
+        return sorted(self.runs["sweep_id"].dropna().astype(str).unique())
+
+
+def refuse_blank_side(spec: str, role: str) -> None:
+    """ValueError for an empty or blank side: Path('') is the working folder and '' a prefix of
+    every sweep id, so a script's unset variable would compare whatever lies there."""
+    if not str(spec).strip():
+        raise ValueError(f"the {role} is blank ({spec!r}): name a sweep id, a results folder, a runs.csv "
+                         "or column=value selectors (is a variable of a script unset?)")
+
+
+def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = None, role: str = "side") -> Side:
+    """A comparison side from `spec`: a results folder (its tidy/runs.csv), a runs.csv, an
+    archived .parquet file, `column=value[,column=value]` selectors over the history (the runs
+    of every matching sweep), or a sweep id (or a unique prefix of one). `where` (SQL) then
+    narrows the runs. `role` names the side in the error for a blank spec."""
+    refuse_blank_side(spec, role)
+    path = Path(spec)
+    if path.exists():
+        runs = _runs_at(path)
+    elif "=" in spec:
+        runs = archived_runs(history_dir, selectors=[spec])
+        if runs.empty:
+            raise ValueError(f"no archived run in {history_dir} matches {spec!r}")
+    else:
+        runs = archived_runs(history_dir, files=files_of_sweeps(history_dir, [spec]))
+    if runs.empty:
+        raise ValueError(f"{spec}: holds no runs")
+    if where is not None:
+        held, runs = len(runs), filter_frame(runs, where)
+        if runs.empty:
+            raise ValueError(f"{spec}: none of its {held} runs meets --where {where!r}")
+    return Side(spec, runs.reset_index(drop=True))
+
+
+def _runs_at(path: Path) -> pd.DataFrame:
+    if path.is_dir():
+        for candidate in (path / "tidy" / "runs.csv", path / "runs.csv"):
+            if candidate.is_file():
+                return read_runs_csv(candidate)
+        raise ValueError(f"{path}: a results folder holds tidy/runs.csv (or runs.csv); none here")
+    if path.suffix == FILE_SUFFIX:
+        return query([path], "SELECT * FROM runs")
+    return read_runs_csv(path)
+
+
+def filter_frame(runs: pd.DataFrame, where: str) -> pd.DataFrame:
+    """The rows of `runs` where the user's filter `where` holds (sqlfilter, DuckDB over the
+    frame on a connection that reads no file)."""
+    import duckdb
+
+    condition = sqlfilter.condition_sql(where)
+    connection = sqlfilter.confined_connection()
+    try:
+        connection.register("runs", runs)
+        return connection.execute(f"SELECT * FROM runs WHERE {condition}").df()
+    except duckdb.Error as error:
+        raise query_error(error, where, list(map(str, runs.columns))) from error
+    finally:
+        connection.close()
+
+
+def check_side(spec: str, history_dir, workdir=".") -> None:
+    """ValueError unless `spec` names runs that load_side would find: a path, selectors that
+    match an archived run, or an archived sweep id. For `compare_with`, which is read only
+    after every run of the sweep (the compare rule)."""
+    refuse_blank_side(spec, "sweep to compare with")
+    if (Path(workdir) / spec).exists():
+        return
+    history_dir = Path(workdir) / history_dir
+    if "=" in spec:
+        if archived_runs(history_dir, selectors=[spec]).empty:
+            raise ValueError(f"no archived run in {history_dir} matches {spec!r}: "
+                             f"{known_sweeps(sweep_files(history_dir))}")
+        return
+    files_of_sweeps(history_dir, [spec])
+
+
+def check_compare_with(config, workdir=".") -> None:
+    """The sweep to compare with is in the history (or a folder) before any run starts: a
+    ConfigError naming the key. The workflow runs it beside the config's other checks
+    (scalesweep/plan/checks.py), which cannot read the history."""
+    if config["compare_with"] is None:
+        return
+    try:
+        check_side(str(config["compare_with"]), config["history_dir"], workdir)
+    except ValueError as error:
+        raise ConfigError("compare_with", str(error)) from None
+
+
+# The files scalesweep/history/compare.py writes: named here, which the workflow imports when it
+# is parsed (compare.py loads scipy).
+COMPARE_OUTPUTS = ("compare.csv", "compare.png", "summary.txt")
+
+
+def comparison_outputs(compare_with, outdir) -> list[str]:
+    """The comparison's files when the config names a sweep to compare with, else none."""
+    if compare_with is None:
+        return []
+    return [f"{outdir}/{name}" for name in COMPARE_OUTPUTS]

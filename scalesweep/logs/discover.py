@@ -1,0 +1,178 @@
+"""The logs and runs tables a user names (`python -m scalesweep analyze PATH...`): files, and folders
+read with every subfolder; of a run's numbered attempt logs only the latest, each file once (a
+link to a file already listed is the same run), dangling links named and skipped, and the axes of
+each folder's manifest.csv.
+
+Broken input does not cost the rest: a manifest, or a row of one, that cannot be used is a
+`Refused` line naming the file (and line and key), and the logs beside it are still read.
+"""
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from scalesweep.contract.records import shown
+from scalesweep.logs.read import wide_encoding
+from scalesweep.logs.run import whole_number
+
+LOG_SUFFIXES = {".log", ".out", ".txt", ".err"}
+MANIFEST = "manifest.csv"
+
+# Manifest axes that are counts: a manifest is typed by hand, and a `four` there would reach the
+# tables as a GPU count.
+MANIFEST_COUNTS = {"gpus": 0, "nodes": 1, "repeat": 0, "world_size": 1, "per_gpu_batch": 1, "global_batch": 1}
+
+
+class Refused(ValueError):
+    """An input that cannot be used; the message names the file (and line where there is one)."""
+
+
+def is_runs_table(path):
+    return path.suffix == ".csv" and path.name != MANIFEST
+
+
+def check_text(path):
+    """Refused unless `path` is UTF-8 text: pandas would fail with a bare codec error."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as error:
+        raise Refused(f"{path}: cannot read: {error.strerror or error}") from None
+    wide = wide_encoding(raw)
+    if wide:
+        raise Refused(f"{path}: {wide} encoded (re-save as UTF-8, e.g. iconv -f {wide} -t UTF-8)")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        byte = raw[error.start]
+        raise Refused(f"{path}:{line}: not a UTF-8 text CSV (byte 0x{byte:02x}: {error.reason})") from None
+
+
+def read_manifest(folder):
+    """folder/manifest.csv: a `file` column plus axes (gpus, model, ...) for the logs beside it.
+
+    The reference DDP logs do not print the world size; the manifest (or the file name) gives it.
+    Returns ({log path: axes}, [refused rows]); a manifest that cannot be read at all is Refused.
+    """
+    path = folder / MANIFEST
+    if not path.exists():
+        return {}, []
+    check_text(path)
+    try:
+        manifest = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise Refused(f"{path}: cannot read the manifest: {error}") from None
+    if "file" not in manifest.columns:
+        raise Refused(f"{path}: needs a 'file' column naming each log")
+    axes_by_file, refused = {}, []
+    for line, row in enumerate(manifest.to_dict("records"), start=2):
+        axes = {k: v for k, v in row.items() if pd.notna(v)}
+        log = str(folder / str(axes.pop("file", "")))
+        problem = manifest_problem(axes)
+        if problem:
+            refused.append(f"{path}:{line}: {problem}; {log} left out")
+        axes_by_file[log] = None if problem else axes
+    return axes_by_file, refused
+
+
+def manifest_problem(axes):
+    """Why a manifest row's axes cannot be used, or None."""
+    for key, minimum in MANIFEST_COUNTS.items():
+        if key in axes:
+            value = whole_number(axes[key])
+            if value is None or value < minimum:
+                return f"column {key!r} must be a whole number >= {minimum}, got {shown(axes[key])}"
+    return None
+
+
+# The workflow's attempt logs: logs/train/<framework>/<axes>/gpus~N.attempt-K.log.
+ATTEMPT_LOG = re.compile(r"^(?P<run>.+)\.attempt-(?P<attempt>\d+)$")
+
+
+def log_files(folder):
+    """The log files below `folder`, in every subfolder (links to folders are not followed)."""
+    for root, subfolders, files in os.walk(folder):
+        subfolders.sort()
+        yield from (Path(root) / name for name in sorted(files) if Path(name).suffix in LOG_SUFFIXES)
+
+
+def latest_attempts(logs):
+    """Of each run's numbered attempt logs (`<run>.attempt-K.log`), only the highest K: the
+    earlier ones are attempts that failed before it. Other logs pass as they are."""
+    latest = {}
+    for log in logs:
+        match = ATTEMPT_LOG.match(log.stem)
+        key = (log.parent, match["run"]) if match else (log.parent, log.name)
+        attempt = int(match["attempt"]) if match else 0
+        if key not in latest or attempt > latest[key][0]:
+            latest[key] = (attempt, log)
+    chosen = {log for _, log in latest.values()}
+    return [log for log in logs if log in chosen]
+
+
+def distinct_files(logs):
+    """Each file once: a link to a file already listed (the workflow's `<run>.log` points at
+    its latest attempt) is the same run."""
+    seen, distinct = set(), []
+    for log in logs:
+        real = os.path.realpath(log)
+        if real not in seen:
+            seen.add(real)
+            distinct.append(log)
+    return distinct
+
+
+def dangling_link(path) -> bool:
+    return Path(path).is_symlink() and not Path(path).exists()
+
+
+def without_dangling_links(paths, stream=None):
+    """`paths` without the links to nothing (a deleted attempt log's `<run>.log`), each named in a
+    one-line warning: they hold no run, and the logs beside them are still analysed."""
+    kept = []
+    for path in paths:
+        if dangling_link(path):
+            print(f"scalesweep analyze: warning: {path}: dangling link (to {os.readlink(path)}), skipped",
+                  file=sys.stderr if stream is None else stream)
+        else:
+            kept.append(path)
+    return kept
+
+
+def folder_items(folder, all_attempts=False):
+    """((log, axes) pairs, [refused]) below `folder`: axes from the manifest of each log's folder."""
+    items, refused, manifests = [], [], {}
+    logs = distinct_files(without_dangling_links(log_files(folder)))
+    for log in logs if all_attempts else latest_attempts(logs):
+        if log.parent not in manifests:
+            try:
+                manifests[log.parent], bad_rows = read_manifest(log.parent)
+            except Refused as error:
+                refused.append(f"{error}; the logs of {log.parent} left out")
+                manifests[log.parent], bad_rows = None, []
+            refused += bad_rows
+        if manifests[log.parent] is None:
+            continue
+        axes = manifests[log.parent].get(str(log), {})
+        if axes is not None:
+            items.append((str(log), axes))
+    return items, refused
+
+
+def log_items(paths, all_attempts=False):
+    """((log path, axes) pairs, [refused]): folders are read with every subfolder, each file
+    once, and of a run's attempt logs only the latest unless `all_attempts`. Axes come from a
+    folder's manifest where it has one; without, the log says what it can, and a DDP log's
+    world size comes from its file name (scalesweep/logs/run.py: gpus_from_filename)."""
+    items, refused = [], []
+    for path in paths:
+        if path.is_dir():
+            found, problems = folder_items(path, all_attempts)
+            items += found
+            refused += problems
+        elif not is_runs_table(path):
+            items.append((str(path), {}))
+    return items, refused

@@ -1,0 +1,155 @@
+"""The analysis chain, written once: logs -> tidy tables -> scaling tables -> figures -> findings.
+
+The rules run it a stage at a time (workflow/rules/{tables,figures,findings}.smk), `python -m
+scalesweep analyze` from logs and runs tables to the end (collect_runs, then
+tables_figures_findings), and a sweep that failed (Snakemake's `onerror`, workflow/rules/
+outcome.smk) from the tidy tables of every run, with a failed row per missing one
+(failure_outcome). Each stage reads the tables the one before wrote, named here once
+(FIGURE_TABLES, FINDINGS_TABLES), so a rule, the command and the failure path cannot wire them
+differently.
+
+The figures and findings stages import their modules when they run: the workflow imports this
+module at every parse, and matplotlib, seaborn and scipy would slow every one.
+"""
+
+from pathlib import Path
+
+import pandas as pd
+
+from scalesweep.analysis import tables
+from scalesweep.logs.discover import (
+    Refused,
+    check_text,
+    dangling_link,
+    is_runs_table,
+    log_items,
+    without_dangling_links,
+)
+from scalesweep.report import outcome
+from scalesweep.tidy.copies import without_copies
+from scalesweep.tidy.rows import tidy_frames, tidy_tables, write_pair, write_tidy
+from scalesweep.tidy.table import read_runs
+
+# The tables each stage after the tables stage reads, by name (tables.TABLES).
+FIGURE_TABLES = ("scaling", "fits")
+FINDINGS_TABLES = ("scaling", "fits", "sweet_spot")
+
+
+def table_settings(analysis: dict) -> dict:
+    """The config's `analysis:` section as the tables stage's keyword arguments (the tables rule's
+    params)."""
+    return {
+        "efficiency_floor": analysis["efficiency_floor_pct"],
+        "gpu_hour_budget": analysis["gpu_hour_budget"],
+        "epoch_budget": analysis["epoch_budget"],
+        "greenest_time_bound_s": analysis["greenest_time_bound_s"],
+        "allow_superlinear": analysis["allow_superlinear"],
+    }
+
+
+def write_tables(runs_csv, table_outputs: dict, settings) -> str:
+    """The tables stage: runs.csv -> every table of tables.TABLES at table_outputs[name]; the log
+    line. `settings`: table_settings' keys (a mapping: the rule passes its params)."""
+    return tables.write_tables(runs_csv, table_outputs, **settings)
+
+
+def write_figures(table_files: dict, figures_dir) -> str:
+    """The figures stage: the FIGURE_TABLES of `table_files` ({name: path}) -> figures_dir/*.png."""
+    from scalesweep.report import figures  # matplotlib and seaborn
+
+    return figures.write_figures(*(table_files[name] for name in FIGURE_TABLES), figures_dir)
+
+
+def write_findings(table_files: dict, findings_md) -> str:
+    """The findings stage: the FINDINGS_TABLES of `table_files` ({name: path}) -> findings_md."""
+    from scalesweep.report import findings  # scipy (the fits' predictions)
+
+    return findings.write_findings(*(table_files[name] for name in FINDINGS_TABLES), findings_md)
+
+
+def tables_figures_findings(runs_csv, table_outputs: dict, settings: dict, figures_dir, findings_md):
+    """Every stage after the tidy tables, in order: yields each stage's log line as it ends."""
+    yield write_tables(runs_csv, table_outputs, settings)
+    yield write_figures(table_outputs, figures_dir)
+    yield write_findings(table_outputs, findings_md)
+
+
+# ----------------------------------------------------------------------------- analyze
+
+def read_runs_table(path):
+    """A runs table given on the command line, checked (table.read_runs); Refused naming it."""
+    check_text(path)
+    try:
+        return read_runs(path)
+    except ValueError as error:
+        raise Refused(str(error)) from None
+
+
+def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
+    """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv, each run once
+    (scalesweep/tidy/copies.py: a run read twice, from two logs or a log and a table, is one run).
+    `images_per_epoch`: the training set's size, for logs that count steps instead of images (Keras).
+
+    Returns (runs.csv's path or None when there is no run at all, [refused inputs], [copies
+    left out]).
+    """
+    missing = [str(p) for p in paths if not p.exists() and not dangling_link(p)]
+    if missing:
+        raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
+    paths = without_dangling_links(paths)
+    items, refused = log_items(paths, all_attempts)
+    tidied = tidy_tables(items, images_per_epoch)
+    refused += tidied.refused
+    frames, sources = [tidied.runs], [tidied.runs["log"].tolist()]
+    for path in (p for p in paths if p.is_file() and is_runs_table(p)):
+        try:
+            frames.append(read_runs_table(path))
+        except Refused as error:
+            refused.append(str(error))
+            continue
+        sources.append([f"{path}:{line}" for line in range(2, len(frames[-1]) + 2)])
+    kept = [(frame, rows) for frame, rows in zip(frames, sources) if not frame.empty]
+    if not kept:
+        return None, refused, tidied.copies_left_out
+    runs, copied = without_copies(pd.concat([frame for frame, _ in kept], ignore_index=True),
+                                  [source for _, rows in kept for source in rows])
+    write_tidy(tidied.epochs, runs, tidy_dir)
+    return Path(tidy_dir) / "runs.csv", refused, tidied.copies_left_out + copied
+
+
+# ----------------------------------------------------------------------------- after failures
+
+def failure_outcome(items, tidy_outputs: dict, rebuild: dict, digests=None) -> str:
+    """The failure handler (`onerror`): the tidy tables of every run, with a failed row per
+    missing one and SLURM's verdict where accounting has one (tidy_outputs: {"epochs", "runs"}
+    paths), written together or not at all; then the scaling tables, figures and findings
+    rebuilt from them (rebuild: rebuild_tables_and_figures' arguments after runs_csv); then the
+    closing lines, from the runs in memory. A file that cannot be written is named with why,
+    and nothing already written is touched (scalesweep/contract/atomic.py)."""
+    epochs, runs = tidy_frames(items, ask_slurm=True, digests=digests)
+    runs_csv = Path(tidy_outputs["runs"])
+    try:
+        write_pair(epochs, runs, tidy_outputs["epochs"], runs_csv)
+    except OSError as error:
+        first = (f"scalesweep: {outcome.not_written(error)}: the tidy tables, and the tables, figures and "
+                 "findings made from them, are those of before this sweep")
+        source = f"not written to {runs_csv}"
+    else:
+        first = rebuild_tables_and_figures(runs_csv, **rebuild)
+        source = str(runs_csv)
+    as_text = runs.astype(object).where(runs.notna(), "").astype(str)
+    return "\n".join([first, outcome.outcome_lines(as_text, source, runs_csv.parent.parent)])
+
+
+def rebuild_tables_and_figures(runs_csv, table_outputs: dict, settings: dict, figures_dir,
+                               findings_md) -> str:
+    """After a sweep with failures: the scaling tables, figures and findings from the runs.csv
+    just written, so none still shows a run that runs.csv lists as failed. The failure may be
+    the tables' own: then say so and leave runs.csv standing."""
+    try:
+        list(tables_figures_findings(runs_csv, table_outputs, settings, figures_dir, findings_md))
+    except OSError as error:
+        return f"scalesweep: tables, figures and findings not all rebuilt: {outcome.not_written(error)}"
+    except Exception as error:  # noqa: BLE001
+        return f"scalesweep: tables, figures and findings not rebuilt: {type(error).__name__}: {error}"
+    return "scalesweep: tables, figures and findings rebuilt from the runs table"

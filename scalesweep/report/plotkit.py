@@ -1,0 +1,299 @@
+"""The plot kit every figure of the package is drawn with: one look (STYLE), data values as safe
+labels, colours for any number of series, legends, notes, GPU axes, placeholders and PNG files.
+
+`plot_table` turns a scaling-shaped table into the rows a figure plots, with `series` (the label
+within a model panel) and `label` (among all groups) naming only the keys that tell the groups
+apart. When a figure would need more than MAX_COLOURS colours (a sweep of hundreds of groups), it
+colours by fewer axes (`colouring`) and draws, per colour, the median over its series with their
+range as a band: hundreds of lines and legend entries can neither be read nor drawn in reasonable
+time. The figure's data keeps every series.
+
+Names from the data (models, datasets, axis values) reach every label, title and legend through
+`plot_text`: shown verbatim (a `$` escaped, or matplotlib would typeset `$x^2$` as math and fail
+on `$\\frac{$`, losing every figure) and cut to LABEL_LIMIT characters (a 100 kB name would
+size a legend, and the PNG, beyond any memory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on clusters or here; must precede pyplot
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
+
+from scalesweep.analysis.scaling import SCALING_COLUMNS, format_value  # noqa: E402
+from scalesweep.contract import atomic  # noqa: E402
+from scalesweep.tidy.table import table_group_keys  # noqa: E402
+
+GPUS_LABEL = "GPUs"
+# One look for every figure: white panels with a light grid, the paper context's font sizes.
+STYLE = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.9)}
+PLAIN_KEYS = ("model", "framework", "dataset")  # shown as their value; other keys as key=value
+MEASURED, IDEAL = "measured", "ideal"
+DASHES = {MEASURED: "", IDEAL: (4, 2)}
+HEIGHT = 3.2
+COL_WRAP = 3
+MAX_COLOURS = 12
+DEFAULT_PALETTE_SIZE = 10  # seaborn's default palette repeats its colours after this many
+# Text from the data (names, labels, panel titles) is cut to this many characters: a 100 kB dataset
+# name would size a legend, and with it the PNG, of gigapixels.
+LABEL_LIMIT = 60
+LABEL_DIGEST_CHARS = 6  # hex digits that keep two long names with one start apart
+# plot_table adds series and label, figures.with_step_times the step times.
+PLOT_VALUE_COLUMNS = (*SCALING_COLUMNS, "series", "label", "step_time_s", "step_time_s_min",
+                      "step_time_s_max")
+
+
+@dataclass
+class PlotFigure:
+    """One figure, with the tidy data it plots (`data`) and any fitted curves drawn on it."""
+
+    name: str
+    figure: matplotlib.figure.Figure
+    data: pd.DataFrame
+    grid: sns.FacetGrid | None = None
+    curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    note: str = ""
+
+
+def math_free(text) -> str:
+    """`text` as matplotlib shows it verbatim: every `$` escaped, since an even number of them
+    makes a text mathtext (a model `$x^2$` typeset; `$\\frac{$` a parse error that loses the
+    figure). Idempotent: an escaped `\\$` stays one (so a name holding `\\$` shows as `$`)."""
+    return _unescaped(str(text)).replace("$", r"\$")
+
+
+def plot_text(value, limit: int = LABEL_LIMIT) -> str:
+    """A data value as a label, title or legend entry: math_free and at most `limit` characters,
+    a longer one cut with an ellipsis and a digest of the whole (distinct names stay distinct
+    series). Idempotent, so a label built from labels is not escaped twice."""
+    plain = _unescaped(str(value))
+    if len(plain) > limit:
+        digest = hashlib.blake2b(plain.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+        keep = limit - LABEL_DIGEST_CHARS - 2
+        plain = plain[:keep] + "…#" + digest[:LABEL_DIGEST_CHARS]
+    return plain.replace("$", r"\$")
+
+
+def _unescaped(text: str) -> str:
+    return text.replace(r"\$", "$")
+
+
+def series_labels(table: pd.DataFrame, keys: list[str], fallback: str = "model") -> pd.Series:
+    """Legend label per row from the given keys, e.g. "resnet50v2, per_gpu_batch=64"; the
+    `fallback` column's value when `keys` is empty."""
+    if not keys:
+        if fallback in table:
+            return table[fallback].map(format_value).map(plot_text)
+        return pd.Series("all", table.index)
+    parts = [table[k].map(format_value).astype(str) for k in keys]
+    parts = [part if k in PLAIN_KEYS else f"{k}=" + part for k, part in zip(keys, parts)]
+    labels = parts[0]
+    for part in parts[1:]:
+        labels = labels + ", " + part
+    return labels.map(plot_text)
+
+
+def telling_keys(table: pd.DataFrame, keys: list[str]) -> list[str]:
+    """`keys` without those the others determine (the laptop sweep's dataset follows from its
+    framework): a label of "cnn_small" tells as much as "tensorflow, cnn_small, synth-cifar" and
+    keeps the legend short. Later keys are dropped first, the model last (the name a reader
+    knows a series by)."""
+    keys = list(dict.fromkeys(keys))
+    kept = list(keys)
+    for key in sorted(reversed(keys), key=lambda k: k == "model"):
+        others = [k for k in kept if k != key]
+        if others and (table.groupby(others, dropna=False)[key]
+                       .nunique(dropna=False) <= 1).all():
+            kept = others
+    return kept
+
+
+def plot_table(scaling: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The scaling table with `model`, `series` (label within a model panel) and `label` (label
+    among all groups) columns, and the varying group keys the labels were built from. Labels
+    name only the keys that tell the groups apart (telling_keys)."""
+    keys = table_group_keys(scaling, SCALING_COLUMNS)
+    varying = [k for k in keys if scaling[k].nunique(dropna=False) > 1]
+    data = scaling.copy()
+    if "model" not in data:
+        data["model"] = "all"
+    data["model"] = data["model"].map(format_value).map(plot_text)  # the panels' titles
+    # Within a model panel the model is known: keys it determines need no place in the label.
+    within = [k for k in telling_keys(data, ["model", *varying]) if k not in ("model",)]
+    data["series"] = series_labels(data, [k for k in varying if k in within and k != "model"])
+    data["label"] = series_labels(data, telling_keys(data, varying))
+    data["gpus"] = data["gpus"].astype(int)
+    return data, varying
+
+
+@dataclass(frozen=True)
+class Colouring:
+    """How a figure colours its rows: by `column` (the legend title; `labels` holds its value per
+    row of the plot table). Fine: one colour and line per value of `units` ("series" or "label").
+    Coarse (column != units): several series per colour, drawn as their median and range."""
+
+    column: str
+    units: str
+    labels: pd.Series
+    n_series: int = 0
+    apart: str = ""  # coarse: the keys that tell the series of one colour apart
+
+    @property
+    def coarse(self) -> bool:
+        return self.column != self.units
+
+    def note(self, drawn: str) -> str:
+        """What a coarse figure shows (`drawn`: BANDS, MEDIANS or POINTS); empty when fine."""
+        if not self.coarse:
+            return ""
+        per_model = " per model" if self.units == "series" else ""
+        return (f"{self.n_series} series{per_model}, coloured by {self.column} (series of one "
+                f"colour differ in {self.apart}): {drawn}; every series is in tables/scaling.csv")
+
+
+BANDS = "a line is the median over the series of its colour, its band their range"
+MEDIANS = "a line is the median over the series of its colour"
+POINTS = "a point per series"
+
+
+def colouring(data: pd.DataFrame, by_model: bool) -> Colouring:
+    """A colour per series (by_model) or label, unless that takes more than MAX_COLOURS colours;
+    then a colour per value of the longest run of the varying keys (in column order) that fits,
+    at least one key, with a note saying what the lines and bands show."""
+    units = "series" if by_model else "label"
+    n_series = data[units].nunique()
+    keys = [k for k in table_group_keys(data, PLOT_VALUE_COLUMNS)
+            if data[k].nunique(dropna=False) > 1 and not (by_model and k == "model")]
+    if n_series <= MAX_COLOURS or not keys:  # no keys: the series are the models themselves
+        return Colouring(units, units, data[units])
+    chosen = next((keys[:end] for end in range(len(keys), 1, -1)
+                   if len(data[keys[:end]].drop_duplicates()) <= MAX_COLOURS), keys[:1])
+    apart = " x ".join(k for k in keys if k not in chosen)
+    return Colouring(", ".join(chosen), units, series_labels(data, chosen), n_series, apart)
+
+
+def palette_of(labels) -> dict:
+    ordered = sorted(pd.unique(pd.Series(labels, dtype=str)))
+    palette = None if len(ordered) <= DEFAULT_PALETTE_SIZE else "husl"
+    return dict(zip(ordered, sns.color_palette(palette, n_colors=max(1, len(ordered)))))
+
+
+def add_legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool = False) -> None:
+    """The legend right of the panels (savefig's tight bounding box keeps it in the file): the
+    colours of the labels in `shown`, and with `kinds` the measured/ideal line styles. Not
+    seaborn's add_legend: it renders the whole figure twice to size the legend, the costliest
+    step of a figure with hundreds of lines."""
+    present = set(shown)
+    labels = [label for label in colors if label in present]
+    handles = [plt.Line2D([], [], color=colors[label], marker="o") for label in labels]
+    if kinds:
+        handles += [plt.Line2D([], [], color="none"),
+                    plt.Line2D([], [], color="0.3", marker="o"),
+                    plt.Line2D([], [], color="0.3", marker="X", dashes=DASHES[IDEAL])]
+        labels += ["kind", MEASURED, IDEAL]
+    title = "configuration" if title in ("series", "label") else plot_text(title)  # not a column name
+    grid.figure.legend(handles, labels, title=title, loc="center left",
+                       bbox_to_anchor=(1.0, 0.5), frameon=False)
+
+
+def join_notes(*notes: str) -> str:
+    return "\n".join(note for note in notes if note)
+
+
+def log2_gpu_axes(axes, ticks) -> None:
+    """Log2 GPU axis with exactly `ticks` labelled. Scales first, ticks after: setting the scale
+    of one shared axis resets the locators of the others."""
+    axes = list(axes)
+    ticks = sorted({int(t) for t in ticks if t > 0})
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+    for ax in axes:
+        if ticks:
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            if len(ticks) == 1:
+                ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        # Every panel labels its own GPU counts: in a wrapped grid the panel below may be empty.
+        ax.tick_params(labelbottom=True)
+
+
+def finish_panels(grid: sns.FacetGrid, ylabel: str, ticks, note: str, log2: bool = True) -> None:
+    if log2:
+        log2_gpu_axes(grid.axes.flat, ticks)
+    grid.set_axis_labels(GPUS_LABEL, ylabel)
+    for ax in grid.axes.flat:
+        ax.set_xlabel(GPUS_LABEL)  # seaborn shows it on the bottom row; every panel has ticks
+    add_note(grid.figure, note)
+
+
+def add_note(figure, note: str) -> None:
+    """Notes under the panels, left-aligned (the tight bounding box keeps them in the file)."""
+    if note:
+        figure.text(0.01, 0.0, math_free(note), fontsize=7, va="top", ha="left")
+
+
+def draw_error_bars(ax, rows: pd.DataFrame, y: str, low: str, high: str, colors: dict,
+                    hue: str, repeats_only: bool = True) -> None:
+    """Bars from `low` to `high`: a min-max over the repeats is drawn only where a GPU count had
+    more than one ok run (`repeats_only`); an interval (a single run has its own) wherever the
+    table has one."""
+    rows = rows[(rows["n_ok"] > 1 if repeats_only else True)
+                & rows[[y, low, high]].notna().all(axis=1)]
+    for label, part in rows.groupby(hue):
+        values = part[y].to_numpy(float)
+        below = values - part[low].to_numpy(float)
+        above = part[high].to_numpy(float) - values
+        ax.errorbar(part["gpus"].to_numpy(float), values, yerr=np.vstack([below, above]),
+                    fmt="none", ecolor=colors[label], capsize=3, lw=1)
+
+
+def panel_wrap(data: pd.DataFrame) -> int | None:
+    """Wrap model panels into rows only when there are more than fit in one."""
+    return COL_WRAP if data["model"].nunique() > COL_WRAP else None
+
+
+def axes_by_panel(grid: sns.FacetGrid, by_model: bool) -> dict:
+    return dict(grid.axes_dict) if by_model else {None: grid.ax}
+
+
+def rows_of_panel(data: pd.DataFrame, panel, by_model: bool) -> pd.DataFrame:
+    return data[data["model"] == panel] if by_model else data
+
+
+def placeholder(name: str, message: str) -> PlotFigure:
+    figure, ax = plt.subplots(figsize=(5, 2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
+    return PlotFigure(name, figure, pd.DataFrame(), note=message)
+
+
+def save_figures(figures: dict[str, PlotFigure], outdir, dpi: int = 120) -> list[Path]:
+    """PNG per figure, then close it (pyplot keeps every open figure alive)."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, figure in figures.items():
+        path = outdir / f"{name}.png"
+        save_png(figure.figure, path, dpi)
+        paths.append(path)
+    return paths
+
+
+def save_png(figure, path, dpi: int) -> None:
+    """`figure` as a PNG replaced whole (a full disk keeps the figure there was), then closed."""
+    try:
+        with atomic.replaced_whole(path) as temporary:
+            figure.savefig(temporary, format="png", dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(figure)

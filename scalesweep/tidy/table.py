@@ -1,0 +1,209 @@
+"""The runs table, runs.csv: its columns, reading it back, and its configurations (group keys).
+
+One model of the table for every stage that reads it: the tidy rows write these columns
+(scalesweep/tidy/rows.py), the analysis, the history and the comparison read them back with
+`read_runs_csv` / `read_runs` and group them with `group_keys` / `iter_groups`. A column is a
+configuration axis unless it is listed here as a measurement, bookkeeping or provenance
+(NON_KEY_COLUMNS): a new runs.csv column is then no group key by mistake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+
+from scalesweep.contract.records import BREAKDOWN_PARTS, STATUSES
+from scalesweep.tidy.provenance import PROVENANCE_COLUMNS, SWEEP_COLUMNS
+
+AXIS_COLUMNS = ["framework", "model", "dataset", "gpus", "nodes", "repeat"]
+
+METRIC_COLUMNS = [
+    "steady_epoch_time_s",
+    "throughput_img_s",
+    "throughput_per_gpu_img_s",
+    "total_time_s",
+    "memory_gb",
+    "peak_host_rss_gb",
+]
+
+# The steady throughput's 95 % interval from the run's own timed steps (batch means).
+INTERVAL_COLUMNS = ["step_time_ci_pct", "throughput_ci_low_img_s", "throughput_ci_high_img_s"]
+
+# What a run cost, failed runs included: the trainer's whole life (start-up included) x GPUs.
+COST_COLUMNS = ["wall_time_s", "gpu_hours"]
+
+# GPU energy of the steady windows (scripts/energy.py): energy_j of the steady epochs or timed
+# window summed, per image and as average power per GPU; run_energy_j the whole run's.
+ENERGY_COLUMNS = ["energy_j", "joules_per_image", "avg_power_w_per_gpu", "run_energy_j"]
+ENERGY_TEXT_COLUMNS = ["energy_source", "energy_note"]
+
+# The job's whole-node energy by SLURM's accounting (scalesweep/logs/accounting.py), where configured.
+SLURM_ENERGY_COLUMNS = ["slurm_energy_j", "slurm_energy_source"]
+
+# Where a step's time goes (scalesweep/analysis/breakdown.py), in order: medians of the timed
+# steps, the probes' results; empty for logs without it. sync_exposed_s = sync_wait_s +
+# sync_comm_s, kept for the logs written before the split.
+BREAKDOWN_COLUMNS = (
+    "breakdown_step_s", *BREAKDOWN_PARTS, "sync_exposed_s", "breakdown_steps", "allreduce_s", "allreduce_bytes", "algbw_gb_s",
+    "busbw_gb_s", "overlap_pct", "comm_compute_ratio", "flops_per_image", "tflops_per_gpu",
+    "mfu_pct",
+)
+FLOAT_BREAKDOWN_COLUMNS = [c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes")]
+RUN_RESULT_COLUMNS = [
+    "per_gpu_batch",
+    "global_batch",
+    "world_size",
+    "status",
+    "reason",
+    "epochs",
+    *METRIC_COLUMNS,
+    "protocol",
+    "log_format",
+    "log",
+    *INTERVAL_COLUMNS,
+    "timed_steps",
+    "timed_stop_reason",
+    *COST_COLUMNS,
+    *ENERGY_COLUMNS,
+    *ENERGY_TEXT_COLUMNS,
+    *SLURM_ENERGY_COLUMNS,
+    *BREAKDOWN_COLUMNS,
+    # provenance, after the contract's columns
+    "device_kind",
+    "images_per_epoch",
+    "images_per_epoch_source",
+    "train_images",
+    "slurm_job_id",
+    "hostname",
+    *PROVENANCE_COLUMNS,
+    "run_id",
+]
+
+EPOCH_RESULT_COLUMNS = ["epoch", "images", "seconds", "throughput_img_s", "loss", "accuracy", "steady"]
+EPOCH_FLOAT_COLUMNS = ["seconds", "throughput_img_s", "loss", "accuracy"]
+
+# Read back as text: names ('2024.1' and '2024.10' as numbers would become one float and one group)
+# and provenance (a driver "550.540" or a CUDA "12.10" read as numbers would lose digits).
+NAME_COLUMNS = ("framework", "model", "dataset", "precision", "protocol")
+TEXT_COLUMNS = (*NAME_COLUMNS, *(c for c in PROVENANCE_COLUMNS if c not in ("load_avg_1m", "node_shared")),
+                "hostname", "slurm_job_id", "run_id")
+
+# Counts stay integers in the CSVs (`4`, not `4.0`) even where a failed row leaves them empty.
+COUNT_COLUMNS = (
+    "gpus", "nodes", "repeat", "per_gpu_batch", "global_batch", "world_size", "epochs",
+    "images_per_epoch", "train_images", "timed_steps", "breakdown_steps", "allreduce_bytes",
+    "epoch", "images",
+)  # fmt: skip
+
+# Every runs.csv column but the configuration is a measurement, bookkeeping or provenance, never
+# a group key: derived from the column lists above, so a new runs.csv column is not a key by mistake.
+# gpus/nodes/repeat are the sweep's position within a group; per_gpu_batch is what was asked (a
+# batch axis fills it), so it stays a key, while global_batch, world_size, epochs and
+# images_per_epoch follow from gpus (a partial last batch dropped makes images per epoch shrink
+# with the global batch) and would split one scaling series into one group per GPU count.
+NON_KEY_COLUMNS = frozenset(
+    {"gpus", "nodes", "repeat", *RUN_RESULT_COLUMNS, *SWEEP_COLUMNS}
+) - {"per_gpu_batch"}
+
+REQUIRED_RUN_COLUMNS = ("gpus", "status", "steady_epoch_time_s", "throughput_img_s")
+NUMERIC_RUN_COLUMNS = (
+    "gpus", "nodes", "epochs", "steady_epoch_time_s", "throughput_img_s", "total_time_s",
+)
+
+
+def status_counts(runs: pd.DataFrame) -> str:
+    """e.g. '12 runs: 11 ok, 1 failed'."""
+    counts = runs["status"].value_counts()
+    return f"{len(runs)} runs: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+
+
+def read_runs_csv(path) -> pd.DataFrame:
+    """runs.csv (tidy/rows.py writes it) read back with its text columns as text: the one reader
+    of the tables, the history and the comparison. ValueError naming the file when unreadable."""
+    try:
+        return pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read the runs table: {error}") from error
+
+
+def group_keys(runs: pd.DataFrame) -> list[str]:
+    """The configuration axes of a runs table, in column order."""
+    return [c for c in runs.columns if c not in NON_KEY_COLUMNS]
+
+
+def table_group_keys(table: pd.DataFrame, value_columns) -> list[str]:
+    """The group keys of a table this package derived (scaling, fits, sweet spots): every column
+    that is not one of its `value_columns` (scaling.SCALING_COLUMNS for a scaling table)."""
+    return [c for c in table.columns if c not in value_columns]
+
+
+def read_runs(path) -> pd.DataFrame:
+    """Read and check runs.csv; errors name the file, the column and the CSV line."""
+    # CSV line = row position + 2 (the header is line 1).
+    return check_runs(read_runs_csv(path), source=str(path), line_offset=2)
+
+
+def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int | None = None
+               ) -> pd.DataFrame:
+    """A copy of `runs` with numeric columns as numbers; ValueError naming bad column and row."""
+    missing = [c for c in REQUIRED_RUN_COLUMNS if c not in runs.columns]
+    if missing:
+        raise ValueError(f"{source}: missing column(s) {', '.join(map(repr, missing))} "
+                         f"(runs.csv written by scalesweep.tidy has them)")
+    runs = runs.reset_index(drop=True).copy()
+    logs = runs["log"] if "log" in runs.columns else pd.Series(None, index=runs.index)
+
+    def where(position: int) -> str:
+        return f"row {position}" if line_offset is None else f"line {position + line_offset}"
+
+    def from_log(position: int) -> str:
+        # runs.csv is written by the tidy step: the value came from this log, the place to fix.
+        log = logs.iloc[position]
+        return f" (the run of {log})" if isinstance(log, str) and log else ""
+
+    for column in NUMERIC_RUN_COLUMNS:
+        if column not in runs.columns:
+            continue
+        numbers = pd.to_numeric(runs[column], errors="coerce")
+        bad = numbers.isna() & runs[column].notna()
+        if bad.any():
+            position = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"{source} {where(position)}: column {column!r} holds "
+                             f"{runs[column].iloc[position]!r}, not a number{from_log(position)}")
+        runs[column] = numbers.astype(float)
+    # A failed run whose log never said its GPU count (an empty log, say) stays in runs.csv but
+    # has no place in a scaling series; an ok run without one is an error. The index keeps the
+    # CSV rows' positions for the messages below.
+    runs = runs[runs["gpus"].notna() | (runs["status"] == "ok")].copy()
+    gpus = runs["gpus"]
+    bad = gpus.isna() | (gpus < 0) | (gpus != gpus.round())
+    if bad.any():
+        position = int(gpus.index[bad.to_numpy()][0])
+        raise ValueError(f"{source} {where(position)}: column 'gpus' must be a whole number >= 0, "
+                         f"got {gpus.loc[position]!r}{from_log(position)}")
+    runs["gpus"] = gpus.astype(int)
+    unknown = ~runs["status"].isin(STATUSES)
+    if unknown.any():
+        position = int(runs.index[unknown.to_numpy()][0])
+        raise ValueError(f"{source} {where(position)}: column 'status' holds "
+                         f"{runs['status'].loc[position]!r}; "
+                         f"expected one of {', '.join(STATUSES)}{from_log(position)}")
+    return runs.reset_index(drop=True)
+
+
+def iter_groups(table: pd.DataFrame, keys: list[str]) -> Iterator[tuple[dict, pd.DataFrame]]:
+    """(key values, rows) per group; missing key values form their own group."""
+    if not keys:
+        if len(table):
+            yield {}, table
+        return
+    for values, rows in table.groupby(keys, dropna=False, sort=True):
+        values = values if isinstance(values, tuple) else (values,)
+        yield dict(zip(keys, values)), rows
+
+
+def key_tuple(values: dict, keys: list[str]) -> tuple:
+    """Hashable group identity in which missing values (NaN) compare equal."""
+    return tuple(None if pd.isna(values[k]) else values[k] for k in keys)

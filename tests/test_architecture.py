@@ -1,0 +1,256 @@
+"""The package's architecture (docs/layout.md): layers in import order, each importing only itself
+and the layers before it; the layers the workflow imports when it is parsed stay light; no import
+cycle; no folder a reader cannot take in at a glance.
+
+The checks read the source (AST), so they see the imports inside functions too: a lazy import of
+a later layer is as much a dependency as one at the top of a module. Each check is a function of a
+folder, tried below on a small package made to break it, so a check that cannot fail would fail.
+"""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "scalesweep"
+# The layers in import order: each may import itself and those before it.
+LAYERS = ("contract", "plan", "logs", "tidy", "analysis", "report", "history")
+# What the workflow imports when it is parsed (every Snakemake start, cluster jobs included) and
+# what the trainers import in their containers must not load these.
+HEAVY = ("matplotlib", "scipy", "duckdb", "torch", "tensorflow")
+LIGHT_LAYERS = ("contract", "plan")
+MAX_MODULES_PER_FOLDER = 12
+
+
+# ----------------------------------------------------------------------------- reading the package
+
+def module_name(path: Path, root: Path) -> str:
+    """'scalesweep.history.query' for root/scalesweep/history/query.py; a package is its folder."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_modules(root: Path, package: str = PACKAGE) -> dict[str, Path]:
+    """{module name: file} of every module of `package` under `root`."""
+    return {module_name(path, root): path for path in sorted((root / package).rglob("*.py"))}
+
+
+def imported_modules(path: Path, name: str, known) -> list[tuple[str, int]]:
+    """(module, line) of every import in the file, at any depth (inside functions too). `from a
+    import b` imports a.b where that is a module of `known`, else a; relative imports are resolved
+    against the module's own package."""
+    is_package = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join([*parent, *([base] if base else [])])
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.append((candidate if candidate in known else base, node.lineno))
+    return found
+
+
+def import_graph(root: Path, package: str = PACKAGE) -> dict[str, list[tuple[str, int]]]:
+    """{module: [(module of the package it imports, line)]}."""
+    modules = package_modules(root, package)
+    return {name: [(target, line) for target, line in imported_modules(path, name, modules)
+                   if target == package or target.startswith(package + ".")]
+            for name, path in modules.items()}
+
+
+def layer_of(module: str, package: str = PACKAGE):
+    """The layer's position in LAYERS; 'top' for the package's own modules (cli, pipeline, ...),
+    None for the package itself (its __init__, which every layer may import)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return None
+    if parts[1] in LAYERS:
+        return LAYERS.index(parts[1])
+    return "top"
+
+
+# ----------------------------------------------------------------------------- the checks
+
+def layer_violations(root: Path, package: str = PACKAGE) -> list[str]:
+    """Every import of a later layer, or of a top-level module, by a module of a layer."""
+    problems = []
+    for module, imports in import_graph(root, package).items():
+        own = layer_of(module, package)
+        if own is None or own == "top":
+            continue
+        for target, line in imports:
+            theirs = layer_of(target, package)
+            if theirs == "top" or (theirs is not None and theirs > own):
+                problems.append(f"{module}:{line} imports {target} ({LAYERS[own]} may import only "
+                                f"{', '.join(LAYERS[:own + 1])})")
+    return problems
+
+
+def non_standard_imports(root: Path, layer: str = "contract", package: str = PACKAGE) -> list[str]:
+    """Imports of a layer's modules beyond the standard library and the layer itself."""
+    modules = package_modules(root, package)
+    problems = []
+    for name, path in modules.items():
+        if not name.startswith(f"{package}.{layer}"):
+            continue
+        for target, line in imported_modules(path, name, modules):
+            top = target.split(".")[0]
+            own = target == package or target.startswith(f"{package}.{layer}")
+            if not own and top not in sys.stdlib_module_names:
+                problems.append(f"{name}:{line} imports {target}")
+    return problems
+
+
+def import_cycles(graph: dict) -> list[list[str]]:
+    """The strongly connected components of more than one module (or a module importing itself)
+    of {module: [(module, line)]}: each is an import cycle."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(node):  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target, _ in graph.get(node, ()):
+            if target not in graph:
+                continue
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or any(target == node for target, _ in graph[node]):
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def crowded_folders(root: Path, package: str = PACKAGE, limit: int = MAX_MODULES_PER_FOLDER) -> list[str]:
+    """Folders of the package holding more than `limit` modules (__init__.py counted)."""
+    folders = [root / package, *(path for path in (root / package).rglob("*") if path.is_dir())]
+    counts = {folder: len(list(folder.glob("*.py"))) for folder in folders if folder.name != "__pycache__"}
+    return [f"{folder.relative_to(root)}: {count} modules" for folder, count in sorted(counts.items())
+            if count > limit]
+
+
+# What importing `modules` loaded of `watched`, in a fresh interpreter: its answer, not this
+# process's, whose sys.modules holds whatever other tests imported.
+LOADED_PROBE = """
+import importlib, json, sys
+for name in json.loads(sys.argv[1]):
+    importlib.import_module(name)
+watched = json.loads(sys.argv[2])
+print(json.dumps(sorted({name.split(".")[0] for name in sys.modules} & set(watched))))
+"""
+
+
+def heavy_imports(modules, root: Path = ROOT, watched=HEAVY) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", LOADED_PROBE, json.dumps(list(modules)), json.dumps(list(watched))],
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+# ----------------------------------------------------------------------------- the package
+
+def test_no_module_imports_a_later_layer():
+    assert layer_violations(ROOT) == []
+
+
+def test_the_contract_imports_only_the_standard_library():
+    assert non_standard_imports(ROOT, "contract") == []
+
+
+def test_the_workflow_and_the_trainers_load_no_heavy_library():
+    light = [name for name in package_modules(ROOT)
+             if any(name.startswith(f"{PACKAGE}.{layer}") for layer in LIGHT_LAYERS)]
+    assert len(light) > 10 and heavy_imports(light) == []
+
+
+def test_no_module_of_the_package_is_part_of_an_import_cycle():
+    assert import_cycles(import_graph(ROOT)) == []
+
+
+def test_no_folder_holds_more_than_twelve_modules():
+    assert crowded_folders(ROOT) == []
+
+
+def test_every_module_of_the_package_sits_in_a_layer_or_at_the_top():
+    """A new folder is a new layer: it needs its place in LAYERS (and docs/layout.md)."""
+    folders = {name.split(".")[1] for name in package_modules(ROOT) if name.count(".") >= 2}
+    assert folders <= set(LAYERS)
+
+
+# ----------------------------------------------------------------------------- each check can fail
+
+def write_package(root: Path, files: dict) -> Path:
+    for name, text in {"__init__.py": "", **files}.items():
+        path = root / PACKAGE / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.mark.parametrize("text", [
+    "from scalesweep.report import figures\n",
+    "def later():\n    from scalesweep.report.figures import plot\n",
+    "import scalesweep.report.figures\n",
+    "from scalesweep import cli\n",
+    "from ..report import figures\n",
+])
+def test_an_import_of_a_later_layer_or_the_top_is_found(tmp_path, text):
+    root = write_package(tmp_path, {"tidy/__init__.py": "", "tidy/rows.py": text, "report/__init__.py": "",
+                                    "report/figures.py": "", "cli.py": ""})
+    assert len(layer_violations(root)) == 1
+
+
+def test_imports_of_earlier_layers_and_by_the_top_pass(tmp_path):
+    root = write_package(tmp_path, {
+        "contract/__init__.py": "", "contract/records.py": "import json\n",
+        "tidy/__init__.py": "", "tidy/rows.py": "from scalesweep.contract import records\nimport scalesweep\n",
+        "cli.py": "from scalesweep.tidy import rows\n"})
+    assert layer_violations(root) == [] and non_standard_imports(root) == []
+
+
+def test_a_contract_module_importing_a_third_party_library_is_found(tmp_path):
+    root = write_package(tmp_path, {"contract/__init__.py": "", "contract/atomic.py": "import pandas as pd\n"})
+    assert non_standard_imports(root) == ["scalesweep.contract.atomic:1 imports pandas"]
+
+
+def test_an_import_cycle_through_a_function_is_found(tmp_path):
+    root = write_package(tmp_path, {
+        "history/__init__.py": "", "history/query.py": "from scalesweep.history import archive\n",
+        "history/archive.py": "def write():\n    from scalesweep.history.query import files\n"})
+    assert import_cycles(import_graph(root)) == [["scalesweep.history.archive", "scalesweep.history.query"]]
+
+
+def test_a_crowded_folder_is_found(tmp_path):
+    modules = {f"plan/m{number}.py": "" for number in range(MAX_MODULES_PER_FOLDER)}
+    assert crowded_folders(write_package(tmp_path / "full", modules)) == []
+    root = write_package(tmp_path / "over", {"plan/__init__.py": "", **modules})
+    assert crowded_folders(root) == [f"scalesweep/plan: {MAX_MODULES_PER_FOLDER + 1} modules"]
+
+
+def test_the_probe_sees_a_heavy_library_a_module_loads():
+    assert "matplotlib" in heavy_imports(["scalesweep.report.plotkit"])

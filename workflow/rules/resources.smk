@@ -1,0 +1,147 @@
+# The resources of the training jobs: the threads a trainer takes, the SLURM resources the slurm
+# executor plugin reads from each job (scalesweep/plan/launch.py: slurm_resources), the user's
+# slurm_extra of the profile or the command line merged in, and the resources a profile gives every
+# job of a rule (the preview checks them against the site). Included before train.smk, whose rules
+# use them.
+from snakemake.iocontainers import Wildcards
+
+from scalesweep.plan import launch
+
+
+def job_threads(framework, wildcards):
+    """Locally a trainer takes every core given to Snakemake, so runs never share the machine and
+    their timings mean something; a cluster job (and a preview) gets its own CPUs (cpus_per_task).
+    """
+    if (
+        workflow.executor_plugin is not None
+        and workflow.executor_plugin.name == "local"
+    ):
+        return workflow.cores
+    return settings_of(framework, wildcards)["cpus_per_task"]
+
+
+def trainer_threads(framework):
+    return lambda wildcards: job_threads(framework, wildcards)
+
+
+def profile_slurm_extra(resource_settings):
+    """The slurm_extra of the profile's (or --default-resources') defaults, or None: the train
+    rules set slurm_extra themselves, which replaces a default (launch.slurm_resources merges it).
+    """
+    from snakemake.resources import Resources
+
+    defaults = resource_settings.default_resources
+    return Resources.from_mapping(defaults).get("slurm_extra") if defaults else None
+
+
+def command_line_slurm_extra(resource_settings):
+    """{rule: slurm_extra} given with --set-resources (or a profile's set-resources). Snakemake
+    applies these after a rule's own resources, replacing the train rules' options; train.smk
+    puts the merged value back (train_rules_keep_their_slurm_extra)."""
+    from snakemake.resources import Resources
+
+    return {
+        rule_name: Resources.from_mapping(overrides)["slurm_extra"]
+        for rule_name, overrides in resource_settings.overwrite_resources.items()
+        if "slurm_extra" in overrides
+    }
+
+
+PROFILE_SLURM_EXTRA = profile_slurm_extra(workflow.resource_settings)
+
+COMMAND_LINE_SLURM_EXTRA = command_line_slurm_extra(workflow.resource_settings)
+
+
+def user_slurm_extra(wildcards, input, attempt, threads, rulename):
+    """The user's slurm_extra for one job: the profile's default, then the command line's for
+    this rule; each is an expression Snakemake evaluates per job. The more specific comes
+    later, as sbatch mostly keeps the last of an option given twice."""
+    values = []
+    for resource in (PROFILE_SLURM_EXTRA, COMMAND_LINE_SLURM_EXTRA.get(rulename)):
+        if resource is None:
+            continue
+        value = resource.evaluate(
+            wildcards,
+            input=input,
+            attempt=attempt,
+            threads=threads,
+            rulename=rulename,
+            async_run=workflow.async_run,
+        ).value
+        values.append(str(value or ""))
+    return " ".join(value for value in values if value)
+
+
+def slurm_resource(framework, name, default=None):
+    """One SLURM resource of a training job (the plugin reads them; local runs ignore them)."""
+
+    def resource_of(wildcards, input, attempt, threads, rulename):
+        settings = settings_of(framework, wildcards)
+        extra = (
+            user_slurm_extra(wildcards, input, attempt, threads, rulename)
+            if name == "slurm_extra"
+            else ""
+        )
+        return launch.slurm_resources(settings, config["cluster"], extra).get(
+            name, default
+        )
+
+    return resource_of
+
+
+def slurm_resources(framework, multinode=False):
+    """Every SLURM resource of a training job, by name: `resources: **slurm_resources(...)`. A
+    run across nodes is an `mpi` job of the plugin, one task per node (scalesweep/plan/launch.py).
+    """
+    resources = {
+        name: slurm_resource(framework, name, default)
+        for name, default in (
+            ("nodes", None),
+            ("gres", ""),
+            ("cpus_per_task", None),
+            ("tasks_per_gpu", None),
+            ("runtime", None),
+            ("slurm_extra", ""),
+        )
+    }
+    if multinode:
+        resources.update(tasks=slurm_resource(framework, "tasks"), mpi="srun")
+    return resources
+
+
+def train_rules_keep_their_slurm_extra():
+    """Run after the train rules are defined. --set-resources <rule>:slurm_extra=... replaces a
+    rule's own slurm_extra (Snakemake applies it after the rule's resources), dropping the
+    workflow's options such as --exclusive: put back the train rules' own, which adds the
+    command line's (user_slurm_extra)."""
+    for rule_name, framework in (
+        ("train_tensorflow", "tensorflow"),
+        ("train_pytorch", "pytorch"),
+        ("train_pytorch_multinode", "pytorch"),
+    ):
+        if rule_name in COMMAND_LINE_SLURM_EXTRA:
+            getattr(rules, rule_name).rule.resources["slurm_extra"] = slurm_resource(
+                framework, "slurm_extra", ""
+            )
+
+
+def resource_value(name, rule_name):
+    """A resource the profile (or the command line) gives every job of a rule, as a job would
+    get it: --set-resources for the rule, else --default-resources; None when neither sets it.
+    """
+    settings = workflow.resource_settings
+    for given in (
+        settings.overwrite_resources.get(rule_name, {}),
+        settings.default_resources or {},
+    ):
+        if name in given:
+            evaluated = given[name].evaluate(
+                Wildcards(),
+                input=[],
+                attempt=1,
+                threads=1,
+                rulename=rule_name,
+                async_run=workflow.async_run,
+            )
+            return evaluated.value
+    return None
