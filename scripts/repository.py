@@ -1,5 +1,5 @@
 """Puts the repository on the import path of the trainers: scalesweep's standard-library-only
-modules (records.py: the record contract and vocabularies; catalog.py: the model names) are the
+modules (records.py: the record contract and vocabularies; frameworks.py: the framework registry, its models) are the
 trainers' too, and the repository is on every container's bind list. scripts/ imports this module
 before any `from scalesweep...`, so no trainer module depends on another having done it."""
 

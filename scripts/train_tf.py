@@ -48,7 +48,7 @@ import faults  # noqa: E402
 import harness  # noqa: E402
 import measure  # noqa: E402
 import node  # noqa: E402
-import repository  # noqa: E402,F401  (for scalesweep.contract.catalog)
+import repository  # noqa: E402,F401  (for scalesweep.contract.frameworks)
 import runlog  # noqa: E402
 import stepparts  # noqa: E402
 import tf_compat  # noqa: E402
@@ -62,10 +62,11 @@ from tf_data import (  # noqa: E402
     with_injected_delay,
 )
 
-from scalesweep.contract.catalog import MODELS as CATALOG  # noqa: E402  (standard library only, as records.py)
+from scalesweep.contract import frameworks  # noqa: E402  (standard library only, as records.py)
 
-MODEL_NAMES = CATALOG["tensorflow"]
-# keras.applications constructors by catalog name; the catalog's other model, cnn_small, is built here.
+FRAMEWORK = frameworks.get("tensorflow")
+MODEL_NAMES = FRAMEWORK.model_names
+# keras.applications constructors by registry name; the registry's other model, cnn_small, is built here.
 APPLICATIONS = {
     "resnet50v2": "ResNet50V2",
     "resnet101v2": "ResNet101V2",
@@ -165,7 +166,7 @@ def cnn_small(resolution: int, classes: int) -> keras.Model:
 
 
 def backbone(model_name: str, resolution: int, classes: int) -> keras.Model:
-    """The catalog model, random weights, returning logits."""
+    """The registry's model, random weights, returning logits."""
     if model_name == "cnn_small":
         return cnn_small(resolution, classes)
     constructor = getattr(tf_compat.applications(), APPLICATIONS[model_name])
@@ -465,7 +466,7 @@ class KerasBackend(harness.Backend):
     """What the harness needs from TensorFlow/Keras (docs/trainers.md): one process drives every
     replica of a MirroredStrategy."""
 
-    framework = "tensorflow"
+    framework = FRAMEWORK.name
 
     def info(self, message: str) -> None:
         print(message, flush=True)

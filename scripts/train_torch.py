@@ -60,18 +60,19 @@ import faults  # noqa: E402
 import harness  # noqa: E402
 import measure  # noqa: E402
 import node  # noqa: E402
-import repository  # noqa: E402,F401  (for scalesweep.contract.catalog)
+import repository  # noqa: E402,F401  (for scalesweep.contract.frameworks)
 import runlog  # noqa: E402
 import stepparts  # noqa: E402
 import torch_probes  # noqa: E402
 from torch_data import (DevicePrefetcher, RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
                         make_loader, make_train_sampler, steps_per_epoch)
-from scalesweep.contract.catalog import MODELS as CATALOG  # noqa: E402  (standard library only, as records.py)
+from scalesweep.contract import frameworks  # noqa: E402  (standard library only, as records.py)
 from torch_distributed import (OUT_OF_MEMORY, Console, World, agree_on_oom, all_reduce_sum,  # noqa: E402
                                energy_slots, gather_device_names, is_primary, rank_hint, start_process,
                                synchronize, teardown)
 
-MODELS = CATALOG["pytorch"]
+FRAMEWORK = frameworks.get("pytorch")
+MODELS = FRAMEWORK.model_names
 # Small enough to train an epoch of a few hundred 32 px images in under a second on a laptop CPU.
 VIT_TINY = {"patch_size": 8, "num_layers": 2, "num_heads": 2, "hidden_dim": 64, "mlp_dim": 128}
 PATCH_SIZES = {"vit_h_14": 14, "vit_tiny": VIT_TINY["patch_size"]}
@@ -489,7 +490,7 @@ class TorchBackend(harness.Backend):
     """What the harness needs from PyTorch (docs/trainers.md); one per process, every rank runs
     the same calls, rank 0 alone prints."""
 
-    framework = "pytorch"
+    framework = FRAMEWORK.name
 
     def __init__(self):
         self.console = Console(rank_hint())

@@ -29,7 +29,6 @@ import make_cifar  # noqa: E402
 import make_imagefolder  # noqa: E402
 import measure  # noqa: E402
 import runlog  # noqa: E402
-from scalesweep.contract import catalog  # noqa: E402
 from scalesweep.contract.records import FIRST_STEADY_EPOCH  # noqa: E402
 from scalesweep.logs.read import parse_log
 from stacks import TRAINER_PYTHON_ENV, container_python, trainer_python  # noqa: E402
@@ -317,13 +316,6 @@ def test_a_bad_command_line_exits_before_any_record(framework, data):
     done = launch(framework, data, 1, "--oom-policy", "retry")
     assert done.returncode == 2 and "invalid choice: 'retry'" in done.stderr
     assert parse_records(done.stdout) == []
-
-
-def test_model_list_is_the_catalog(framework):
-    done = subprocess.run([trainer_python(framework), str(TRAINERS[framework]), "--list-models"], capture_output=True,
-                          text=True, timeout=120, env=clean_env())
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == list(catalog.MODELS[framework])
 
 
 # ---------------------------------------------------------------- the life cycle

@@ -141,7 +141,18 @@ def schema_message(config):
         (lambda c: c["datasets"].update(x={"format": "cifar10", "resolution": 32}),
          "config key 'datasets.x': needs 'path' or 'synthetic'"),
         (lambda c: c["matrix"].update(framework=["jax"]),
-         "config key 'matrix.framework[0]': 'jax' is not one of ['tensorflow', 'pytorch']"),
+         "config key 'matrix.framework[0]': unknown framework 'jax' (known: tensorflow, pytorch)"),
+        (lambda c: c["matrix"].update(framework=["pytorh"]),
+         "config key 'matrix.framework[0]': unknown framework 'pytorh' (known: tensorflow, pytorch); "
+         "did you mean 'pytorch'?"),
+        (lambda c: c.update(models={"tensorflw": {"cnn_small": {"epochs": 2}}}),
+         "config key 'models.tensorflw': unknown framework 'tensorflw' (known: tensorflow, pytorch); "
+         "did you mean 'tensorflow'?"),
+        (lambda c: c.setdefault("container", {}).update(images={"pytorch": "a.sif", "jax": "b.sif"}),
+         "config key 'container.images.jax': unknown framework 'jax' (known: tensorflow, pytorch)"),
+        (lambda c: c.setdefault("container", {}).update(python={"torch": "/usr/bin/python3"}),
+         "config key 'container.python.torch': unknown framework 'torch' (known: tensorflow, pytorch); "
+         "did you mean 'pytorch'?"),
         (lambda c: c.update(exclude="x" * 100),
          "config key 'exclude': 'xxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx' is not of type 'array'"),
     ],
@@ -150,6 +161,15 @@ def test_schema_errors_name_the_key_and_the_allowed_values_in_one_line(edit, mes
     raw = yaml.safe_load(TINY.read_text())
     edit(raw)
     assert schema_message(raw) == message
+
+
+def test_a_model_the_framework_lacks_is_refused_with_its_key_and_a_guess():
+    raw = yaml.safe_load(TINY.read_text())
+    raw["models"] = {"pytorch": {"vit_tiyn": {"per_gpu_batch": 8}}}
+    validate_config(raw)
+    with pytest.raises(checks.ConfigError) as error:
+        matrix.plan(raw)
+    assert str(error.value) == "config key 'models.pytorch.vit_tiyn': not a pytorch model; did you mean 'vit_tiny'?"
 
 
 # --- exclude ----------------------------------------------------------------------------------

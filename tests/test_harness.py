@@ -35,7 +35,7 @@ def test_the_schema_default_is_the_trainers(key):
 
 
 def test_every_shared_trainer_default_has_its_schema_default_or_is_per_model():
-    per_model = {"per_gpu_batch", "base_lr", "resolution"}  # the catalog's, per model (scalesweep/contract/catalog.py)
+    per_model = {"per_gpu_batch", "base_lr", "resolution"}  # the registry's, per model (scalesweep/contract/frameworks.py)
     per_run = {"model", "data", "dataset_name", "gpus", "max_train_images", "list_models", "find_max_batch",
                "nodes", "eval_batch_size", "optimizer", "eval"}
     options = set(vars(trainer_defaults())) - per_model - per_run
@@ -49,10 +49,8 @@ def test_the_schema_enums_are_the_records_vocabularies(key, vocabulary):
     assert tuple(TRAINING[key]["enum"]) == vocabulary
 
 
-def test_precisions_and_frameworks_are_the_records_vocabularies():
+def test_precisions_are_the_records_vocabulary():
     assert tuple(SCHEMA["definitions"]["precision"]["enum"]) == records.PRECISIONS
-    frameworks = SCHEMA["properties"]["matrix"]["properties"]["framework"]["items"]["enum"]
-    assert tuple(frameworks) == records.FRAMEWORKS
 
 
 def test_the_trainers_choices_are_the_records_vocabularies():

@@ -14,6 +14,7 @@ import yaml
 from snakemake.utils import validate
 
 from conftest import REPO, SNAKEMAKE
+from scalesweep.contract import frameworks
 from scalesweep.plan import images, launch, matrix
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -174,7 +175,7 @@ def test_hostile_config_values_reach_every_program_as_written(sandbox, name, lay
     assert not marker.exists()
     calls = recorded_calls(record)
     programs = [program for program, _ in calls]
-    script = f"{repo}/scripts/{launch.TRAINER_SCRIPTS[framework]}"
+    script = f"{repo}/scripts/{frameworks.get(framework).trainer_script}"
     expected = launcher_argv(layout, settings, script)
     assert calls[-1] == ("python", expected)
     assert expected[expected.index("--data") + 1] == str(data)

@@ -100,7 +100,6 @@ def test_gpus_spanning_partial_nodes_are_refused(config):
     [
         (lambda c: c["matrix"].update(gpus=[-1]), "gpus"),
         (lambda c: c["matrix"].update(gpus=[1.5]), "gpus"),
-        (lambda c: c["matrix"].update(framework=["jax"]), "framework"),
         (lambda c: c["matrix"].update(batchsize=[1]), "batchsize"),
     ],
 )

@@ -1,3 +1,3 @@
 """What the trainers (scripts/, Python 3.8 in the containers) and the analysis share: the record
-contract, the model catalog, the GPUs' peak throughput and files written whole. Standard library
+contract, the framework registry, the GPUs' peak throughput and files written whole. Standard library
 only, and importing no other part of scalesweep."""

@@ -4,11 +4,14 @@ TFLOP/s without sparsity; docs/reference.md §6).
 MFU (model FLOPs utilisation) = achieved model TFLOP/s per GPU / the device's peak for the run's
 precision. Which peak a precision uses: bf16 and fp16 the tensor-core figures; fp32 under
 TensorFlow the TF32 tensor-core figure (TensorFlow enables TF32 by default on Ampere and later),
-fp32 under PyTorch the plain FP32 figure (PyTorch leaves TF32 matmuls off by default). A device
+fp32 under PyTorch the plain FP32 figure (PyTorch leaves TF32 matmuls off by default): each
+framework's `fp32_dtype` (contract/frameworks.py), and the plain FP32 figure for a framework not there. A device
 not in the table (any CPU, an unknown GPU) or a precision a device has no figure for gives no MFU.
 """
 
 from __future__ import annotations
+
+from scalesweep.contract import frameworks
 
 # name pattern (lower case, all words must appear; first match wins) -> peak TFLOP/s by dtype
 PEAK_TFLOPS = (
@@ -25,7 +28,8 @@ def compute_dtype(framework: str | None, precision: str | None) -> str | None:
     if precision in ("bf16", "fp16"):
         return precision
     if precision == "fp32":
-        return "tf32" if framework == "tensorflow" else "fp32"
+        known = frameworks.find(framework)
+        return known.fp32_dtype if known else "fp32"
     return None
 
 

@@ -15,6 +15,8 @@ import math
 import sys
 from dataclasses import dataclass
 
+from scalesweep.contract import frameworks
+
 # Counts above 2**53 are no longer exact as floats, and a CSV column of counts is read back as
 # floats wherever a failed run leaves a cell empty; no real count comes near it.
 MAX_COUNT = 2**53
@@ -41,7 +43,7 @@ STATUSES = ("ok", "failed", "oom", "timeout")
 FIRST_STEADY_EPOCH = 2
 # The trainers' option vocabularies (scripts/harness.py builds the trainers' options from these;
 # the config schema's enums are checked against them by tests/test_harness.py).
-FRAMEWORKS = ("tensorflow", "pytorch")
+FRAMEWORKS = frameworks.NAMES
 PROTOCOLS = ("epochs", "steps")
 OOM_POLICIES = ("fail", "halve")
 PRECISIONS = ("fp32", "bf16", "fp16")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scalesweep.contract import records
-from scalesweep.contract.catalog import MODELS
+from scalesweep.contract import frameworks
 from scalesweep.logs.failures import one_line
 
 
@@ -25,9 +25,6 @@ CIFAR10_TRAIN_IMAGES = 50_000
 # Digits of a count in a human-format log: a longer digit run is no count (records.MAX_COUNT),
 # and Python refuses to convert an integer of more than 4,300 digits at all.
 DIGITS = r"\d{1,15}"
-# Reference model names -> catalog names; the rest are matched case-insensitively, with the `v2`
-# suffix the reference script leaves out of its header (` Model ResNet50` is ResNet50V2).
-MODEL_ALIASES = {"pytorch": {"vit": "vit_h_14"}, "tensorflow": {}}
 
 
 class LogFormatError(ValueError):
@@ -176,12 +173,17 @@ def checked(run: ParsedRun) -> ParsedRun:
 
 
 def catalog_model(name: str, framework: str) -> str:
-    """A reference log's model name as the catalog spells it (`ResNet50` -> `resnet50v2`)."""
+    """A reference log's model name as the framework's registry entry spells it: its
+    `model_aliases` (`vit` -> `vit_h_14`), else matched case-insensitively, with the `v2` suffix
+    the reference script leaves out of its header (` Model ResNet50` is ResNet50V2)."""
     lowered = name.strip().lower()
-    alias = MODEL_ALIASES.get(framework, {}).get(lowered)
+    entry = frameworks.find(framework)
+    if entry is None:
+        return lowered
+    alias = entry.model_aliases.get(lowered)
     if alias:
         return alias
-    known = MODELS.get(framework, ())
+    known = entry.models
     for candidate in (lowered, lowered + "v2"):
         if candidate in known:
             return candidate

@@ -19,7 +19,7 @@ import math
 import os
 from pathlib import Path
 
-from scalesweep.contract.catalog import MODELS
+from scalesweep.contract import frameworks
 
 
 class ConfigError(ValueError):
@@ -210,10 +210,31 @@ def check_exclude(config, axes):
                     )
 
 
+def framework_keys(config):
+    """(config key, framework name) of every place a config names a framework: the matrix's
+    values and the keys of `models`, `container.images` and `container.python`."""
+    keys = [(f"matrix.framework[{index}]", name) for index, name in enumerate(config["matrix"]["framework"])]
+    container = config.get("container", {})
+    for section, mapping in (("models", config.get("models", {})), ("container.images", container.get("images", {})),
+                             ("container.python", container.get("python", {}))):
+        keys += [(f"{section}.{name}", name) for name in mapping]
+    return keys
+
+
+def check_frameworks(config):
+    """Every framework the config names has a registry entry (scalesweep/contract/frameworks.py):
+    the schema accepts any name, so that a new framework is one entry there."""
+    for key, name in framework_keys(config):
+        if frameworks.find(name) is None:
+            raise ConfigError(
+                key, f"unknown framework '{name}' (known: {', '.join(frameworks.NAMES)})"
+                + did_you_mean([name], frameworks.NAMES))
+
+
 def check_references(config):
     """Cross-key checks the schema cannot do; raises ConfigError naming the key."""
     matrix = config["matrix"]
-    known_models = sorted({m for models in MODELS.values() for m in models})
+    known_models = frameworks.all_model_names()
     for index, model in enumerate(matrix["model"]):
         if model not in known_models:
             raise ConfigError(
@@ -243,9 +264,11 @@ def check_references(config):
                     f"runtime is {container['runtime']} but no image is set for {framework}",
                 )
     for framework, overrides in config.get("models", {}).items():
+        models = frameworks.get(framework).models
         for model in overrides:
-            if model not in MODELS[framework]:
-                raise ConfigError(f"models.{framework}.{model}", f"not a {framework} model")
+            if model not in models:
+                raise ConfigError(f"models.{framework}.{model}",
+                                  f"not a {framework} model" + did_you_mean([model], models))
 
 
 def check_synthetic(key, fmt, sizes):

@@ -203,6 +203,7 @@ def validate_config(config, schema=SCHEMA):
     problem = jsonschema.exceptions.best_match(strict_validator(schema).iter_errors(config))
     if problem is not None:
         raise whole_number_problem(problem) from None
+    checks.check_frameworks(config)
     checks.check_matrix_size(config["matrix"])
     checks.check_dataset_path_shapes(config)
     checks.check_bind_length(config)

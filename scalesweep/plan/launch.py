@@ -12,16 +12,16 @@ container options, module names) always arrives as written; only the launcher's 
 import os
 import shlex
 
+from scalesweep.contract import frameworks
 from scalesweep.plan import images
-
-TRAINER_SCRIPTS = {"tensorflow": "train_tf.py", "pytorch": "train_torch.py"}
 
 # torchrun's rendezvous port: offset by the job id so two jobs sharing a node don't collide.
 RENDEZVOUS_PORT = "$((29500 + SLURM_JOB_ID % 1000))"
 
 
 def trainer_args(settings):
-    """Options both trainers take, in the trainers' own spelling."""
+    """The trainer's options, in the trainers' own spelling: those every trainer takes, then its
+    framework's own (the registry entry's `trainer_options`)."""
     args = [
         "--model", settings["model"],
         "--data", settings["data_path"],
@@ -45,10 +45,8 @@ def trainer_args(settings):
         args.append("--compile")
     if settings.get("find_max_batch"):
         args += ["--find-max-batch", "--max-batch-limit", settings["max_batch_limit"]]
-    if settings["framework"] == "pytorch":
-        args += ["--nodes", settings["nodes"], "--num-workers", settings["num_workers"]]
-        if settings["channels_last"]:
-            args.append("--channels-last")
+    for option in frameworks.get(settings["framework"]).trainer_options:
+        args += option.words(settings)
     return [str(arg) for arg in args]
 
 
@@ -57,7 +55,7 @@ def is_multinode(settings):
 
 
 def trainer_script(framework, repo):
-    return f"{repo}/scripts/{TRAINER_SCRIPTS[framework]}"
+    return f"{repo}/scripts/{frameworks.get(framework).trainer_script}"
 
 
 class InnerShellWord(str):
@@ -171,11 +169,17 @@ def python_for(container, framework, host_python):
 
 
 def processes_per_node(settings):
-    """Trainer processes on one node: torchrun starts one per GPU; TensorFlow's MirroredStrategy
-    and the CPU baseline are one process."""
-    if settings["framework"] == "pytorch" and settings["gpus"] >= 1:
+    """Trainer processes on one node: torchrun starts one per GPU; a single-process launcher
+    (TensorFlow's MirroredStrategy) and the CPU baseline are one process."""
+    if starts_process_per_gpu(settings):
         return settings["gpus_per_node"]
     return 1
+
+
+def starts_process_per_gpu(settings):
+    """torchrun, one process per GPU: the framework's launcher, unless the run is the CPU
+    baseline (one process)."""
+    return frameworks.get(settings["framework"]).one_process_per_gpu and settings["gpus"] >= 1
 
 
 def omp_threads_word(processes):
@@ -198,9 +202,10 @@ def with_omp_threads(argv, settings):
 
 
 def single_node_argv(settings, python, repo):
-    """One process for TensorFlow and the CPU baseline; torchrun with a process per GPU."""
+    """One process for a single-process launcher and the CPU baseline; torchrun with a process
+    per GPU."""
     script = trainer_script(settings["framework"], repo)
-    if settings["framework"] == "pytorch" and settings["gpus"] >= 1:
+    if starts_process_per_gpu(settings):
         launcher = [python, "-m", "torch.distributed.run", "--standalone",
                     f"--nproc-per-node={settings['gpus']}"]
     else:
@@ -219,7 +224,7 @@ def multinode_torchrun_argv(settings, python, repo):
         RENDEZVOUS_ID,
         "--rdzv-backend=c10d",
         RENDEZVOUS_ENDPOINT,
-        trainer_script("pytorch", repo),
+        trainer_script(settings["framework"], repo),
         *trainer_args(settings),
     ]
 

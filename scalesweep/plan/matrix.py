@@ -11,7 +11,7 @@ import itertools
 import math
 from collections import Counter
 
-from scalesweep.contract.catalog import DATASET_FORMATS, MODEL_DEFAULTS, MODELS
+from scalesweep.contract import frameworks
 from scalesweep.contract.records import FIRST_STEADY_EPOCH
 from scalesweep.plan.checks import (
     ConfigError,
@@ -27,8 +27,10 @@ CORE_AXES = ("framework", "model", "dataset", "gpus")
 # Job-shape settings a model may set for itself (models.<framework>.<model>), else `cluster:`'s.
 JOB_SHAPE_KEYS = ("time_limit_min", "exclusive", "whole_node")
 
-# The exclusion rules before the config's own `exclude` entries, in the order they apply.
-BUILT_IN_RULES = ("model-framework", "dataset-format", "tensorflow-single-node")
+# The exclusion rules before the config's own `exclude` entries, in the order they apply. A
+# framework that does not run across nodes names the third after itself: `tensorflow-single-node`.
+SINGLE_NODE = "single-node"
+BUILT_IN_RULES = ("model-framework", "dataset-format", SINGLE_NODE)
 
 
 def axis_names(matrix):
@@ -60,6 +62,8 @@ def rule_rank(rule):
     """Where a rule comes in the order exclusion_reason applies them."""
     if rule.startswith("exclude["):
         return len(BUILT_IN_RULES) + int(rule[len("exclude["):-1])
+    if rule.endswith("-" + SINGLE_NODE):
+        return BUILT_IN_RULES.index(SINGLE_NODE)
     return BUILT_IN_RULES.index(rule)
 
 
@@ -140,19 +144,19 @@ def exclusion_reason(run, config):
     """Why a combination of the matrix is not run, or None when it is.
 
     The rules, in order (documented in the README): a model belongs to one framework; a framework
-    reads only its dataset formats; TensorFlow's MirroredStrategy runs on a single node; then the
-    user's own `exclude` patterns.
+    reads only its dataset formats; a framework that does not run across nodes (TensorFlow's
+    MirroredStrategy) stops at one; then the user's own `exclude` patterns.
     """
-    framework, model = run["framework"], run["model"]
-    if model not in MODELS[framework]:
-        return f"model-framework: {model} is not a {framework} model"
+    framework, model = frameworks.get(run["framework"]), run["model"]
+    if model not in framework.models:
+        return f"model-framework: {model} is not a {framework.name} model"
     fmt = dataset_format(config, run["dataset"])
-    if fmt not in DATASET_FORMATS[framework]:
-        return f"dataset-format: {framework} does not read {fmt} datasets ({run['dataset']})"
+    if fmt not in framework.dataset_formats:
+        return f"dataset-format: {framework.name} does not read {fmt} datasets ({run['dataset']})"
     gpus_per_node = config["cluster"]["gpus_per_node"]
-    if framework == "tensorflow" and run["gpus"] > gpus_per_node:
+    if not framework.multinode and run["gpus"] > gpus_per_node:
         return (
-            f"tensorflow-single-node: MirroredStrategy runs on one node; {run['gpus']} GPUs "
+            f"{framework.name}-{SINGLE_NODE}: {framework.single_node_reason}; {run['gpus']} GPUs "
             f"need {nodes_for(run['gpus'], gpus_per_node)} nodes of {gpus_per_node}"
         )
     for index, pattern in enumerate(config.get("exclude", [])):
@@ -200,7 +204,7 @@ def run_settings(run, config):
     """Everything a trainer needs for one configuration: axes first, then defaults."""
     framework, model = run["framework"], run["model"]
     model_defaults = {
-        **MODEL_DEFAULTS[framework][model],
+        **frameworks.get(framework).models[model],
         **config.get("models", {}).get(framework, {}).get(model, {}),
     }
     dataset = config["datasets"][run["dataset"]]
@@ -233,7 +237,7 @@ def run_settings(run, config):
 # the measurement and is not at its default, as /key~value sorted by key. A setting at its default
 # adds nothing, so adding an axis (repeat: [0, 1]) keeps the runs already measured where they are,
 # and a config that moves away from a default (protocol: steps) and back finds its old results.
-# The defaults are the schema's and the catalog's, not the config's: a config's own values are the
+# The defaults are the schema's and the framework registry's, not the config's: a config's own values are the
 # settings a run is known by.
 RUN_PATTERN = "model~{model}/dataset~{dataset}/gpus~{gpus}{settings}"
 # The settings wildcard: empty (every setting at its default), or /key~value per setting.
@@ -250,7 +254,7 @@ def measured_defaults(framework, model, training_defaults) -> dict:
     schema's training defaults (config.training_defaults), the model's built-in batch and
     learning rate, the first repeat."""
     unset = {key: value for key, value in training_defaults.items() if key not in UNMEASURED}
-    return {**unset, **MODEL_DEFAULTS[framework][model], "repeat": 0}
+    return {**unset, **frameworks.get(framework).models[model], "repeat": 0}
 
 
 def unread_settings(settings) -> set:

@@ -11,6 +11,8 @@ import hashlib
 import json
 import math
 
+from scalesweep.contract import frameworks
+
 # A sweep's own columns in the history archive (scalesweep/history/archive.py): its id, date, config,
 # where it was archived from and on which host.
 SWEEP_COLUMNS = ("sweep_id", "sweep_date", "sweep_config", "sweep_source", "sweep_host")
@@ -48,8 +50,11 @@ SETTINGS_KEYS = (
 )  # fmt: skip
 NOT_SETTINGS = frozenset({"repeat"})
 
-# The header's name of each framework's own version in `versions`.
-FRAMEWORK_VERSION_KEYS = {"pytorch": "torch", "tensorflow": "tensorflow"}
+def framework_version_key(framework) -> str:
+    """The key of the header's `versions` holding the framework's own version; '' for a framework
+    no registry entry has (contract/frameworks.py)."""
+    known = frameworks.find(framework)
+    return known.version_key if known else ""
 
 
 def run_provenance(header: dict, axes: dict | None = None) -> dict:
@@ -63,7 +68,7 @@ def run_provenance(header: dict, axes: dict | None = None) -> dict:
         "gpu_model": gpu_model(header.get("gpu_models")),
         "gpu_driver": _text(header.get("gpu_driver")),
         "cpu_model": _text(header.get("cpu_model")),
-        "framework_version": _text(versions.get(FRAMEWORK_VERSION_KEYS.get(framework, ""))),
+        "framework_version": _text(versions.get(framework_version_key(framework))),
         "cuda_version": _text(versions.get("cuda")),
         "cudnn_version": _text(versions.get("cudnn")),
         "nccl_version": _text(versions.get("nccl")),

@@ -1,5 +1,6 @@
 # Config validation, the run matrix and the input/params functions of the workflow (the training
 # jobs' threads and SLURM resources: resources.smk).
+import collections
 import json
 import os
 import re
@@ -16,6 +17,7 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
+from scalesweep.contract import frameworks  # noqa: E402
 from scalesweep.history import sides  # noqa: E402
 from scalesweep.plan import (
     checks,
@@ -284,11 +286,59 @@ def preview_jobs(max_batch):
     return {run_log(path): SETTINGS[path] for path in RUN_PATHS}
 
 
-def train_rule(settings, max_batch):
+def trainer_rule_name(framework, multinode, max_batch):
+    """train_<framework>[_multinode] or max_batch_<framework> (train.smk makes them)."""
     if max_batch:
-        return f"max_batch_{settings['framework']}"
-    multinode = "_multinode" if launch.is_multinode(settings) else ""
-    return f"train_{settings['framework']}{multinode}"
+        return f"max_batch_{framework}"
+    return f"train_{framework}{'_multinode' if multinode else ''}"
+
+
+def train_rule(settings, max_batch):
+    multinode = launch.is_multinode(settings) and not max_batch
+    return trainer_rule_name(settings["framework"], multinode, max_batch)
+
+
+# The rules a training job runs under, made from the framework registry by train.smk.
+TrainerRule = collections.namedtuple("TrainerRule", "framework multinode max_batch")
+
+
+def trainer_rules():
+    """Every rule a training job runs under, in the registry's order."""
+    made = []
+    for framework in frameworks.FRAMEWORKS:
+        made.append(TrainerRule(framework, multinode=False, max_batch=False))
+        if framework.multinode:
+            made.append(TrainerRule(framework, multinode=True, max_batch=False))
+    return made + [
+        TrainerRule(f, multinode=False, max_batch=True) for f in frameworks.FRAMEWORKS
+    ]
+
+
+def result_of(trainer_rule):
+    return max_batch_log if trainer_rule.max_batch else run_log
+
+
+def attempt_log(trainer_rule):
+    stage = "max_batch" if trainer_rule.max_batch else "train"
+    return f"logs/{stage}/{trainer_rule.framework.name}/{RUN_PATTERN}.log"
+
+
+def gpus_constraint(trainer_rule):
+    """The GPU counts of the rule: a framework running across nodes has one rule for a node, one
+    for several (the maximum-batch search stays on one node)."""
+    if not trainer_rule.framework.multinode:
+        return "[^/]+"
+    return gpu_counts(multinode=trainer_rule.multinode)
+
+
+def conda_env(framework):
+    return f"../../{framework.conda_env}" if framework.conda_env else None
+
+
+def job_command(trainer_rule):
+    if trainer_rule.max_batch:
+        return max_batch_command(trainer_rule.framework.name)
+    return trainer_command(trainer_rule.framework.name)
 
 
 def site_problems(jobs, max_batch):

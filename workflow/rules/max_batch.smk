@@ -12,30 +12,8 @@ rule find_max_batch:
         "results/tables/max_batch.csv",
 
 
-use rule train_tensorflow as max_batch_tensorflow with:
-    input:
-        data=dataset_input("tensorflow", result_of=max_batch_log),
-        image=image_inputs("tensorflow", result_of=max_batch_log),
-        earlier_jobs=await_earlier_slurm_jobs,
-    output:
-        f"results/max_batch/tensorflow/{RUN_PATTERN}/max_batch.log",
-    log:
-        f"logs/max_batch/tensorflow/{RUN_PATTERN}.log",
-    params:
-        command=max_batch_command("tensorflow"),
-
-
-use rule train_pytorch as max_batch_pytorch with:
-    input:
-        data=dataset_input("pytorch", result_of=max_batch_log),
-        image=image_inputs("pytorch", result_of=max_batch_log),
-        earlier_jobs=await_earlier_slurm_jobs,
-    output:
-        f"results/max_batch/pytorch/{RUN_PATTERN}/max_batch.log",
-    log:
-        f"logs/max_batch/pytorch/{RUN_PATTERN}.log",
-    params:
-        command=max_batch_command("pytorch"),
+# The searches run under the rules max_batch_<framework>, made beside the training rules
+# (train.smk).
 
 
 rule max_batch:

@@ -109,16 +109,14 @@ def slurm_resources(framework, multinode=False):
     return resources
 
 
-def train_rules_keep_their_slurm_extra():
-    """Run after the train rules are defined. --set-resources <rule>:slurm_extra=... replaces a
-    rule's own slurm_extra (Snakemake applies it after the rule's resources), dropping the
-    workflow's options such as --exclusive: put back the train rules' own, which adds the
-    command line's (user_slurm_extra)."""
-    for rule_name, framework in (
-        ("train_tensorflow", "tensorflow"),
-        ("train_pytorch", "pytorch"),
-        ("train_pytorch_multinode", "pytorch"),
-    ):
+def train_rules_keep_their_slurm_extra(made_train_rules):
+    """Run after the train rules (train.smk's TrainerRules) are defined. --set-resources
+    <rule>:slurm_extra=... replaces a rule's own slurm_extra (Snakemake applies it after the rule's
+    resources), dropping the workflow's options such as --exclusive: put back the train rules'
+    own, which adds the command line's (user_slurm_extra)."""
+    for made in made_train_rules:
+        framework = made.framework.name
+        rule_name = trainer_rule_name(framework, made.multinode, max_batch=False)
         if rule_name in COMMAND_LINE_SLURM_EXTRA:
             getattr(rules, rule_name).rule.resources["slurm_extra"] = slurm_resource(
                 framework, "slurm_extra", ""

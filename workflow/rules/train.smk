@@ -14,54 +14,50 @@ TRAIN_SHELL = (
 )
 
 
-rule train_tensorflow:
-    input:
-        data=dataset_input("tensorflow"),
-        image=image_inputs("tensorflow"),
-        earlier_jobs=await_earlier_slurm_jobs,
-    output:
-        f"results/runs/tensorflow/{RUN_PATTERN}/train.log",
-    log:
-        f"logs/train/tensorflow/{RUN_PATTERN}.log",
-    conda:
-        "../../envs/tensorflow.yaml"
-    threads: trainer_threads("tensorflow")
-    resources:
-        **slurm_resources("tensorflow"),
-    params:
-        command=trainer_command("tensorflow"),
-    shell:
-        TRAIN_SHELL
+# The training rules are made from the framework registry (scalesweep/contract/frameworks.py):
+# per framework train_<framework>, plus train_<framework>_multinode where it runs across nodes (an
+# `mpi` job for the slurm plugin: its shell runs in the batch step on the first node and starts one
+# torchrun per node itself, see launch.py), and max_batch_<framework> for the maximum-batch search
+# (max_batch.smk), the same job with another command and result.
+TRAINER_RULES = trainer_rules()
 
+for trainer_rule in TRAINER_RULES:
 
-use rule train_tensorflow as train_pytorch with:
-    input:
-        data=dataset_input("pytorch"),
-        image=image_inputs("pytorch"),
-        earlier_jobs=await_earlier_slurm_jobs,
-    output:
-        f"results/runs/pytorch/{RUN_PATTERN}/train.log",
-    log:
-        f"logs/train/pytorch/{RUN_PATTERN}.log",
-    wildcard_constraints:
-        gpus=gpu_counts(multinode=False),
-    conda:
-        "../../envs/pytorch.yaml"
-    threads: trainer_threads("pytorch")
-    resources:
-        **slurm_resources("pytorch"),
-    params:
-        command=trainer_command("pytorch"),
-
-
-# A run across nodes is an `mpi` job for the slurm plugin: its shell runs in the batch step on
-# the first node and starts one torchrun per node itself (srun ... torchrun, see launch.py).
-use rule train_pytorch as train_pytorch_multinode with:
-    wildcard_constraints:
-        gpus=gpu_counts(multinode=True),
-    resources:
-        **slurm_resources("pytorch", multinode=True),
+    rule:
+        name:
+            trainer_rule_name(
+                trainer_rule.framework.name,
+                trainer_rule.multinode,
+                trainer_rule.max_batch,
+            )
+        input:
+            data=dataset_input(
+                trainer_rule.framework.name, result_of=result_of(trainer_rule)
+            ),
+            image=image_inputs(
+                trainer_rule.framework.name, result_of=result_of(trainer_rule)
+            ),
+            earlier_jobs=await_earlier_slurm_jobs,
+        output:
+            result_of(trainer_rule)(f"{trainer_rule.framework.name}/{RUN_PATTERN}"),
+        log:
+            attempt_log(trainer_rule),
+        wildcard_constraints:
+            gpus=gpus_constraint(trainer_rule),
+        conda:
+            conda_env(trainer_rule.framework)
+        threads: trainer_threads(trainer_rule.framework.name)
+        resources:
+            **slurm_resources(
+                trainer_rule.framework.name, multinode=trainer_rule.multinode
+            ),
+        params:
+            command=job_command(trainer_rule),
+        shell:
+            TRAIN_SHELL
 
 
 # --set-resources <rule>:slurm_extra=... would replace the train rules' own (common.smk).
-train_rules_keep_their_slurm_extra()
+train_rules_keep_their_slurm_extra(
+    [made for made in TRAINER_RULES if not made.max_batch]
+)

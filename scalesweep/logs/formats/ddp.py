@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 
+from scalesweep.contract import frameworks
 from scalesweep.logs.failures import UNFINISHED_CAUSES, unfinished_summary
 from scalesweep.logs.run import (
     DIGITS,
@@ -22,6 +23,8 @@ from scalesweep.logs.run import (
     parse_duration,
 )
 
+# The framework whose reference script writes these logs (its registry entry names this format).
+FRAMEWORK = frameworks.with_reference_log_format("ddp").name
 
 _DDP_PREFIX_RE = re.compile(
     r"\[\d{1,2}/\d{1,2}/\d{4} \d{1,2}:\d{2}:\d{2}(?: ?[AP]M)?\]\s*"
@@ -132,13 +135,13 @@ def _add_ddp_epoch_fields(epochs: dict, epoch: int, body: str, source, number) -
 
 def _ddp_header(args: dict, world: int) -> dict:
     header = {
-        "framework": "pytorch",
+        "framework": FRAMEWORK,
         "world_size": world,
         "protocol": "epochs",
         "reference_args": dict(args),
     }
     if "model_name" in args:
-        header["model"] = catalog_model(args["model_name"], "pytorch")
+        header["model"] = catalog_model(args["model_name"], FRAMEWORK)
     if "dataset" in args:
         header["dataset"] = os.path.basename(args["dataset"].rstrip("/")) or args["dataset"]
     renamed = (("batch_size", "per_gpu_batch"), ("num_epochs", "epochs"), ("resolution", "resolution"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from scalesweep.contract import frameworks
 from scalesweep.logs.failures import UNFINISHED_CAUSES, unfinished_summary
 from scalesweep.logs.run import (
     CIFAR10_TRAIN_IMAGES,
@@ -19,6 +20,8 @@ from scalesweep.logs.run import (
     finished_summary,
 )
 
+# The framework whose reference script writes these logs (its registry entry names this format).
+FRAMEWORK = frameworks.with_reference_log_format("keras").name
 
 KERAS_HEADER_RE = re.compile(rf"^\s*Model\s+(?P<model>\S+)\s+(?P<gpus>{DIGITS})\s+GPUs?\s*$")
 _KERAS_BATCH_RE = re.compile(rf"^\s*Batch_size\s*:\s*({DIGITS})\s*$", re.IGNORECASE)
@@ -58,7 +61,7 @@ def parse_keras(lines, source, fmt, world_size, images_per_epoch=None) -> list[P
             drafts[-1].header["world_size"] = int(_KERAS_REPLICAS_RE.match(line).group(1))
         elif KERAS_EPOCH_RE.match(line):
             if not drafts:  # epoch lines without the script's header: still a run, less known
-                drafts.append(Draft(header={"framework": "tensorflow"}, lines=prelude))
+                drafts.append(Draft(header={"framework": FRAMEWORK}, lines=prelude))
             pending_epoch = _keras_epoch_line(drafts[-1], KERAS_EPOCH_RE.match(line), source, number)
         elif KERAS_PROGRESS_RE.search(line) and drafts:
             draft = drafts[-1]
@@ -76,8 +79,8 @@ def parse_keras(lines, source, fmt, world_size, images_per_epoch=None) -> list[P
 
 def _keras_header(match) -> dict:
     return {
-        "framework": "tensorflow",
-        "model": catalog_model(match.group("model"), "tensorflow"),
+        "framework": FRAMEWORK,
+        "model": catalog_model(match.group("model"), FRAMEWORK),
         "gpus": int(match.group("gpus")),
         "protocol": "epochs",
     }
