@@ -1,0 +1,10 @@
+    Framework(
+        name="numpy_dp",
+        trainer_script="train_numpy_dp.py",
+        launcher=SINGLE_PROCESS,
+        multinode=False,
+        single_node_reason="its processes all-reduce through pipes, on one machine",
+        dataset_formats=("cifar10",),
+        models={"softmax": {"per_gpu_batch": 16, "base_lr": 0.05}},
+        version_key="numpy",
+    ),
