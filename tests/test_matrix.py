@@ -190,7 +190,7 @@ def paths_of(config):
 
 def test_a_run_path_names_only_the_settings_away_from_their_defaults(config):
     # config.yaml: epochs 3, fp32, seed 0 are the schema's defaults; cnn_small's batch 32 is the
-    # catalog's, mobilenetv3small's 32 is not (catalog: 64)
+    # registry's, mobilenetv3small's 32 is not (registry: 64)
     paths = paths_of(config)
     assert "tensorflow/model~cnn_small/dataset~synth-cifar/gpus~2" in paths
     assert "tensorflow/model~mobilenetv3small/dataset~synth-cifar/gpus~2/per_gpu_batch~32" in paths

@@ -100,7 +100,7 @@ def test_the_new_framework_runs_through_every_stage_of_the_workflow(repo, tmp_pa
 
     preview = snakemake_in(repo, tmp_path, "-n")
     assert preview.returncode == 0, preview.stderr[-4000:]
-    assert f"train_{NAME}" in preview.stdout and "2 runs" in preview.stderr + preview.stdout
+    assert f"train_{NAME}" in preview.stdout and "2 configurations to run" in preview.stderr
 
     done = snakemake_in(repo, tmp_path, "--cores", "2")
     assert done.returncode == 0, done.stderr[-4000:]
