@@ -94,7 +94,7 @@ def run_identity(source) -> dict:
         parts[-1] = _LOG_SUFFIX_RE.sub("", parts[-1])
     for index in range(len(parts) - 1, -1, -1):
         axes = parts[index + 1:]
-        if parts[index] in MODELS and axes and all("~" in axis for axis in axes):
+        if frameworks.find(parts[index]) and axes and all("~" in axis for axis in axes):
             values = dict(axis.split("~", 1) for axis in axes)
             if all(values.get(key) for key in _IDENTITY_AXES) and re.fullmatch(DIGITS, values["gpus"]):
                 return {"framework": parts[index], "model": values["model"],

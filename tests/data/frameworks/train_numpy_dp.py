@@ -1,14 +1,14 @@
 """Train a softmax classifier on CIFAR-10 with numpy, data-parallel over processes.
 
 Test data, not a trainer of the sweep: the third framework of tests/test_third_framework.py, added
-to a copy of the repository by this one file (as scripts/train_numpy_dp.py) and one registry entry
+to a copy of the repository by this one file (copied into scripts/) and one registry entry
 (numpy_dp_entry.py beside it), to show that nothing else has to change. It is a real backend of
 scripts/harness.py all the same: --gpus N starts N processes (one per stand-in GPU; 0 is the CPU
 baseline, one process), each trains on its own shard of every global batch, and the gradients are
 summed across the processes before every update, through pipes to the first process and back
 (the simplest honest all-reduce). The first process prints the `:::SCALESWEEP` records.
 
-    python scripts/train_numpy_dp.py --model softmax --data data/cifar10 --gpus 2 --epochs 2
+    python train_numpy_dp.py --model softmax --data data/cifar10 --gpus 2 --epochs 2
 """
 
 from __future__ import annotations
