@@ -100,7 +100,7 @@ def test_findings_md_numbers_are_the_tables(tmp_path):
     scaling = pd.read_csv(outputs["scaling"])
     fits = pd.read_csv(outputs["fits"])
     sweet = pd.read_csv(outputs["sweet_spot"])
-    blocks = re.findall(r"\*\*(\w+), (\w+), ([\w-]+), per_gpu_batch=32\*\*\n\n"
+    blocks = re.findall(r"\*\*(\w+), (\w+), ([\w-]+), requested_per_gpu_batch=32\*\*\n\n"
                         r"(.*?)(?:\n\n|\n?\Z)", text, re.S)
     assert len(blocks) == 4
     for framework, model, dataset, block in blocks:

@@ -513,7 +513,7 @@ def acceleration_table(runs: pd.DataFrame) -> pd.DataFrame:
     """
     runs = check_runs(runs)
     keys = group_keys(runs)
-    batch = "per_gpu_batch" if "per_gpu_batch" in keys else None
+    batch = "requested_per_gpu_batch" if "requested_per_gpu_batch" in keys else None
     match_keys = [k for k in keys if k != batch]
     rows_out = []
     cpu_runs, gpu_runs = runs[runs["gpus"] == 0], runs[runs["gpus"] == 1]

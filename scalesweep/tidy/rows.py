@@ -1,7 +1,8 @@
 """Parsed runs -> two tidy tables: epochs.csv (one row per run x epoch) and runs.csv (one per run).
 
 Each run is a log plus the sweep axes it was launched with. The axes say what was asked, the log
-what happened: axes override or complete the log, metrics always come from the log. Steady-state
+what happened: the log's value of a setting it carries wins (what ran), the axes complete it,
+and requested_per_gpu_batch keeps what was asked beside per_gpu_batch; metrics always come from the log. Steady-state
 metrics are recomputed from the epochs (median over epochs >= 2), never copied from a summary.
 A run that did not finish is a row with status failed / oom / timeout, a reason, and NaN in every
 metric column, so no plot or fit can take it for a measurement. So is a log that cannot be read
@@ -21,7 +22,7 @@ from scalesweep.logs import invariants
 from scalesweep.logs.read import parse_file
 from scalesweep.logs.run import EmptyLogError, LogFormatError, refused_summary, whole_number
 from scalesweep.tidy import copies
-from scalesweep.tidy.provenance import run_id, run_provenance
+from scalesweep.tidy.provenance import SETTINGS_KEYS, requested_batch, run_id, run_provenance, what_ran
 from scalesweep.tidy.table import (
     AXIS_COLUMNS,
     BREAKDOWN_COLUMNS,
@@ -231,13 +232,17 @@ def _global_batch(per_gpu_batch, world_size) -> int | None:
 
 
 def _axes(log_values: dict, config: dict) -> dict:
-    """Axis values: config first, then the log, then the defaults (1 node, repeat 0).
+    """Axis values by provenance.what_ran (the log's value where it carries a setting, else the
+    config's), with requested_per_gpu_batch beside per_gpu_batch; then the defaults (1 node,
+    repeat 0).
 
     From the log only keys of the header contract: a `repeat` or `status` key in a header is
     not one, and readers skip keys they do not know.
     """
-    values = {key: log_values.get(key) if key in records.HEADER else None for key in AXIS_COLUMNS}
-    values.update(config)
+    contract = {key: value for key, value in log_values.items() if key in records.HEADER}
+    values = {key: contract.get(key) for key in AXIS_COLUMNS}
+    values.update(what_ran(contract, config, [key for key in SETTINGS_KEYS if key in config]))
+    values["requested_per_gpu_batch"] = requested_batch(contract, config)
     if values.get("gpus") is None:
         values["gpus"] = log_values.get("world_size")
     if values.get("nodes") is None:
