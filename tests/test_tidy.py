@@ -334,3 +334,13 @@ def test_unreadable_log_file_is_a_refused_row(tmp_path):
     result = rows.tidy_tables([(unreadable, {"gpus": 1})])
     assert result.refused == [result.runs.iloc[0]["reason"]]
     assert result.refused[0].startswith(f"{unreadable}: cannot read: ")
+
+
+def test_a_runs_table_from_before_the_requested_batch_keeps_its_groups():
+    from scalesweep.tidy.table import with_requested_batch
+
+    old = pd.DataFrame({"gpus": [1, 2, 1], "per_gpu_batch": [64, 64, 128]})
+    assert with_requested_batch(old)["requested_per_gpu_batch"].tolist() == [64, 64, 128]
+    # The history reads an older sweep beside a newer one: the older rows' asked batch is empty.
+    both = old.assign(requested_per_gpu_batch=[None, 256, None])
+    assert with_requested_batch(both)["requested_per_gpu_batch"].tolist() == [64, 256, 128]

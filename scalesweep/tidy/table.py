@@ -132,13 +132,16 @@ def read_runs_csv(path) -> pd.DataFrame:
 
 
 def with_requested_batch(runs: pd.DataFrame) -> pd.DataFrame:
-    """A runs.csv written before requested_per_gpu_batch put the asked batch in per_gpu_batch
-    (the axis over the log): that is its requested batch, so its groups stay what they were."""
-    if "requested_per_gpu_batch" in runs.columns or "per_gpu_batch" not in runs.columns:
+    """A runs.csv written before requested_per_gpu_batch (or its rows in the history, beside a
+    later sweep's) put the asked batch in per_gpu_batch (the axis over the log): that is its
+    requested batch, so its groups stay what they were."""
+    if "per_gpu_batch" not in runs.columns:
         return runs
-    at = list(runs.columns).index("per_gpu_batch") + 1
     runs = runs.copy()
-    runs.insert(at, "requested_per_gpu_batch", runs["per_gpu_batch"])
+    if "requested_per_gpu_batch" not in runs.columns:
+        runs.insert(list(runs.columns).index("per_gpu_batch") + 1, "requested_per_gpu_batch", None)
+    asked = runs["requested_per_gpu_batch"]
+    runs["requested_per_gpu_batch"] = asked.where(asked.notna(), runs["per_gpu_batch"])
     return runs
 
 
