@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from layout_data import laptop_runs
+from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis import tables
 from scalesweep.report import findings
 
@@ -93,7 +94,7 @@ def test_findings_md_numbers_are_the_tables(tmp_path):
     outputs = tables.outputs_in(tmp_path / "tables")
     runs = tmp_path / "runs.csv"
     laptop_runs().to_csv(runs, index=False)
-    tables.write_tables(runs, outputs)
+    tables.write_tables(runs, outputs, DEFAULTS)
     findings.write_findings(outputs["scaling"], outputs["fits"], outputs["sweet_spot"],
                             tmp_path / "findings.md")
     text = (tmp_path / "findings.md").read_text()

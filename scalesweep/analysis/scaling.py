@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analysis.breakdown import LOSS_COLUMNS, NO_BREAKDOWN_NOTE, PARTS, loss_table
+from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.tidy.table import (
     BREAKDOWN_COLUMNS,
     check_runs,
@@ -459,7 +460,7 @@ def _group_bounds(table: pd.DataFrame, keys: list[str]) -> list[tuple[int, int]]
     return list(zip(starts.tolist(), [*starts[1:].tolist(), len(table)]))
 
 
-def scaling_table(runs: pd.DataFrame, epoch_budget: float = 1.0) -> pd.DataFrame:
+def scaling_table(runs: pd.DataFrame, epoch_budget: float = DEFAULTS.epoch_budget) -> pd.DataFrame:
     """One row per group x GPU count (gpus >= 1): medians over ok repeats and the scaling metrics.
 
     Columns: the group keys, then SCALING_COLUMNS. `time_s` is the median steady epoch time,

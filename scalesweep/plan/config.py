@@ -217,10 +217,16 @@ def strict_validator(schema):
     return jsonschema.validators.extend(base, type_checker=checker)(document)
 
 
-@functools.lru_cache(maxsize=4)
 def training_defaults(schema=SCHEMA) -> dict:
     """The value of each `training:` setting when no config sets it, as the schema gives it."""
-    properties = yaml.safe_load(Path(schema).read_text())["properties"]["training"]["properties"]
+    return section_defaults("training", schema)
+
+
+@functools.lru_cache(maxsize=8)
+def section_defaults(section: str, schema=SCHEMA) -> dict:
+    """The value of each setting of a config section when no config sets it: the schema is
+    every default's one owner."""
+    properties = yaml.safe_load(Path(schema).read_text())["properties"][section]["properties"]
     return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
 
 

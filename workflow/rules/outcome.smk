@@ -1,6 +1,7 @@
 # How a sweep ends on the terminal (scalesweep/report/outcome.py): runs ok and failed, each
 # failure's reason and log, and where the tables, figures, findings, archive and report are.
 from scalesweep import pipeline
+from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.plan import images
 from scalesweep.report import outcome
 
@@ -23,7 +24,7 @@ onerror:
             dict(rules.tidy.output.items()),
             {
                 "table_outputs": dict(rules.tables.output.items()),
-                "settings": pipeline.table_settings(config["analysis"]),
+                "settings": AnalysisSettings.from_config(config["analysis"]),
                 "figures_dir": rules.figures.output[0],
                 "findings_md": rules.findings.output[0],
             },
