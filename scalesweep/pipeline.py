@@ -20,7 +20,7 @@ from scalesweep.analysis import tables
 from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.logs.discover import (
     Refused,
-    check_text,
+    check_utf8_text,
     dangling_link,
     is_runs_table,
     log_items,
@@ -68,7 +68,7 @@ def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSet
 
 def read_runs_table(path):
     """A runs table given on the command line, checked (table.read_runs); Refused naming it."""
-    check_text(path)
+    check_utf8_text(path)
     try:
         return read_runs(path)
     except ValueError as error:

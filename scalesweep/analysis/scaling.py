@@ -34,7 +34,7 @@ SCALED_BREAKDOWN = tuple(c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_st
 # GPU energy per GPU count: medians of runs.csv's, the energy efficiency jpi(N_min) / jpi(N) in %,
 # and the projected energy of the analysis' epoch budget (scaling_table's epoch_budget).
 ENERGY_MEDIANS = ("joules_per_image", "avg_power_w_per_gpu")
-ENERGY_COLUMNS = (*ENERGY_MEDIANS, "energy_efficiency_pct", "projected_energy_j")
+SCALING_ENERGY_COLUMNS = (*ENERGY_MEDIANS, "energy_efficiency_pct", "projected_energy_j")
 
 # Columns scaling_table adds after the group keys, in output order. Any other column of a scaling
 # table is a group key (table_group_keys), so a scaling.csv read back from disk works as is.
@@ -50,7 +50,7 @@ SCALING_COLUMNS = (
     "total_time_s", "total_time_s_min", "total_time_s_max",
     "tts_speedup", "tts_efficiency_pct", "tts_gain_vs_prev_pct", "tts_gain_vs_min_pct",
     "train_images", "gpu_hours", "global_batch",
-    *ENERGY_COLUMNS,
+    *SCALING_ENERGY_COLUMNS,
     *SCALED_BREAKDOWN, *LOSS_COLUMNS, "breakdown_note",
     "note", "flags",
 )

@@ -12,7 +12,7 @@ container options, module names) always arrives as written; only the launcher's 
 import os
 import shlex
 
-from scalesweep.plan import images
+from scalesweep.plan import containers
 
 TRAINER_SCRIPTS = {"tensorflow": "train_tf.py", "pytorch": "train_torch.py"}
 
@@ -157,7 +157,7 @@ def container_prefix(settings, container, repo, workdir):
         container["runtime"], "exec", *container["args"],
         "--bind", ",".join(dict.fromkeys(binds)),
         "--pwd", absolute(workdir, workdir),
-        absolute(images.image_file(container["images"][settings["framework"]]), workdir),
+        absolute(containers.image_file(container["images"][settings["framework"]]), workdir),
     ]
 
 

@@ -23,7 +23,7 @@ PROVENANCE_COLUMNS = (
     "cudnn_version",
     "nccl_version",
     "container_image",
-    # the image file's SHA-256 (scalesweep/plan/images.py): the same path may hold a rebuilt image
+    # the image file's SHA-256 (scalesweep/plan/containers.py): the same path may hold a rebuilt image
     "container_digest",
     "cluster",
     "slurm_nodelist",

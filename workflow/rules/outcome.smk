@@ -2,7 +2,7 @@
 # failure's reason and log, and where the tables, figures, findings, archive and report are.
 from scalesweep import pipeline
 from scalesweep.analysis.settings import AnalysisSettings
-from scalesweep.plan import images
+from scalesweep.plan import containers
 from scalesweep.report import outcome
 
 
@@ -20,7 +20,7 @@ onsuccess:
 onerror:
     print(
         pipeline.failure_outcome(
-            zip(map(best_log, RUN_PATHS), run_configs()),
+            zip(map(best_log, RUN_PATHS), run_axes()),
             dict(rules.tidy.output.items()),
             {
                 "table_outputs": dict(rules.tables.output.items()),
@@ -28,7 +28,7 @@ onerror:
                 "figures_dir": rules.figures.output[0],
                 "findings_md": rules.findings.output[0],
             },
-            digests=images.sweep_digests(config["container"], IMAGES),
+            digests=containers.sweep_digests(config["container"], IMAGES),
         ),
         file=sys.stderr,
     )
