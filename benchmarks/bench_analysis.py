@@ -92,7 +92,7 @@ def out_of_memory(config: dict) -> bool:
 @dataclass(frozen=True)
 class Run:
     file: str
-    config: dict  # the axes, as the workflow's run_configs() gives them (plus repeat)
+    config: dict  # the axes, as the workflow's run_axes() gives them (plus repeat)
     outcome: str  # ok | crashed | killed | timeout | oom
     serial_fraction: float
     seconds_per_image: float

@@ -8,8 +8,8 @@ conditions. A window's throughput is images / seconds between two device waits a
 
 - `none`: no instrumentation (a clock that records nothing); on CUDA the batches still come
   through the trainer's prefetcher, as in a timed run.
-- `clock`: the trainer's own clock: host timers on the CPU (harness.StepClock), CUDA events read
-  once per window on a GPU (harness.EventStepClock).
+- `clock`: the trainer's own clock: host timers on the CPU (stepclock.StepClock), CUDA events read
+  once per window on a GPU (stepclock.EventStepClock).
 - `synced` (CUDA only): the clock before issue 16, a device wait at each step's begin, data ready
   and end, and the batch copied on the compute stream (no prefetch).
 
@@ -33,8 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-import harness  # noqa: E402
 import measure  # noqa: E402
+import stepclock  # noqa: E402
 import torch  # noqa: E402
 import train_torch  # noqa: E402
 from torch_data import TrainData  # noqa: E402
@@ -105,9 +105,9 @@ class Sides:
         if side == "none":
             return UntimedClock()
         if side == "synced":
-            return harness.StepClock(lambda: torch.cuda.synchronize(device), at_begin=True)
-        return (harness.EventStepClock(lambda: torch.cuda.Event(enable_timing=True)) if self.cuda
-                else harness.StepClock())
+            return stepclock.StepClock(lambda: torch.cuda.synchronize(device), at_begin=True)
+        return (stepclock.EventStepClock(lambda: torch.cuda.Event(enable_timing=True)) if self.cuda
+                else stepclock.StepClock())
 
     def batches(self, side: str):
         # The synced side is the old loop: host batches, copied on the compute stream in the step.

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from scalesweep import pipeline
 from scalesweep.analysis import tables
+from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.logs.read import parse_file
 from scalesweep.logs.run import LogFormatError, whole_number
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
@@ -71,9 +72,7 @@ def report_refused(refused, stream=None):
             print(f"  {reason}", file=stream)
 
 
-def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
-            all_attempts=False, greenest_time_bound_s=None, images_per_epoch=None,
-            allow_superlinear=False):
+def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_per_epoch=None):
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
     (already reported)."""
     out = output_folder(out)
@@ -84,9 +83,6 @@ def analyze(paths, out, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budge
         print("scalesweep analyze: " + "\n".join(copies.copies_report(copies_left_out)))
     if runs_csv is None:
         raise ValueError("no runs found in " + ", ".join(map(str, paths)))
-    settings = {"efficiency_floor": efficiency_floor, "gpu_hour_budget": gpu_hour_budget,
-                "epoch_budget": epoch_budget, "greenest_time_bound_s": greenest_time_bound_s,
-                "allow_superlinear": allow_superlinear}
     for line in pipeline.tables_figures_findings(runs_csv, tables.outputs_in(out / "tables"), settings,
                                                  out / "figures", out / "findings.md"):
         print(line)
@@ -99,19 +95,19 @@ def main(argv=None):
     analyze_cmd = commands.add_parser("analyze", help="logs and/or runs.csv -> tidy CSVs, tables, figures")
     analyze_cmd.add_argument("paths", nargs="+", help="log files, folders of logs, runs.csv tables")
     analyze_cmd.add_argument("--out", required=True, help="output folder (tidy/, tables/, figures/)")
-    analyze_cmd.add_argument("--efficiency-floor", type=number(0, 100), default=80.0, help="in %% (sweet spot)")
-    analyze_cmd.add_argument("--gpu-hour-budget", type=number(0, low_open=True), default=None,
-                             help="GPU-hours (sweet spot)")
-    analyze_cmd.add_argument("--epoch-budget", type=number(0, low_open=True), default=1.0,
+    # Every setting's default is the schema's (AnalysisSettings.from_options): None = not given.
+    analyze_cmd.add_argument("--efficiency-floor", type=number(0, 100), help="in %% (sweet spot)")
+    analyze_cmd.add_argument("--gpu-hour-budget", type=number(0, low_open=True), help="GPU-hours (sweet spot)")
+    analyze_cmd.add_argument("--epoch-budget", type=number(0, low_open=True),
                              help="training epochs the sweet spot's projected GPU-hours stand for")
     analyze_cmd.add_argument("--all-attempts", action="store_true",
                              help="every attempt log of a run (default: only its latest, <run>.attempt-K.log)")
-    analyze_cmd.add_argument("--greenest-time-bound-s", type=number(0, low_open=True), default=None,
+    analyze_cmd.add_argument("--greenest-time-bound-s", type=number(0, low_open=True),
                              help="seconds (sweet spot 'greenest': least energy within this time)")
     analyze_cmd.add_argument("--images-per-epoch", type=positive_count, default=None, metavar="N",
                              help="training images of the logs' dataset, for Keras logs, which count "
                              "steps (default: CIFAR-10's 50,000 where the steps agree, else an estimate)")
-    analyze_cmd.add_argument("--allow-superlinear", action="store_true",
+    analyze_cmd.add_argument("--allow-superlinear", action="store_true", default=None,
                              help="let the sweet spot choose GPU counts flagged superlinear (> 105 %%)")
     register_history(commands)
     register_compare(commands)
@@ -121,9 +117,11 @@ def main(argv=None):
     if hasattr(args, "handler"):
         return args.handler(args)
     try:
-        refused = analyze(args.paths, args.out, args.efficiency_floor, args.gpu_hour_budget,
-                          args.epoch_budget, args.all_attempts, args.greenest_time_bound_s,
-                          args.images_per_epoch, args.allow_superlinear)
+        settings = AnalysisSettings.from_options(
+            efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
+            epoch_budget=args.epoch_budget, greenest_time_bound_s=args.greenest_time_bound_s,
+            allow_superlinear=args.allow_superlinear)
+        refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch)
     except (ValueError, FileNotFoundError, LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT

@@ -17,9 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep.analysis import tables
+from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.logs.discover import (
     Refused,
-    check_text,
+    check_utf8_text,
     dangling_link,
     is_runs_table,
     log_items,
@@ -35,22 +36,10 @@ FIGURE_TABLES = ("scaling", "fits")
 FINDINGS_TABLES = ("scaling", "fits", "sweet_spot")
 
 
-def table_settings(analysis: dict) -> dict:
-    """The config's `analysis:` section as the tables stage's keyword arguments (the tables rule's
-    params)."""
-    return {
-        "efficiency_floor": analysis["efficiency_floor_pct"],
-        "gpu_hour_budget": analysis["gpu_hour_budget"],
-        "epoch_budget": analysis["epoch_budget"],
-        "greenest_time_bound_s": analysis["greenest_time_bound_s"],
-        "allow_superlinear": analysis["allow_superlinear"],
-    }
-
-
-def write_tables(runs_csv, table_outputs: dict, settings) -> str:
+def write_tables(runs_csv, table_outputs: dict, settings: AnalysisSettings) -> str:
     """The tables stage: runs.csv -> every table of tables.TABLES at table_outputs[name]; the log
-    line. `settings`: table_settings' keys (a mapping: the rule passes its params)."""
-    return tables.write_tables(runs_csv, table_outputs, **settings)
+    line."""
+    return tables.write_tables(runs_csv, table_outputs, settings)
 
 
 def write_figures(table_files: dict, figures_dir) -> str:
@@ -67,7 +56,8 @@ def write_findings(table_files: dict, findings_md) -> str:
     return findings.write_findings(*(table_files[name] for name in FINDINGS_TABLES), findings_md)
 
 
-def tables_figures_findings(runs_csv, table_outputs: dict, settings: dict, figures_dir, findings_md):
+def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSettings, figures_dir,
+                            findings_md):
     """Every stage after the tidy tables, in order: yields each stage's log line as it ends."""
     yield write_tables(runs_csv, table_outputs, settings)
     yield write_figures(table_outputs, figures_dir)
@@ -78,7 +68,7 @@ def tables_figures_findings(runs_csv, table_outputs: dict, settings: dict, figur
 
 def read_runs_table(path):
     """A runs table given on the command line, checked (table.read_runs); Refused naming it."""
-    check_text(path)
+    check_utf8_text(path)
     try:
         return read_runs(path)
     except ValueError as error:
@@ -141,7 +131,7 @@ def failure_outcome(items, tidy_outputs: dict, rebuild: dict, digests=None) -> s
     return "\n".join([first, outcome.outcome_lines(as_text, source, runs_csv.parent.parent)])
 
 
-def rebuild_tables_and_figures(runs_csv, table_outputs: dict, settings: dict, figures_dir,
+def rebuild_tables_and_figures(runs_csv, table_outputs: dict, settings: AnalysisSettings, figures_dir,
                                findings_md) -> str:
     """After a sweep with failures: the scaling tables, figures and findings from the runs.csv
     just written, so none still shows a run that runs.csv lists as failed. The failure may be

@@ -3,9 +3,10 @@
 scripts/train_tf.py and scripts/train_torch.py are backends. Each supplies only what its framework
 knows: devices and the distributed world, the data, the model, one training step, one probe of the
 maximum-batch search, how out of memory shows and how memory is given back, provenance. This module
-does the rest, the same way for both: the options both trainers share, the records in contract
+does the rest, the same way for both: the records in contract
 order (runlog.RunLog: header, epoch..., summary), the out-of-memory policy, the maximum-batch
-search, the epochs and steps protocols and their step timing, the human lines and the exit status.
+search, the epochs and steps protocols, the human lines and the exit status. The step clocks are
+scripts/stepclock.py, the options both trainers share scripts/trainer_args.py.
 docs/trainers.md is the checklist for a third backend.
 
 Standard library only: it runs inside the TensorFlow and PyTorch containers alike.
@@ -15,28 +16,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import os
 import sys
 import time
 import traceback
 
 import energy
-import faults
 import measure
-import repository  # noqa: F401  (for scalesweep.contract.records)
 import runlog
 import stepparts
-from measure import (
-    AUTO_TIMED_STEPS,
-    DEFAULT_MAX_BATCH_LIMIT,
-    DEFAULT_MAX_TIMED_STEPS,
-    DEFAULT_TARGET_CI_PCT,
-    DEFAULT_TIMED_STEPS,
-    DEFAULT_WARMUP_STEPS,
-    PROBE_STEPS,
-)
-from scalesweep.contract.records import OOM_POLICIES, PRECISIONS, PROTOCOLS
+from measure import AUTO_TIMED_STEPS, PROBE_STEPS
 
 # Any failure but out of memory: Snakemake marks the job failed and a rerun repeats it.
 EXIT_FAILED = 1
@@ -122,148 +111,7 @@ class Backend:
         return list(joules)
 
 
-# ---------------------------------------------------------------- step timing and the protocols
-
-
-class StepClock:
-    """Begin and end time of every training step of an attempt, 0-based.
-
-    A step's end first waits for the devices (`synchronize`, when given): they run asynchronously,
-    so without the wait a step would end when its work is queued, not done. With `at_begin` the
-    begin waits too (work queued between two steps then counts for neither).
-    """
-
-    def __init__(self, synchronize=None, at_begin: bool = False):
-        self.synchronize = synchronize or (lambda: None)
-        self.at_begin = at_begin
-        self.begins: list[float] = []
-        self.ends: list[float] = []
-        self.readies: list[float] = []
-
-    def begin(self) -> None:
-        if self.at_begin:
-            self.synchronize()
-        self.begins.append(time.perf_counter())
-
-    def data_ready(self) -> None:
-        """The step's batch is on the device (the copy waited for): its data wait ends here."""
-        self.synchronize()
-        self.readies.append(time.perf_counter())
-
-    @property
-    def data_waits(self) -> list[float]:
-        """Per step, from its begin to data_ready(); empty where the backend does not mark it."""
-        if len(self.readies) != len(self.begins):
-            return []
-        return [ready - begin for begin, ready in zip(self.begins, self.readies)]
-
-    def end(self) -> None:
-        faults.inject_step_delay()  # a known slowdown inside the step, for tests; none unless set
-        self.synchronize()
-        self.ends.append(time.perf_counter())
-
-    @property
-    def finished(self) -> int:
-        return len(self.ends)
-
-    @property
-    def durations(self) -> list[float]:
-        return [end - begin for begin, end in zip(self.begins, self.ends)]
-
-
-class EventStepClock:
-    """StepClock's readings from device events instead of host waits (CUDA): begin(),
-    data_ready() and end() record an event on the device's stream and return at once, so the
-    host runs ahead and the next batch's copy overlaps this step's compute. The events are read
-    back only when the readings are asked for (once per window, or at an adaptive window's
-    checkpoints): one wait for the last event, then their times. Events times are device times:
-    a step runs from the moment the stream reaches its begin (the previous step's work done, or
-    the host's begin if the device was idle) to the end of its work; its data wait is what the
-    stream waited between its begin and its batch being there (loader and copy not hidden behind
-    earlier work).
-
-    `new_event()` returns an unrecorded event with record(), synchronize() and
-    elapsed_time(other) in milliseconds (torch.cuda.Event(enable_timing=True)). The readings are
-    host seconds: device times placed after an anchor event recorded at the first begin(), when
-    the backend has just waited for the device (its windows start so), so the stream is idle
-    and the anchor's device time is its host time.
-    """
-
-    def __init__(self, new_event, now=time.perf_counter):
-        self.new_event, self.now = new_event, now
-        self.anchor = self.anchor_host = None
-        self.marks = {"begin": [], "ready": [], "end": []}
-        self.resolved = {"begin": [], "ready": [], "end": []}
-        self.host_waits = []
-
-    def host_waited(self, seconds: float) -> None:
-        """The host's own wait for this step's batch (the loader). While the device still works
-        off earlier steps, that wait leaves no gap between the step's begin and data-ready
-        events: it shows later, as the device idling inside the step for the host's launches.
-        The step's data wait is the longer of the two (StepClock's host timers see it directly)."""
-        self.host_waits.append(seconds)
-
-    def _mark(self, kind: str) -> None:
-        event = self.new_event()
-        event.record()
-        self.marks[kind].append(event)
-
-    def begin(self) -> None:
-        if self.anchor is None:
-            self.anchor_host = self.now()
-            self.anchor = self.new_event()
-            self.anchor.record()
-        self._mark("begin")
-
-    def data_ready(self) -> None:
-        self._mark("ready")
-
-    def end(self) -> None:
-        faults.inject_step_delay()  # a known slowdown inside the step, for tests; none unless set
-        self._mark("end")
-
-    def _readings(self, kind: str) -> list[float]:
-        if len(self.resolved[kind]) < len(self.marks[kind]):
-            # One read-back for every kind: wait for the last mark of each (the last recorded is
-            # done last, the others then cost nothing), then convert what is new.
-            for events in self.marks.values():
-                if events:
-                    events[-1].synchronize()
-            for name, events in self.marks.items():
-                done = self.resolved[name]
-                done.extend(event_seconds(self.anchor_host, self.anchor, events[len(done):]))
-        return self.resolved[kind]
-
-    @property
-    def begins(self) -> list[float]:
-        return self._readings("begin")
-
-    @property
-    def ends(self) -> list[float]:
-        return self._readings("end")
-
-    @property
-    def readies(self) -> list[float]:
-        return self._readings("ready")
-
-    @property
-    def finished(self) -> int:
-        return len(self.marks["end"])
-
-    @property
-    def data_waits(self) -> list[float]:
-        device = StepClock.data_waits.fget(self)
-        if len(self.host_waits) != len(device):
-            return device
-        return [max(on_device, on_host) for on_device, on_host in zip(device, self.host_waits)]
-
-    durations = StepClock.durations
-
-
-def event_seconds(anchor_host: float, anchor, events) -> list[float]:
-    """Host seconds of recorded, completed `events`: `anchor_host` plus each one's device time
-    after `anchor` (elapsed_time is in milliseconds)."""
-    return [anchor_host + anchor.elapsed_time(event) / 1000.0 for event in events]
+# ---------------------------------------------------------------- the protocols
 
 
 def step_windows(args: argparse.Namespace, max_steps=None) -> list[tuple]:
@@ -645,116 +493,6 @@ def finish_lines(info, summary: dict) -> None:
         info(f"Training throughput:    {summary['throughput_img_s']:.0f} imgs/s")
     if summary["memory_gb"] is not None:
         info(f"GPU memory reserved:    {summary['memory_gb']:.0f} GB")
-
-
-# ---------------------------------------------------------------- command line
-
-
-def common_parser(models, data_help: str) -> argparse.ArgumentParser:
-    """The options both trainers share, as an argparse parent: one command builder
-    (scalesweep/plan/launch.py) drives both trainers, with the same names and meanings. A trainer
-    sets its own defaults where they differ (parser.set_defaults)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add = parser.add_argument
-    add("--model", choices=models, help="model to train (see --list-models)")
-    add("--data", help=data_help)
-    add("--dataset-name", help="the dataset's name in the records")
-    add("--resolution", type=int, default=224, help="training resolution in px (default %(default)s)")
-    add("--gpus", type=int, default=0, help="GPUs asked for, all nodes together; 0 = the CPU baseline "
-                                            "(default %(default)s)")
-    add("--per-gpu-batch", type=int, default=64, help="images per GPU per step (default %(default)s)")
-    add("--base-lr", type=float, default=0.01, help="learning rate of one GPU, scaled by the world size")
-    add("--epochs", type=int, default=5, help="epochs of the epochs protocol (default %(default)s)")
-    add("--max-train-images", type=int, default=0, help="train on a seeded subset of this many images; 0 = all")
-    add("--precision", choices=PRECISIONS, default="fp32", help="fp32, or bf16/fp16 mixed precision")
-    add("--compile", action="store_true", help="run the model compiled (TF: XLA, PyTorch: torch.compile)")
-    add("--seed", type=int, default=0, help="random seed (default %(default)s)")
-    add("--list-models", action="store_true", help="print the model names and exit")
-    add_measurement_options(parser)
-    return parser
-
-
-def add_measurement_options(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add("--protocol", choices=PROTOCOLS, default="epochs",
-        help="epochs: time whole epochs; steps: --warmup-steps then --timed-steps steps")
-    add("--warmup-steps", type=int, default=DEFAULT_WARMUP_STEPS,
-        help=f"first steps of the run, left out of the step statistics (default {DEFAULT_WARMUP_STEPS})")
-    add("--oom-policy", choices=OOM_POLICIES, default="fail",
-        help="out of memory: fail (status oom) or halve the per-GPU batch and retry, down to 1")
-    add("--find-max-batch", action="store_true",
-        help="search the largest per-GPU batch that trains, from --per-gpu-batch up")
-    add("--max-batch-limit", type=int, default=DEFAULT_MAX_BATCH_LIMIT,
-        help=f"largest per-GPU batch the search tries (default {DEFAULT_MAX_BATCH_LIMIT})")
-    add_timed_window_options(parser)
-
-
-def add_timed_window_options(parser: argparse.ArgumentParser) -> None:
-    """--timed-steps (a number or auto), --target-ci-pct and --max-timed-steps."""
-
-    def timed_steps(text):
-        try:
-            return measure.timed_steps_setting(text)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    def positive(kind):
-        def parse(text):
-            value = kind(text)
-            if not (value > 0 and math.isfinite(value)):
-                raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-            return value
-        return parse
-
-    parser.add_argument("--timed-steps", type=timed_steps, default=DEFAULT_TIMED_STEPS,
-                        help="timed steps of the steps protocol, or 'auto': until the mean step "
-                             f"time is known to --target-ci-pct (default {DEFAULT_TIMED_STEPS})")
-    parser.add_argument("--target-ci-pct", type=positive(float), default=DEFAULT_TARGET_CI_PCT,
-                        help="auto window: 95 %% half-width of the mean step time to reach, in %% "
-                             f"of the mean (default {DEFAULT_TARGET_CI_PCT:g})")
-    parser.add_argument("--max-timed-steps", type=positive(int), default=DEFAULT_MAX_TIMED_STEPS,
-                        help=f"auto window: the most steps it times (default {DEFAULT_MAX_TIMED_STEPS})")
-
-
-def trainer_parser(description: str, models, data_help: str, **defaults) -> argparse.ArgumentParser:
-    """A trainer's parser: the shared options with the trainer's `defaults`, to which it adds
-    its own. allow_abbrev=False: a prefix of one option must never silently mean another (and
-    torchrun claims abbreviations of its own options)."""
-    parser = argparse.ArgumentParser(description=description, parents=[common_parser(models, data_help)],
-                                     allow_abbrev=False)
-    parser.set_defaults(**defaults)
-    return parser
-
-
-# (flag, smallest value) of the shared whole-number options.
-_LEAST = (("--resolution", 1), ("--gpus", 0), ("--per-gpu-batch", 1), ("--epochs", 1),
-          ("--max-train-images", 0), ("--warmup-steps", 0), ("--max-batch-limit", 1))
-
-
-def parse_args(parser: argparse.ArgumentParser, argv=None, check=None) -> argparse.Namespace:
-    """Parse and check the shared options, then the trainer's own (`check(parser, args)`);
-    a bad command line exits with status 2 before anything runs."""
-    args = parser.parse_args(argv)
-    if args.list_models:
-        return args
-    for flag in ("--model", "--data"):
-        if getattr(args, flag[2:]) is None:
-            parser.error(f"{flag} is required")
-    for flag, least in _LEAST:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value < least:
-            parser.error(f"{flag} must be {'0 or more' if least == 0 else f'>= {least}'}, got {value}")
-    if not math.isfinite(args.base_lr) or args.base_lr <= 0:
-        parser.error(f"--base-lr must be a positive number, got {args.base_lr}")
-    if args.protocol == "steps" and args.warmup_steps < 1:
-        parser.error("--protocol steps needs --warmup-steps of at least 1: the first step holds tracing or "
-                     "compilation, the first allocations and the input pipeline's first fill")
-    if args.find_max_batch and args.max_batch_limit < args.per_gpu_batch:
-        parser.error(f"--max-batch-limit {args.max_batch_limit} is below the starting "
-                     f"--per-gpu-batch {args.per_gpu_batch}")
-    if check is not None:
-        check(parser, args)
-    return args
 
 
 def main(argv, parse, models, make_backend, started: float | None) -> int:

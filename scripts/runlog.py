@@ -20,7 +20,7 @@ import repository  # noqa: F401  (scalesweep.contract.records: the record contra
 import stepparts
 from measure import batch_means_interval
 from node import peak_host_rss_gb
-from scalesweep.contract.records import FIRST_STEADY_EPOCH, PREFIX, SCHEMA, SUMMARY_STATUSES
+from scalesweep.contract.records import FIRST_STEADY_EPOCH, PREFIX, RECORD_SCHEMA, SUMMARY_STATUSES
 
 
 def _json_safe(value):
@@ -45,7 +45,7 @@ def format_record(record: dict) -> str:
     """One record line, schema added, without the trailing newline."""
     if "record" not in record:
         raise ValueError(f"record has no 'record' kind: {record!r}")
-    full = {"record": record["record"], "schema": SCHEMA}
+    full = {"record": record["record"], "schema": RECORD_SCHEMA}
     full.update({key: value for key, value in record.items() if key != "record"})
     # Round trip through builtins first so numpy scalars get the same NaN handling as floats.
     builtin = json.loads(json.dumps(full, default=_to_builtin))

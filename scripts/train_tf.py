@@ -43,16 +43,18 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cifar  # noqa: E402  (scripts/ is not a package: containers run these files directly)
-import faults  # noqa: E402
+import faults  # noqa: E402  (scripts/ is not a package: containers run these files directly)
 import harness  # noqa: E402
 import measure  # noqa: E402
 import node  # noqa: E402
 import repository  # noqa: E402,F401  (for scalesweep.contract.frameworks)
 import runlog  # noqa: E402
+import stepclock  # noqa: E402
 import stepparts  # noqa: E402
 import tf_compat  # noqa: E402
 import tf_probes  # noqa: E402
+from tf_model import APPLICATIONS, build_model, compile_model  # noqa: E402
+import trainer_args  # noqa: E402
 from tf_data import (  # noqa: E402
     PASSES,
     STREAM,
@@ -66,13 +68,6 @@ from scalesweep.contract import frameworks  # noqa: E402  (standard library only
 
 FRAMEWORK = frameworks.get("tensorflow")
 MODEL_NAMES = FRAMEWORK.model_names
-# keras.applications constructors by registry name; the registry's other model, cnn_small, is built here.
-APPLICATIONS = {
-    "resnet50v2": "ResNet50V2",
-    "resnet101v2": "ResNet101V2",
-    "resnet152v2": "ResNet152V2",
-    "mobilenetv3small": "MobileNetV3Small",
-}
 DISPLAY_NAMES = {**APPLICATIONS, "cnn_small": "CNNSmall"}
 
 PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -133,70 +128,6 @@ def peak_device_memory_gb(device_kind: str, replicas: int):
         return None
     peaks = [tf.config.experimental.get_memory_info(f"GPU:{index}")["peak"] for index in range(replicas)]
     return round(max(peaks) / _GIB, 3)
-
-
-# ---------------------------------------------------------------------------------------------
-# Model
-# ---------------------------------------------------------------------------------------------
-
-
-def preprocess(images, resolution: int):
-    """uint8 32 x 32 images -> float32 resolution x resolution in [0, 1], run on the device.
-
-    The reference host path's operations in its order: bilinear tf.image.resize, then /255.
-    Cast first: Keras' Resizing rounds integer input back to uint8. float32 even under mixed
-    precision: resizing in bfloat16 would lose 8-bit detail.
-    """
-    images = tf_compat.cast(images, "float32")
-    images = keras.layers.Resizing(resolution, resolution, interpolation="bilinear", dtype="float32", name="resize")(images)
-    return keras.layers.Rescaling(1.0 / 255, dtype="float32", name="rescale")(images)
-
-
-def cnn_small(resolution: int, classes: int) -> keras.Model:
-    """Three conv blocks, ~25k parameters: trains in seconds on a laptop CPU."""
-    inputs = keras.Input((resolution, resolution, cifar.CHANNELS))
-    x = inputs
-    for filters in (16, 32, 64):
-        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
-        x = keras.layers.BatchNormalization()(x)
-        x = keras.layers.ReLU()(x)
-        x = keras.layers.MaxPooling2D()(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    return keras.Model(inputs, keras.layers.Dense(classes)(x), name="cnn_small")
-
-
-def backbone(model_name: str, resolution: int, classes: int) -> keras.Model:
-    """The registry's model, random weights, returning logits."""
-    if model_name == "cnn_small":
-        return cnn_small(resolution, classes)
-    constructor = getattr(tf_compat.applications(), APPLICATIONS[model_name])
-    options = dict(weights=None, include_top=True, input_shape=(resolution, resolution, 3), classes=classes)
-    if model_name == "mobilenetv3small":
-        options["include_preprocessing"] = False  # its own rescaling to [-1, 1] would rescale twice
-    return constructor(classifier_activation=None, **options)
-
-
-def build_model(model_name: str, resolution: int, classes: int = cifar.NUM_CLASSES) -> keras.Model:
-    """uint8 32 x 32 input -> device-side preprocessing -> backbone -> float32 softmax."""
-    inputs = keras.Input((cifar.SIDE, cifar.SIDE, cifar.CHANNELS), dtype="uint8", name="images")
-    logits = backbone(model_name, resolution, classes)(preprocess(inputs, resolution))
-    # Softmax and loss in float32 under mixed precision, as the Keras mixed-precision guide asks.
-    outputs = keras.layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
-    return keras.Model(inputs, outputs, name=model_name)
-
-
-def compile_model(model: keras.Model, learning_rate: float, jit_compile: bool = False) -> bool:
-    """Compile for training; returns whether XLA is actually on (Keras turns it off, with a
-    warning, for models with layers XLA cannot compile)."""
-    # Never Keras' "auto": it picks XLA only for GPU runs without a strategy, which would make
-    # the 0-GPU and N-GPU points of one sweep run different compilers.
-    model.compile(
-        optimizer=keras.optimizers.SGD(learning_rate=learning_rate),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-        jit_compile=jit_compile,
-    )
-    return tf_compat.jit_compile_on(model)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,7 +313,7 @@ class KerasAttempt:
         # sync_devices, there the wait reads back what the step last produced.
         self.sync = tf_compat.device_sync(strategy)
         self.produced = None
-        self.clock = harness.StepClock(lambda: self.sync(self.produced))
+        self.clock = stepclock.StepClock(lambda: self.sync(self.produced))
         self.train_step = tf_probes.replicated(strategy, model.train_step, jit)
         self.header_updates = {"compile": jit}
         self.interleaved = tf_probes.InterleavedProbe(model, strategy, jit, self.sync)
@@ -538,9 +469,9 @@ class KerasBackend(harness.Backend):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = harness.trainer_parser(__doc__.splitlines()[0], MODEL_NAMES, "cifar-10-batches-py/ or its parent",
+    parser = trainer_args.trainer_parser(__doc__.splitlines()[0], MODEL_NAMES, "cifar-10-batches-py/ or its parent",
                                     resolution=128, gpus=1, per_gpu_batch=256, dataset_name="cifar10")
-    return harness.parse_args(parser, argv, _check_own_args)
+    return trainer_args.parse_args(parser, argv, _check_own_args)
 
 
 def _check_own_args(parser, args) -> None:

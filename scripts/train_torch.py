@@ -47,69 +47,34 @@ from typing import Callable, Iterator  # noqa: E402
 # setting in the environment wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torchvision  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
-from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
 
 import flops  # noqa: E402
 import faults  # noqa: E402
 import harness  # noqa: E402
 import measure  # noqa: E402
-import node  # noqa: E402
 import repository  # noqa: E402,F401  (for scalesweep.contract.frameworks)
 import runlog  # noqa: E402
+import stepclock  # noqa: E402
 import stepparts  # noqa: E402
 import torch_probes  # noqa: E402
+from torch_facts import run_facts  # noqa: E402
+from torch_model import MODELS, OPTIMIZERS, autocast_dtype, build_model, build_optimizer, count_parameters  # noqa: E402
+import trainer_args  # noqa: E402
 from torch_data import (DevicePrefetcher, RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
                         make_loader, make_train_sampler, steps_per_epoch)
-from scalesweep.contract import frameworks  # noqa: E402  (standard library only, as records.py)
 from torch_distributed import (OUT_OF_MEMORY, Console, World, agree_on_oom, all_reduce_sum,  # noqa: E402
-                               energy_slots, gather_device_names, is_primary, rank_hint, start_process,
+                               energy_slots, is_primary, rank_hint, start_process,
                                synchronize, teardown)
+from scalesweep.contract import frameworks  # noqa: E402  (standard library only, as records.py)
 
 FRAMEWORK = frameworks.get("pytorch")
-MODELS = FRAMEWORK.model_names
-# Small enough to train an epoch of a few hundred 32 px images in under a second on a laptop CPU.
-VIT_TINY = {"patch_size": 8, "num_layers": 2, "num_heads": 2, "hidden_dim": 64, "mlp_dim": 128}
-PATCH_SIZES = {"vit_h_14": 14, "vit_tiny": VIT_TINY["patch_size"]}
-OPTIMIZERS = ("sgd", "adamw")
 
 
-# ---------------------------------------------------------------- model and optimisation
-
-
-def build_model(name: str, num_classes: int, resolution: int) -> nn.Module:
-    patch = PATCH_SIZES.get(name)
-    if patch and resolution % patch:
-        raise ValueError(f"--resolution {resolution}: {name} needs a multiple of its patch size {patch}")
-    if name == "vit_h_14":
-        return torchvision.models.vit_h_14(weights=None, num_classes=num_classes, image_size=resolution)
-    if name == "vit_tiny":
-        return VisionTransformer(image_size=resolution, num_classes=num_classes, **VIT_TINY)
-    if name in ("resnet50", "resnet18"):
-        return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
-    raise ValueError(f"--model {name!r}: expected one of {', '.join(MODELS)}")
-
-
-def build_optimizer(name: str, parameters, lr: float) -> torch.optim.Optimizer:
-    if name == "sgd":
-        return torch.optim.SGD(parameters, lr=lr, momentum=0.9)
-    if name == "adamw":
-        return torch.optim.AdamW(parameters, lr=lr)
-    raise ValueError(f"--optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
-
-
-def autocast_dtype(precision: str) -> torch.dtype | None:
-    """The autocast dtype, or None for plain fp32."""
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(parameter.numel() for parameter in model.parameters())
+# ---------------------------------------------------------------- failures and memory
 
 
 def inject_failure(mode: str | None, setting: str | None = None) -> None:
@@ -166,8 +131,8 @@ class Trainer:
         # events on the stream, read once per window: a wait per step would keep the next
         # batch's copy from overlapping this step's compute (docs/metrics.md).
         cuda = device.type == "cuda"
-        self.clock = (harness.EventStepClock(lambda: torch.cuda.Event(enable_timing=True)) if cuda
-                      else harness.StepClock())
+        self.clock = (stepclock.EventStepClock(lambda: torch.cuda.Event(enable_timing=True)) if cuda
+                      else stepclock.StepClock())
         # Until the run's first epoch record every step agrees on out-of-memory across the ranks
         # (the module's docstring says why, and what it costs).
         self.guarding_oom = True
@@ -421,45 +386,6 @@ class Trainer:
 # ---------------------------------------------------------------- records
 
 
-def framework_versions(device: torch.device) -> dict:
-    # CUDA, cuDNN and NCCL are reported only when the run used them; a CUDA build of torch on a
-    # CPU run says nothing about the run.
-    cuda = device.type == "cuda"
-    return {
-        "python": node.python_version(),
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
-        "numpy": np.__version__,
-        "cuda": torch.version.cuda if cuda else None,
-        "cudnn": torch.backends.cudnn.version() if cuda else None,
-        "nccl": nccl_version() if cuda else None,
-    }
-
-
-def nccl_version() -> str | None:
-    """The NCCL torch runs with ("2.21.5"), or None where this build cannot tell."""
-    try:
-        version = torch.cuda.nccl.version()
-    except Exception:  # noqa: BLE001 - provenance must never fail a run
-        return None
-    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-
-
-def run_facts(world: World, device: torch.device, start_timestamp: float) -> dict:
-    """Header keys that hold for the whole run. Every rank takes part in gathering the device
-    names (a collective); the look-ups (nvidia-smi among them) run on rank 0, the one that prints."""
-    names = gather_device_names(device)
-    if not is_primary(world.rank):
-        return {"devices": names}
-    return {
-        "versions": framework_versions(device),
-        "devices": names,
-        **node.device_provenance(),
-        **node.provenance(start_timestamp),
-        **node.thread_fields(torch.get_num_threads()),
-    }
-
-
 def own_header_keys(args: argparse.Namespace, world: World, device: torch.device, facts: dict) -> dict:
     """The header keys only this backend knows (harness.header_record writes the rest)."""
     return {
@@ -562,7 +488,7 @@ class TorchBackend(harness.Backend):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = harness.trainer_parser(
+    parser = trainer_args.trainer_parser(
         __doc__.split("\n\n")[0], MODELS, "dataset folder with train/<class>/*.jpeg and val/<class>/*.jpeg",
         resolution=224, gpus=0, per_gpu_batch=64)
     add = parser.add_argument
@@ -573,7 +499,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="loader worker processes per rank; 0 loads in the training process (default %(default)s)")
     add("--optimizer", choices=OPTIMIZERS, default="sgd", help="sgd (momentum 0.9) or adamw")
     add("--eval", action="store_true", help="run validation after the last epoch")
-    return harness.parse_args(parser, argv, _check_own_args)
+    return trainer_args.parse_args(parser, argv, _check_own_args)
 
 
 def _check_own_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
 import faults  # noqa: E402
 import harness  # noqa: E402
+import stepclock  # noqa: E402
 import make_cifar  # noqa: E402
 import make_imagefolder  # noqa: E402
 import measure  # noqa: E402
@@ -159,7 +160,7 @@ def assert_finished_run(records: list[dict], epochs: int):
 
 
 def feed(clock, durations, gap=0.5):
-    """Steps of `durations` seconds on a harness.StepClock, `gap` seconds apart, from 10 s on."""
+    """Steps of `durations` seconds on a stepclock.StepClock, `gap` seconds apart, from 10 s on."""
     start = clock.ends[-1] + gap if clock.ends else 10.0
     for duration in durations:
         clock.begins.append(start)
@@ -172,7 +173,7 @@ def test_window_meter_records_a_window_from_its_steps():
     from 11.5 s, the begin of its first step, to 11.5 + 1 + 0.5 + 2 + 0.5 + 3 = 18.5 s, the end
     of its last: 7 s. Its step statistics keep steps 2 and 3 only."""
     written, lines = [], []
-    clock = harness.StepClock()
+    clock = stepclock.StepClock()
     meter = harness.WindowMeter(runlog.RunLog(written.append), clock, 16, 2, lines.append)
     feed(clock, [1.0])
     meter.start()
@@ -191,7 +192,7 @@ def test_window_meter_records_a_window_from_its_steps():
 def test_window_meter_takes_the_given_bounds_and_prints_an_epoch_line():
     """Steps at 10-11 s and 11.5-12.5 s; the window is read from 9 s to 14 s: 5 s, 16 images."""
     written, lines = [], []
-    clock = harness.StepClock()
+    clock = stepclock.StepClock()
     meter = harness.WindowMeter(runlog.RunLog(written.append), clock, 8, 0, lines.append)
     meter.start(at=9.0)
     feed(clock, [1.0, 1.0])
@@ -204,7 +205,7 @@ def test_window_meter_takes_the_given_bounds_and_prints_an_epoch_line():
 
 def test_step_clock_waits_for_the_devices_where_asked():
     waits = []
-    at_end, at_both = harness.StepClock(lambda: waits.append("end")), harness.StepClock(lambda: waits.append("both"), True)
+    at_end, at_both = stepclock.StepClock(lambda: waits.append("end")), stepclock.StepClock(lambda: waits.append("both"), True)
     for clock in (at_end, at_both):
         clock.begin()
         clock.end()

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from mn5site import ACCOUNT, mn5_profile, run_with_profile
-from scalesweep.plan import images, launch
+from scalesweep.plan import containers, launch
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -235,7 +235,7 @@ def test_a_remote_image_is_pulled_once_for_every_job_and_node(tmp_path):
 
     pulls = [block for block in output.split("rule images:")[1:]]
     assert len(pulls) == 1
-    sif = f"resources/containers/{images.image_name(uri)}.sif"
+    sif = f"resources/containers/{containers.image_name(uri)}.sif"
     assert sif == "resources/containers/nvcr.io-nvidia-pytorch-24.07-py3-4b8405c6.sif"
     assert f"output: {sif}, {sif}.sha256" in pulls[0]
     trains = train_blocks(output)

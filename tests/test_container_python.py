@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = [ROOT / "scalesweep" / "__init__.py", *sorted((ROOT / "scalesweep" / "contract").glob("*.py"))]
 CONTAINER_FILES = sorted((ROOT / "scripts").glob("*.py")) + CONTRACT
 # The modules docs/trainers.md promises need nothing beyond the standard library.
-STANDARD_LIBRARY_ONLY = ("repository", "runlog", "measure", "node", "faults", "harness", "stepparts", "run_attempt",
+STANDARD_LIBRARY_ONLY = ("repository", "runlog", "measure", "node", "faults", "harness", "stepclock", "trainer_args",
+                         "stepparts", "run_attempt",
                          *(f"scalesweep.contract.{path.stem}" for path in CONTRACT if path.stem != "__init__"))
 
 # Compiles each file in memory (no __pycache__ written into the repository); prints the failures.

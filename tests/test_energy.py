@@ -279,9 +279,10 @@ class SlowCounters:
 
 def test_counter_reads_stay_outside_the_windows_seconds():
     import harness
+    import stepclock
 
     log = runlog.RunLog(emit=lambda record: None)
-    clock = harness.StepClock()
+    clock = stepclock.StepClock()
     meter = harness.WindowMeter(log, clock, 8, 0, lambda line: None, SlowCounters())
     meter.start(time.perf_counter())
     clock.begin()

@@ -2,12 +2,14 @@
 avg_power_w_per_gpu, energy_source) -> scaling.csv (energy efficiency, projected energy) -> the
 sweet spot's `greenest` intent -> the energy-per-image figure, against hand-computed values."""
 
+from dataclasses import replace
 import json
 import math
 
 import pandas as pd
 import pytest
 
+from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis import scaling, sweetspot, tables
 from scalesweep.report import figures, plotkit
 from scalesweep.tidy import rows
@@ -78,7 +80,7 @@ def test_runs_csv_has_the_energy_of_the_timed_window(analysed):
 
 def test_scaling_csv_has_energy_efficiency_and_projected_energy(analysed):
     outputs = tables.outputs_in(analysed / "tables")
-    tables.write_tables(analysed / "runs.csv", outputs, epoch_budget=2.0)
+    tables.write_tables(analysed / "runs.csv", outputs, replace(DEFAULTS, epoch_budget=2.0))
     table = pd.read_csv(outputs["scaling"]).set_index("gpus")
     assert list(table.loc[[1, 2, 4], "joules_per_image"]) == [3.0, 3.75, 5.0]
     assert list(table.loc[[1, 2, 4], "energy_efficiency_pct"]) == pytest.approx([100.0, 80.0, 60.0])
@@ -95,7 +97,7 @@ def test_scaling_csv_has_energy_efficiency_and_projected_energy(analysed):
 ])
 def test_greenest_is_the_least_energy_within_the_time_bound(analysed, bound, gpus, energy):
     table = scaling.scaling_table(read_runs(analysed / "runs.csv"))
-    spot = sweetspot.sweet_spot_table(table, greenest_time_bound_s=bound).set_index("intent")
+    spot = sweetspot.sweet_spot_table(table, replace(DEFAULTS, greenest_time_bound_s=bound)).set_index("intent")
     row = spot.loc["greenest"]
     assert (row["gpus"], row["projected_energy_j"], row["time_metric"]) == (gpus, energy, "projected_time_s")
     assert row["joules_per_image"] == {1: 3.0, 2: 3.75, 4: 5.0}[gpus]
@@ -105,11 +107,11 @@ def test_greenest_is_the_least_energy_within_the_time_bound(analysed, bound, gpu
 
 def test_greenest_without_a_fitting_count_says_why(analysed):
     table = scaling.scaling_table(read_runs(analysed / "runs.csv"))
-    row = sweetspot.sweet_spot_table(table, greenest_time_bound_s=100.0).set_index("intent").loc["greenest"]
+    row = sweetspot.sweet_spot_table(table, replace(DEFAULTS, greenest_time_bound_s=100.0)).set_index("intent").loc["greenest"]
     assert math.isnan(row["gpus"])
     assert row["note"] == "no GPU count with a measured energy has a projected training time within 100 s"
     with pytest.raises(ValueError, match="greenest_time_bound_s must be > 0 seconds or None, got -1"):
-        sweetspot.sweet_spot_table(table, greenest_time_bound_s=-1)
+        sweetspot.sweet_spot_table(table, replace(DEFAULTS, greenest_time_bound_s=-1))
 
 
 def test_the_figure_draws_joules_per_image_against_gpus(analysed):

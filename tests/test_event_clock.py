@@ -1,7 +1,7 @@
-"""harness.EventStepClock, the CUDA step clock, on fake events: step times from paired device
+"""stepclock.EventStepClock, the CUDA step clock, on fake events: step times from paired device
 timestamps, read back with one wait per read, never per step."""
 
-import harness
+import stepclock
 import pytest
 
 
@@ -50,7 +50,7 @@ def test_step_times_and_data_waits_come_from_the_paired_device_times():
     # anchor at device 1000 ms = host 50 s; step 1: begin 1000, batch 1002, end 1030;
     # step 2 begins when step 1's work is done (1030), waits 0.5 ms, ends 1070.
     device = Device([1000.0, 1000.0, 1002.0, 1030.0, 1030.0, 1030.5, 1070.0])
-    clock = harness.EventStepClock(device.new_event, now=lambda: 50.0)
+    clock = stepclock.EventStepClock(device.new_event, now=lambda: 50.0)
     run_steps(clock, 2)
     assert clock.finished == 2
     assert clock.begins == pytest.approx([50.0, 50.030])
@@ -65,7 +65,7 @@ def test_a_host_waiting_for_its_loader_behind_a_busy_device_is_data_wait():
     device idling inside step 2 (1070 -> 1140). The host's 35 ms is the step's data wait; where
     the device wait is the longer (step 1: idle device, 2 ms), that one."""
     device = Device([1000.0, 1000.0, 1002.0, 1070.0, 1070.0, 1070.0, 1140.0])
-    clock = harness.EventStepClock(device.new_event, now=lambda: 50.0)
+    clock = stepclock.EventStepClock(device.new_event, now=lambda: 50.0)
     for host_wait in (0.001, 0.035):
         clock.begin()
         clock.host_waited(host_wait)
@@ -77,7 +77,7 @@ def test_a_host_waiting_for_its_loader_behind_a_busy_device_is_data_wait():
 
 def test_steps_record_without_waiting_and_a_read_waits_once():
     device = Device([0.0] + [float(n) for n in range(30)])
-    clock = harness.EventStepClock(device.new_event, now=lambda: 0.0)
+    clock = stepclock.EventStepClock(device.new_event, now=lambda: 0.0)
     run_steps(clock, 10)
     assert device.waits == 0  # ten steps, no wait for the device
     durations = clock.durations
@@ -89,7 +89,7 @@ def test_steps_record_without_waiting_and_a_read_waits_once():
 
 def test_a_later_read_converts_only_the_new_steps():
     device = Device([0.0] + [float(n) for n in range(3 * 5)])
-    clock = harness.EventStepClock(device.new_event, now=lambda: 0.0)
+    clock = stepclock.EventStepClock(device.new_event, now=lambda: 0.0)
     run_steps(clock, 3)
     assert len(clock.ends) == 3
     calls = device.elapsed_calls
@@ -104,4 +104,4 @@ def test_event_seconds_place_device_times_after_the_anchor():
     for event in (anchor, first, second):
         event.record()
     second.synchronize()
-    assert harness.event_seconds(7.0, anchor, [first, second]) == pytest.approx([7.0025, 7.010])
+    assert stepclock.event_seconds(7.0, anchor, [first, second]) == pytest.approx([7.0025, 7.010])

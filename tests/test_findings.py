@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from layout_data import laptop_runs
+from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis import tables
 from scalesweep.report import findings
 
@@ -93,14 +94,14 @@ def test_findings_md_numbers_are_the_tables(tmp_path):
     outputs = tables.outputs_in(tmp_path / "tables")
     runs = tmp_path / "runs.csv"
     laptop_runs().to_csv(runs, index=False)
-    tables.write_tables(runs, outputs)
+    tables.write_tables(runs, outputs, DEFAULTS)
     findings.write_findings(outputs["scaling"], outputs["fits"], outputs["sweet_spot"],
                             tmp_path / "findings.md")
     text = (tmp_path / "findings.md").read_text()
     scaling = pd.read_csv(outputs["scaling"])
     fits = pd.read_csv(outputs["fits"])
     sweet = pd.read_csv(outputs["sweet_spot"])
-    blocks = re.findall(r"\*\*(\w+), (\w+), ([\w-]+), per_gpu_batch=32\*\*\n\n"
+    blocks = re.findall(r"\*\*(\w+), (\w+), ([\w-]+), requested_per_gpu_batch=32\*\*\n\n"
                         r"(.*?)(?:\n\n|\n?\Z)", text, re.S)
     assert len(blocks) == 4
     for framework, model, dataset, block in blocks:

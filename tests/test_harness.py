@@ -1,4 +1,4 @@
-"""The trainers' shared options (scripts/harness.py) and the config schema say the same thing:
+"""The trainers' shared options (scripts/trainer_args.py) and the config schema say the same thing:
 the trainers own the defaults and scalesweep/contract/records.py the vocabularies; the schema, which a
 container cannot read, keeps copies this test holds in step."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import harness
+import trainer_args
 from scalesweep.contract import records
 
 SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml").read_text())
@@ -22,7 +22,7 @@ def trainer_defaults() -> argparse.Namespace:
     """The shared options' defaults and the PyTorch trainer's own (num_workers, channels_last)."""
     import train_torch
 
-    shared = vars(harness.common_parser(models=("m",), data_help="").parse_args([]))
+    shared = vars(trainer_args.common_parser(models=("m",), data_help="").parse_args([]))
     torch_own = vars(train_torch.parse_args(["--model", train_torch.MODELS[0], "--data", "."]))
     return argparse.Namespace(**{**torch_own, **shared})
 
@@ -54,7 +54,7 @@ def test_precisions_are_the_records_vocabulary():
 
 
 def test_the_trainers_choices_are_the_records_vocabularies():
-    actions = {action.dest: action for action in harness.common_parser(("m",), "")._actions}
+    actions = {action.dest: action for action in trainer_args.common_parser(("m",), "")._actions}
     assert tuple(actions["protocol"].choices) == records.PROTOCOLS
     assert tuple(actions["oom_policy"].choices) == records.OOM_POLICIES
     assert tuple(actions["precision"].choices) == records.PRECISIONS

@@ -110,6 +110,20 @@ def test_files_with_different_columns_and_types_are_read_together(tmp_path):
     assert set(runs["gpu_driver"]) == {"535.104.05", "535.0"}
 
 
+
+def test_a_sweep_archived_before_the_requested_batch_keeps_its_batch_axis(tmp_path):
+    # Archived before requested_per_gpu_batch: its per_gpu_batch column was the asked batch.
+    archive.archive(sweep_runs(start="2026-10-01T08:00:00+00:00", extra={"per_gpu_batch": [64, 128, 64, 64]}),
+                    tmp_path)
+    assert query.archived_runs(tmp_path)["requested_per_gpu_batch"].tolist() == [64, 128, 64, 64]
+    assert query.sweeps_table(tmp_path)["configurations"].tolist() == [4]
+    # Beside a later sweep whose halved run asked for 128 and ran 64.
+    archive.archive(sweep_runs(extra={"per_gpu_batch": [128, 128, 64, 128],
+                                      "requested_per_gpu_batch": [128, 128, 128, 128]}), tmp_path)
+    runs = query.archived_runs(tmp_path).sort_values(["sweep_date", "gpus", "repeat"])
+    assert runs["requested_per_gpu_batch"].tolist() == [64, 128, 64, 64, 128, 128, 128, 128]
+    assert query.sweeps_table(tmp_path)["configurations"].tolist() == [4, 3]
+
 def write_damaged(folder: Path) -> tuple[Path, Path]:
     garbage = folder / "sweep-20250101T000000Z-00000000.parquet"
     garbage.write_bytes(b"not a parquet file at all")

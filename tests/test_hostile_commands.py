@@ -15,7 +15,7 @@ from snakemake.utils import validate
 
 from conftest import REPO, SNAKEMAKE
 from scalesweep.contract import frameworks
-from scalesweep.plan import images, launch, matrix
+from scalesweep.plan import containers, launch, matrix
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 MN5 = REPO / "config" / "mn5.yaml"
@@ -195,7 +195,7 @@ def test_hostile_config_values_reach_every_program_as_written(sandbox, name, lay
         assert calls[0] == ("module", ["load", *names])
         image = config["container"]["images"][framework]
         # A pulled image runs from the SIF rule `images` wrote (file-safe name), a local one as is.
-        run = f"{workdir}/{images.pulled_sif(image)}" if framework == "pytorch" else image
+        run = f"{workdir}/{containers.pulled_sif(image)}" if framework == "pytorch" else image
         runtime_argv = [
             "exec", "--nv", f"--env=NOTE={value}",
             "--bind", f"{repo},{workdir},{data},/scratch/{value}",
@@ -347,7 +347,7 @@ def test_images_are_pulled_and_hashed_with_hostile_names_as_written(tmp_path):
     workdir = tmp_path / "work"
     workdir.mkdir()
     record = tmp_path / "calls"
-    sif, digest, local_digest = images.pulled_sif(uri), images.digest_file(uri), images.digest_file(str(local))
+    sif, digest, local_digest = containers.pulled_sif(uri), containers.digest_file(uri), containers.digest_file(str(local))
 
     done = subprocess.run(
         [str(SNAKEMAKE), "--snakefile", str(REPO / "Snakefile"), "--configfile", str(configfile),

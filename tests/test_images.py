@@ -1,4 +1,4 @@
-"""Container images (scalesweep/plan/images.py): file-safe names, and the digest that tells two images
+"""Container images (scalesweep/plan/containers.py): file-safe names, and the digest that tells two images
 at one path apart in runs.csv and in a comparison's provenance diff."""
 
 import hashlib
@@ -10,7 +10,7 @@ import yaml
 
 from conftest import snakemake
 from scalesweep.history import compare
-from scalesweep.plan import images
+from scalesweep.plan import containers
 from scalesweep.tidy import rows
 
 HEADER = {
@@ -23,45 +23,45 @@ HEADER = {
 
 
 def test_image_names_are_file_safe_and_unique():
-    assert images.image_name("docker://nvcr.io/nvidia/pytorch:24.07-py3") == (
+    assert containers.image_name("docker://nvcr.io/nvidia/pytorch:24.07-py3") == (
         "nvcr.io-nvidia-pytorch-24.07-py3-" + hashlib.sha256(b"docker://nvcr.io/nvidia/pytorch:24.07-py3").hexdigest()[:8])
-    hostile = images.image_name("docker://x/$(touch y); `z` 'q'")
+    hostile = containers.image_name("docker://x/$(touch y); `z` 'q'")
     assert hostile.startswith("x-touch-y-z-q-") and set(hostile) <= set("abcdefghijklmnopqrstuvwxyz0123456789-.")
     # Readable parts that coincide still name two files.
-    assert images.image_name("docker://a/b:1") != images.image_name("docker://a-b-1")
+    assert containers.image_name("docker://a/b:1") != containers.image_name("docker://a-b-1")
 
 
 def test_only_remote_images_are_pulled_and_local_ones_run_as_they_are():
-    assert images.is_pulled("docker://nvcr.io/nvidia/pytorch:24.07-py3") and images.is_pulled("oras://r/x:1")
-    assert not images.is_pulled("/gpfs/apps/MN5/ACC/SINGULARITY/SRC/images/nvidiaPytorch24.07")
-    assert images.image_file("/x/tf.sif") == "/x/tf.sif"
-    assert images.image_file("docker://a/b:1") == f"resources/containers/{images.image_name('docker://a/b:1')}.sif"
-    assert images.digest_file("docker://a/b:1") == images.image_file("docker://a/b:1") + ".sha256"
-    assert images.digest_file("/x/tf.sif").startswith("resources/containers/local/x-tf.sif-")
-    assert images.sweep_images({"runtime": "none", "images": {"pytorch": "p"}}, ["pytorch"]) == {}
+    assert containers.is_pulled("docker://nvcr.io/nvidia/pytorch:24.07-py3") and containers.is_pulled("oras://r/x:1")
+    assert not containers.is_pulled("/gpfs/apps/MN5/ACC/SINGULARITY/SRC/images/nvidiaPytorch24.07")
+    assert containers.image_file("/x/tf.sif") == "/x/tf.sif"
+    assert containers.image_file("docker://a/b:1") == f"resources/containers/{containers.image_name('docker://a/b:1')}.sif"
+    assert containers.digest_file("docker://a/b:1") == containers.image_file("docker://a/b:1") + ".sha256"
+    assert containers.digest_file("/x/tf.sif").startswith("resources/containers/local/x-tf.sif-")
+    assert containers.sweep_images({"runtime": "none", "images": {"pytorch": "p"}}, ["pytorch"]) == {}
 
 
 def test_digest_files_read_back_and_a_sandbox_folder_has_none(tmp_path):
     image = tmp_path / "tf.sif"
     image.write_bytes(b"abc")
-    images.write_digest(image, tmp_path / "d" / "tf.sha256")
+    containers.write_digest(image, tmp_path / "d" / "tf.sha256")
     # sha256("abc"), as sha256sum writes it (`sha256sum -c` reads the file).
     abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     assert (tmp_path / "d" / "tf.sha256").read_text() == f"{abc}  {image}\n"
-    assert images.read_digest(tmp_path / "d" / "tf.sha256") == f"sha256:{abc}"
-    images.write_digest(tmp_path, tmp_path / "sandbox.sha256")
-    assert images.read_digest(tmp_path / "sandbox.sha256") is None
-    assert images.read_digest(tmp_path / "absent.sha256") is None
+    assert containers.read_digest(tmp_path / "d" / "tf.sha256") == f"sha256:{abc}"
+    containers.write_digest(tmp_path, tmp_path / "sandbox.sha256")
+    assert containers.read_digest(tmp_path / "sandbox.sha256") is None
+    assert containers.read_digest(tmp_path / "absent.sha256") is None
     with pytest.raises(FileNotFoundError, match=r"container.images.pytorch: '.*missing.sif' does not exist"):
-        images.write_digest(tmp_path / "missing.sif", tmp_path / "m.sha256", "container.images.pytorch")
+        containers.write_digest(tmp_path / "missing.sif", tmp_path / "m.sha256", "container.images.pytorch")
 
 
 def test_file_identity_changes_when_the_image_is_rebuilt(tmp_path):
     image = tmp_path / "tf.sif"
     image.write_bytes(b"old")
-    before = images.file_identity(image)
+    before = containers.file_identity(image)
     image.write_bytes(b"newer")
-    assert images.file_identity(image) != before and str(image) in before
+    assert containers.file_identity(image) != before and str(image) in before
 
 
 def sweep_runs(tmp_path, name, content):
@@ -69,7 +69,7 @@ def sweep_runs(tmp_path, name, content):
     image = tmp_path / "pytorch.sif"
     image.write_bytes(content)
     digest = tmp_path / f"{name}.sha256"
-    images.write_digest(image, digest)
+    containers.write_digest(image, digest)
     lines = [HEADER, {"record": "epoch", "schema": 1, "epoch": 1, "images": 256, "seconds": 2.0},
              {"record": "epoch", "schema": 1, "epoch": 2, "images": 256, "seconds": 1.0},
              {"record": "summary", "schema": 1, "status": "ok", "total_time_s": 3.5}]
@@ -77,7 +77,7 @@ def sweep_runs(tmp_path, name, content):
     log.write_text("".join(f":::SCALESWEEP {json.dumps(line)}\n" for line in lines))
     out = tmp_path / name
     rows.write_tidy_tables([(log, {"framework": "pytorch", "gpus": 4})], out / "epochs.csv",
-                           out / "runs.csv", digests={"pytorch": images.read_digest(digest)})
+                           out / "runs.csv", digests={"pytorch": containers.read_digest(digest)})
     return pd.read_csv(out / "runs.csv")
 
 
@@ -108,12 +108,12 @@ def test_the_workflow_hashes_a_local_image_again_only_when_it_was_rebuilt(tmp_pa
     }
     configfile = tmp_path / "sweep.yaml"
     configfile.write_text(yaml.safe_dump(config))
-    target = images.digest_file(str(image))
+    target = containers.digest_file(str(image))
 
     def digest_run():
         done = snakemake(tmp_path, "--cores", "1", target, configfile=configfile, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
-        return done.stderr, images.read_digest(tmp_path / target)
+        return done.stderr, containers.read_digest(tmp_path / target)
 
     first_log, first = digest_run()
     assert "rule image_digest:" in first_log and first == f"sha256:{hashlib.sha256(b'image v1').hexdigest()}"

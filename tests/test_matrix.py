@@ -237,7 +237,7 @@ def test_every_axis_the_schema_allows_is_a_setting_of_the_run_path():
     """An axis missing here would put runs of different settings into one path."""
     import yaml
 
-    schema = yaml.safe_load(Path(config_files.SCHEMA).read_text())
+    schema = yaml.safe_load(Path(config_files.CONFIG_SCHEMA).read_text())
     axes = set(schema["properties"]["matrix"]["properties"]) - set(matrix.CORE_AXES)
     defaults = matrix.measured_defaults("pytorch", "vit_tiny", config_files.training_defaults())
     assert axes and axes <= set(defaults)

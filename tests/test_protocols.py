@@ -14,6 +14,7 @@ Karp-Flatt e = (1/S - 1/N) / (1 - 1/N) = (0.6 - 0.5)/0.5 = (0.4 - 0.25)/0.75 = 0
 The time ratio would read 1.0, 0.833, 0.625: "no scaling at all".
 """
 
+from dataclasses import replace
 import json
 import math
 import sys
@@ -23,6 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis import fits, scaling, sweetspot
 from scalesweep.report import plotkit
 from scalesweep.report.figures import build_figures
@@ -111,8 +113,8 @@ def test_steps_protocol_sweet_spot_by_hand(steps_runs):
     N=4: 50,000 / 800 = 62.5 s   -> 4 x 62.5 / 3600  = 0.06944 GPU-h
     """
     table = scaling.scaling_table(steps_runs)
-    spots = sweetspot.sweet_spot_table(table, efficiency_floor=80, gpu_hour_budget=0.06,
-                                       epoch_budget=5).set_index("intent")
+    spots = sweetspot.sweet_spot_table(table, replace(DEFAULTS, efficiency_floor=80, gpu_hour_budget=0.06,
+                                       epoch_budget=5)).set_index("intent")
     assert spots.loc["fastest", "gpus"] == 4
     assert spots.loc["fastest", "time_metric"] == "projected_time_s"
     assert spots.loc["fastest", "projected_time_s"] == pytest.approx(62.5)

@@ -136,3 +136,28 @@ def test_inject_step_delay_spends_the_set_time(monkeypatch):
     faults.inject_step_delay()
     assert 0.2 <= time.perf_counter() - started < 1.0
     assert time.process_time() - cpu_started > 0.01  # busy, not asleep (a sleep takes ~0.1 ms of CPU)
+
+
+HALVED = {**GPU_HEADER, "gpus": 2, "world_size": 2, "nodes": 1, "per_gpu_batch": 128, "global_batch": 256,
+          "requested_per_gpu_batch": 256, "oom_policy": "halve", "learning_rate": 0.02, "epochs": 2}
+
+
+@pytest.mark.parametrize("axes", [{"gpus": 2, "repeat": 0, "per_gpu_batch": 256}, {"gpus": 2, "repeat": 0}],
+                         ids=["batch axis", "no batch axis"])
+def test_an_oom_halved_run_says_what_ran_and_what_was_asked_whether_or_not_the_batch_is_an_axis(
+        tmp_path, axes):
+    _, runs = runs_table([(_log(tmp_path / "halved.log", HALVED, 100.0), axes)])
+    row = runs.iloc[0]
+    assert (row["per_gpu_batch"], row["requested_per_gpu_batch"], row["global_batch"]) == (128, 256, 256)
+    # The hash runs.csv carried before requested_per_gpu_batch: one precedence rule changed no hash.
+    assert row["settings_hash"] == "03a85722cb91ef93"
+
+
+def test_a_halving_at_one_gpu_count_does_not_split_its_series(tmp_path):
+    one = {**HALVED, "gpus": 1, "world_size": 1, "per_gpu_batch": 256, "global_batch": 256}
+    logs = [(_log(tmp_path / "g1.log", one, 100.0), {"gpus": 1}),
+            (_log(tmp_path / "g2.log", HALVED, 150.0), {"gpus": 2})]
+    _, runs = runs_table(logs)
+    table = scaling.scaling_table(runs)
+    assert table["requested_per_gpu_batch"].tolist() == [256, 256]
+    assert table["speedup"].tolist() == pytest.approx([1.0, 1.5])

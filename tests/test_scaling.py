@@ -19,7 +19,8 @@ from scalesweep.tidy.table import NON_KEY_COLUMNS, group_keys, read_runs, table_
 # The columns of runs.csv as scalesweep/tidy/rows.py writes them (axes first, then the fixed columns).
 RUN_DEFAULTS = {
     "framework": "tensorflow", "model": "resnet50v2", "dataset": "cifar10", "gpus": 1, "nodes": 1,
-    "repeat": 0, "per_gpu_batch": 64, "global_batch": 64, "world_size": 1, "status": "ok",
+    "repeat": 0, "per_gpu_batch": 64, "requested_per_gpu_batch": None, "global_batch": 64,
+    "world_size": 1, "status": "ok",
     "reason": None, "epochs": 5, "steady_epoch_time_s": math.nan, "throughput_img_s": math.nan,
     "throughput_per_gpu_img_s": math.nan, "total_time_s": math.nan, "memory_gb": math.nan,
     "peak_host_rss_gb": 2.0, "protocol": "epochs", "log_format": "scalesweep", "log": "logs/x.log",
@@ -30,6 +31,8 @@ def run(gpus, time=math.nan, throughput=math.nan, total=math.nan, status="ok", *
     row = dict(RUN_DEFAULTS, gpus=gpus, steady_epoch_time_s=time, throughput_img_s=throughput,
                total_time_s=total, status=status, world_size=max(gpus, 1), **axes)
     row["global_batch"] = row["per_gpu_batch"] * row["world_size"]
+    if row["requested_per_gpu_batch"] is None:  # asked as run, unless a test says otherwise
+        row["requested_per_gpu_batch"] = row["per_gpu_batch"]
     if status != "ok":
         row["reason"] = {"oom": "CUDA out of memory", "timeout": "TIMEOUT"}.get(status, "crash")
     return row
@@ -152,14 +155,14 @@ def test_groups_split_on_user_axes_and_leave_out_the_cpu_baseline():
         run(1, 100.0, 500.0, precision="fp32"), run(2, 50.0, 1000.0, precision="fp32"),
         run(1, 60.0, 830.0, precision="bf16"), run(2, 40.0, 1250.0, precision="bf16"),
     )
-    assert group_keys(runs) == ["framework", "model", "dataset", "per_gpu_batch", "precision"]
+    assert group_keys(runs) == ["framework", "model", "dataset", "requested_per_gpu_batch", "precision"]
     s = scaling_table(runs)
     assert set(s["gpus"]) == {1, 2}
     by_precision = s.set_index(["precision", "gpus"])["speedup"]
     assert by_precision[("fp32", 2)] == 2.0 and by_precision[("bf16", 2)] == 1.5
 
 
-def test_per_gpu_batch_is_a_group_key_and_missing_axis_values_form_a_group():
+def test_the_requested_batch_is_a_group_key_and_missing_axis_values_form_a_group():
     runs = table(run(1, 100.0, 500.0, per_gpu_batch=64), run(2, 50.0, 1000.0, per_gpu_batch=64),
                  run(1, 80.0, 1250.0, per_gpu_batch=128), run(2, 48.0, 2080.0, per_gpu_batch=128),
                  run(1, 90.0, 560.0, per_gpu_batch=64, compile=True),
@@ -169,7 +172,7 @@ def test_per_gpu_batch_is_a_group_key_and_missing_axis_values_form_a_group():
     assert len(s) == 6
     at_two = s[s["gpus"] == 2]
     speedups = {(batch, None if pd.isna(compiled) else compiled): value for batch, compiled, value
-                in zip(at_two["per_gpu_batch"], at_two["compile"], at_two["speedup"])}
+                in zip(at_two["requested_per_gpu_batch"], at_two["compile"], at_two["speedup"])}
     assert speedups == pytest.approx({(64, None): 100 / 50, (128, None): 80 / 48,
                                       (64, True): 90 / 60})
 
@@ -188,15 +191,15 @@ def test_every_result_column_of_runs_csv_but_the_asked_batch_is_no_key():
 
     row = dict.fromkeys(AXIS_COLUMNS + RUN_RESULT_COLUMNS, 1)
     runs = pd.DataFrame([row, row]).assign(precision="bf16")
-    assert group_keys(runs) == ["framework", "model", "dataset", "per_gpu_batch", "precision"]
+    assert group_keys(runs) == ["framework", "model", "dataset", "requested_per_gpu_batch", "precision"]
 
 
 def test_scaling_csv_round_trip_keeps_the_group_keys(tmp_path, reference_runs):
     path = tmp_path / "scaling.csv"
     scaling_table(reference_runs.assign(precision="bf16")).to_csv(path, index=False)
     back = pd.read_csv(path)
-    assert table_group_keys(back, SCALING_COLUMNS) == ["framework", "model", "dataset", "per_gpu_batch",
-                                      "precision"]
+    assert table_group_keys(back, SCALING_COLUMNS) == ["framework", "model", "dataset",
+                                                                   "requested_per_gpu_batch", "precision"]
 
 
 def test_read_runs_names_the_file_column_and_line(tmp_path, reference_runs):
@@ -273,7 +276,7 @@ def test_comparison_puts_models_side_by_side_at_each_gpu_count():
     assert list(wide.index) == [1, 2]  # one row per N although the batches differ per model
     assert wide.loc[2, "speedup:resnet50v2"] == 2.0 and wide.loc[2, "speedup:resnet152v2"] == 1.5
     assert wide.loc[2, "efficiency_pct:resnet152v2"] == 75.0
-    assert wide.loc[1, "per_gpu_batch:resnet152v2"] == 1024
+    assert wide.loc[1, "requested_per_gpu_batch:resnet152v2"] == 1024
     assert "framework" in wide.columns  # constant keys stay as plain columns
     with pytest.raises(ValueError, match="'precision' is not a group key"):
         comparison_table(scaling_table(runs), by="precision")
@@ -290,7 +293,7 @@ def test_comparison_by_a_numeric_axis_read_back_from_csv(tmp_path):
     runs = table(run(1, 100.0, 500.0), run(2, 50.0, 1000.0),
                  run(1, 80.0, 1250.0, per_gpu_batch=128), run(2, 50.0, 2000.0, per_gpu_batch=128))
     scaling_table(runs).to_csv(tmp_path / "scaling.csv", index=False)
-    wide = comparison_table(pd.read_csv(tmp_path / "scaling.csv"), by="per_gpu_batch")
+    wide = comparison_table(pd.read_csv(tmp_path / "scaling.csv"), by="requested_per_gpu_batch")
     # 64: 100/50 = 2; 128: 80/50 = 1.6
     assert wide.set_index("gpus").loc[2, ["speedup:64", "speedup:128"]].tolist() == [2.0, 1.6]
 

@@ -1,10 +1,12 @@
 """Sweet spots per intent on crafted scaling tables; GPU-hours worked out in the comments."""
 
+from dataclasses import replace
 import math
 
 import pandas as pd
 import pytest
 
+from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis.scaling import SCALING_COLUMNS
 from scalesweep.analysis.sweetspot import gpu_hours, sweet_spot_table
 
@@ -63,7 +65,7 @@ def test_efficient_takes_the_most_gpus_above_the_floor():
     assert row["gpus"] == 4 and row["efficiency_pct"] == 83.3
     assert "most GPUs with efficiency >= 80%" in row["why"]
     # a stricter floor keeps only 1 and 2 GPUs
-    strict = sweet_spot_table(scaling(**STRONG), efficiency_floor=90)
+    strict = sweet_spot_table(scaling(**STRONG), replace(DEFAULTS, efficiency_floor=90))
     assert choice(strict, "efficient")["gpus"] == 2
 
 
@@ -73,26 +75,26 @@ def test_efficient_looks_past_one_noisy_dip():
 
 
 def test_efficient_with_no_count_above_the_floor_keeps_a_row_and_says_why():
-    row = choice(sweet_spot_table(scaling(**STRONG), efficiency_floor=101.0), "efficient")
+    row = choice(sweet_spot_table(scaling(**STRONG), replace(DEFAULTS, efficiency_floor=101.0)), "efficient")
     assert math.isnan(row["gpus"]) and "no GPU count keeps efficiency >= 101%" in row["note"]
 
 
 def test_budget_takes_the_fastest_run_that_fits():
     # 0.5 GPU-h admits 1, 2 and 4 GPUs (0.278, 0.311, 0.367): 4 GPUs is the fastest of them
-    row = choice(sweet_spot_table(scaling(**STRONG), gpu_hour_budget=0.5), "budget")
+    row = choice(sweet_spot_table(scaling(**STRONG), replace(DEFAULTS, gpu_hour_budget=0.5)), "budget")
     assert row["gpus"] == 4 and row["gpu_hours"] == pytest.approx(1320 / 3600)
     assert "within 0.5 GPU-hours" in row["why"]
     # 0.3 GPU-h admits only 1 GPU
-    assert choice(sweet_spot_table(scaling(**STRONG), gpu_hour_budget=0.3), "budget")["gpus"] == 1
+    assert choice(sweet_spot_table(scaling(**STRONG), replace(DEFAULTS, gpu_hour_budget=0.3)), "budget")["gpus"] == 1
 
 
 def test_budget_too_small_or_absent_keeps_a_row_with_a_note():
-    small = choice(sweet_spot_table(scaling(**STRONG), gpu_hour_budget=0.1), "budget")
+    small = choice(sweet_spot_table(scaling(**STRONG), replace(DEFAULTS, gpu_hour_budget=0.1)), "budget")
     assert math.isnan(small["gpus"]) and "no GPU count fits a budget of 0.1" in small["note"]
     none = choice(sweet_spot_table(scaling(**STRONG)), "budget")
     assert math.isnan(none["gpus"]) and "no GPU-hour budget given" in none["note"]
     with pytest.raises(ValueError, match="gpu_hour_budget must be > 0"):
-        sweet_spot_table(scaling(**STRONG), gpu_hour_budget=0)
+        sweet_spot_table(scaling(**STRONG), replace(DEFAULTS, gpu_hour_budget=0))
 
 
 def test_failed_counts_are_never_chosen_and_groups_stay_apart():

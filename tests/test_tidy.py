@@ -192,7 +192,7 @@ def test_config_axes_override_the_log_and_extra_axes_are_sorted_after_the_core()
     assert (row["dataset"], row["repeat"], row["precision"]) == ("cifar10-128", 1, "fp32")
     expected_axes = ["framework", "model", "dataset", "gpus", "nodes", "repeat", "per_gpu_batch", "precision"]
     assert list(runs.columns[:8]) == expected_axes
-    assert list(runs.columns[8:10]) == ["global_batch", "world_size"]
+    assert list(runs.columns[8:11]) == ["requested_per_gpu_batch", "global_batch", "world_size"]
     assert list(runs.columns).count("per_gpu_batch") == 1
     epoch_columns = ["epoch", "images", "seconds", "throughput_img_s", "loss", "accuracy", "steady"]
     assert list(epochs.columns) == expected_axes + epoch_columns
@@ -213,8 +213,8 @@ def test_config_key_that_would_overwrite_a_result_is_refused():
 def test_result_columns_start_with_the_contract_order():
     _, runs = runs_table([(LOGS / "scalesweep_ok.log", {})])
     contract = [
-        "framework", "model", "dataset", "gpus", "nodes", "repeat", "per_gpu_batch", "global_batch",
-        "world_size", "status", "reason", "epochs", "steady_epoch_time_s", "throughput_img_s",
+        "framework", "model", "dataset", "gpus", "nodes", "repeat", "per_gpu_batch",
+        "requested_per_gpu_batch", "global_batch", "world_size", "status", "reason", "epochs", "steady_epoch_time_s", "throughput_img_s",
         "throughput_per_gpu_img_s", "total_time_s", "memory_gb", "peak_host_rss_gb", "protocol",
         "log_format", "log",
     ]  # fmt: skip
@@ -236,7 +236,7 @@ def test_write_tidy_round_trip(tmp_path):
     assert list(back["status"]) == ["ok", "failed"]
     assert back.loc[0, "throughput_img_s"] == pytest.approx(115.2)
     assert open(runs_path).readline().strip().split(",")[3] == "gpus"
-    assert "2,1,0,256,512,2,ok" in runs_path.read_text()  # counts stay integers
+    assert "2,1,0,256,256,512,2,ok" in runs_path.read_text()  # counts stay integers
     assert len(pd.read_csv(epochs_path)) == 3
     assert sorted(p.name for p in (tmp_path / "tidy").iterdir()) == ["epochs.csv", "runs.csv"]
 
@@ -288,9 +288,9 @@ def test_global_batch_is_per_gpu_batch_times_world_size_when_the_log_leaves_it_o
     ]))
     _, row = one_row(log)
     assert (row["per_gpu_batch"], row["world_size"], row["global_batch"]) == (16, 4, 64)
-    # From the sweep's axes, given as text by a hand-written manifest.
+    # What ran is the header's: an axis asking for another batch is the requested batch only.
     _, row = one_row(log, {"per_gpu_batch": "32"})
-    assert row["global_batch"] == 128
+    assert (row["per_gpu_batch"], row["requested_per_gpu_batch"], row["global_batch"]) == (16, 32, 64)
 
 
 @pytest.mark.parametrize(
@@ -334,3 +334,13 @@ def test_unreadable_log_file_is_a_refused_row(tmp_path):
     result = rows.tidy_tables([(unreadable, {"gpus": 1})])
     assert result.refused == [result.runs.iloc[0]["reason"]]
     assert result.refused[0].startswith(f"{unreadable}: cannot read: ")
+
+
+def test_a_runs_table_from_before_the_requested_batch_keeps_its_groups():
+    from scalesweep.tidy.table import with_requested_batch
+
+    old = pd.DataFrame({"gpus": [1, 2, 1], "per_gpu_batch": [64, 64, 128]})
+    assert with_requested_batch(old)["requested_per_gpu_batch"].tolist() == [64, 64, 128]
+    # The history reads an older sweep beside a newer one: the older rows' asked batch is empty.
+    both = old.assign(requested_per_gpu_batch=[None, 256, None])
+    assert with_requested_batch(both)["requested_per_gpu_batch"].tolist() == [64, 256, 128]

@@ -70,13 +70,13 @@ def test_device_preprocessing_equals_the_reference_host_path():
         """
         import json
         import keras, numpy as np, tensorflow as tf
-        import train_tf
+        import tf_model
         images = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
         out = {}
         for resolution in (32, 48, 128):
             reference = tf.image.resize(images, (resolution, resolution)) / 255.0
-            alone = train_tf.preprocess(tf.constant(images), resolution)
-            model = train_tf.build_model("cnn_small", resolution)
+            alone = tf_model.preprocess(tf.constant(images), resolution)
+            model = tf_model.build_model("cnn_small", resolution)
             in_model = keras.Model(model.input, model.get_layer("rescale").output)(images)
             out[resolution] = {
                 "shape": list(in_model.shape), "dtype": in_model.dtype.name,
@@ -102,13 +102,13 @@ def test_device_preprocessing_equals_the_reference_input_path(cifar_256):
         import json
         import keras, numpy as np, tensorflow as tf
         sys.path.insert(0, {str(ROOT / "benchmarks")!r})
-        import reference_tf, tf_data, train_tf
+        import reference_tf, tf_data, tf_model, train_tf
         out = {{}}
         for resolution in (64, 128):
             reference_ds, _ = reference_tf.load_cifar(16, {str(cifar_256)!r} + "/cifar-10-batches-py", resolution)
             reference_images, reference_labels = next(iter(reference_ds))
             images, labels = tf_data.load_training_data({str(cifar_256)!r})
-            model = train_tf.build_model("cnn_small", resolution)
+            model = tf_model.build_model("cnn_small", resolution)
             ours = keras.Model(model.input, model.get_layer("rescale").output)(images[:16])
             out[resolution] = {{
                 "shapes": [list(ours.shape), list(reference_images.shape)],

@@ -34,6 +34,7 @@ import runlog  # noqa: E402
 import torch_data  # noqa: E402
 import torch_distributed  # noqa: E402
 import torch_probes  # noqa: E402
+import torch_model  # noqa: E402
 import train_torch  # noqa: E402
 
 CLASSES, TRAIN_PER_CLASS, VAL_PER_CLASS = 4, 26, 3  # 104 train images, 12 val
@@ -233,21 +234,21 @@ def test_missing_split_names_the_folder(tmp_path):
 def test_vit_h_14_is_the_reference_model():
     # docs/reference.md §2: 631,021,000 parameters with 200 classes; built on the meta device, no memory.
     with torch.device("meta"):
-        model = train_torch.build_model("vit_h_14", 200, 224)
-    assert train_torch.count_parameters(model) == 631_021_000
+        model = torch_model.build_model("vit_h_14", 200, 224)
+    assert torch_model.count_parameters(model) == 631_021_000
 
 
 @pytest.mark.parametrize("name", ["vit_tiny", "resnet18"])
 def test_small_models_classify_into_the_dataset_classes(name):
-    model = train_torch.build_model(name, 7, 32)
+    model = torch_model.build_model(name, 7, 32)
     assert tuple(model(torch.zeros(2, 3, 32, 32)).shape) == (2, 7)
 
 
 def test_vit_resolution_must_fit_the_patches():
     with pytest.raises(ValueError, match="--resolution 30"):
-        train_torch.build_model("vit_tiny", 10, 30)
+        torch_model.build_model("vit_tiny", 10, 30)
     with pytest.raises(ValueError, match="--resolution 32"):
-        train_torch.build_model("vit_h_14", 10, 32)
+        torch_model.build_model("vit_h_14", 10, 32)
 
 
 def test_learning_rate_scales_with_the_world():
@@ -470,14 +471,14 @@ def test_max_train_images_subset_is_the_shared_rule(dataset):
 
 # ---------------------------------------------------------------- the step breakdown
 
-@pytest.mark.parametrize("optimizer_name", train_torch.OPTIMIZERS)
+@pytest.mark.parametrize("optimizer_name", torch_model.OPTIMIZERS)
 def test_a_probe_step_does_a_whole_step_and_changes_nothing(optimizer_name):
     """Two real steps (momentum / moments and AdamW's step count exist), then a probe step doing a
     whole step (forward, backward, the optimizer's step): weights, optimizer state and batch-norm
     statistics are as before it, the learning rate is back, and its optimizer step did run."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
-    optimizer = train_torch.build_optimizer(optimizer_name, model.parameters(), 0.1)
+    optimizer = torch_model.build_optimizer(optimizer_name, model.parameters(), 0.1)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     images, labels = torch.randn(16, 4), torch.randint(0, 2, (16,))
     stepped = []

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analysis.breakdown import LOSS_COLUMNS, NO_BREAKDOWN_NOTE, PARTS, loss_table
+from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.tidy.table import (
     BREAKDOWN_COLUMNS,
     check_runs,
@@ -33,7 +34,7 @@ SCALED_BREAKDOWN = tuple(c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_st
 # GPU energy per GPU count: medians of runs.csv's, the energy efficiency jpi(N_min) / jpi(N) in %,
 # and the projected energy of the analysis' epoch budget (scaling_table's epoch_budget).
 ENERGY_MEDIANS = ("joules_per_image", "avg_power_w_per_gpu")
-ENERGY_COLUMNS = (*ENERGY_MEDIANS, "energy_efficiency_pct", "projected_energy_j")
+SCALING_ENERGY_COLUMNS = (*ENERGY_MEDIANS, "energy_efficiency_pct", "projected_energy_j")
 
 # Columns scaling_table adds after the group keys, in output order. Any other column of a scaling
 # table is a group key (table_group_keys), so a scaling.csv read back from disk works as is.
@@ -49,7 +50,7 @@ SCALING_COLUMNS = (
     "total_time_s", "total_time_s_min", "total_time_s_max",
     "tts_speedup", "tts_efficiency_pct", "tts_gain_vs_prev_pct", "tts_gain_vs_min_pct",
     "train_images", "gpu_hours", "global_batch",
-    *ENERGY_COLUMNS,
+    *SCALING_ENERGY_COLUMNS,
     *SCALED_BREAKDOWN, *LOSS_COLUMNS, "breakdown_note",
     "note", "flags",
 )
@@ -459,7 +460,7 @@ def _group_bounds(table: pd.DataFrame, keys: list[str]) -> list[tuple[int, int]]
     return list(zip(starts.tolist(), [*starts[1:].tolist(), len(table)]))
 
 
-def scaling_table(runs: pd.DataFrame, epoch_budget: float = 1.0) -> pd.DataFrame:
+def scaling_table(runs: pd.DataFrame, epoch_budget: float = DEFAULTS.epoch_budget) -> pd.DataFrame:
     """One row per group x GPU count (gpus >= 1): medians over ok repeats and the scaling metrics.
 
     Columns: the group keys, then SCALING_COLUMNS. `time_s` is the median steady epoch time,
@@ -513,7 +514,7 @@ def acceleration_table(runs: pd.DataFrame) -> pd.DataFrame:
     """
     runs = check_runs(runs)
     keys = group_keys(runs)
-    batch = "per_gpu_batch" if "per_gpu_batch" in keys else None
+    batch = "requested_per_gpu_batch" if "requested_per_gpu_batch" in keys else None
     match_keys = [k for k in keys if k != batch]
     rows_out = []
     cpu_runs, gpu_runs = runs[runs["gpus"] == 0], runs[runs["gpus"] == 1]

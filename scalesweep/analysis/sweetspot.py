@@ -2,7 +2,7 @@
 
 Per group of the scaling table, one row per intent:
 - `fastest`: the shortest time, however many GPUs it takes;
-- `efficient`: the most GPUs whose parallel efficiency is still >= a floor (default 80 %). The
+- `efficient`: the most GPUs whose parallel efficiency is still >= a floor (analysis.efficiency_floor_pct). The
   largest such count is taken even when a count in between fell below the floor (measurement noise
   at one count should not hide a good larger one);
 - `budget`: the shortest time among GPU counts whose run fits a GPU-hour budget (skipped with a
@@ -40,6 +40,7 @@ from scalesweep.analysis.scaling import (
     group_basis,
     is_usable,
 )
+from scalesweep.analysis.settings import DEFAULTS, AnalysisSettings
 from scalesweep.tidy.table import iter_groups, table_group_keys
 
 INTENTS = ("fastest", "efficient", "budget", "greenest")
@@ -48,7 +49,6 @@ SWEET_SPOT_COLUMNS = (
     "efficiency_pct", "gpu_hours", "gpu_hours_basis", "run_gpu_hours",
     "joules_per_image", "projected_energy_j", "why", "note",
 )
-DEFAULT_EPOCH_BUDGET = 1.0
 
 
 def gpu_hours(scaling: pd.DataFrame) -> pd.Series:
@@ -154,38 +154,28 @@ def with_costs(scaling: pd.DataFrame, epoch_budget: float) -> pd.DataFrame:
     )
 
 
-def sweet_spot_table(scaling: pd.DataFrame, efficiency_floor: float = 80.0,
-                     gpu_hour_budget: float | None = None,
-                     epoch_budget: float = DEFAULT_EPOCH_BUDGET,
-                     greenest_time_bound_s: float | None = None,
-                     allow_superlinear: bool = False) -> pd.DataFrame:
+def sweet_spot_table(scaling: pd.DataFrame, settings: AnalysisSettings = DEFAULTS) -> pd.DataFrame:
     """One row per group x intent with the chosen GPU count and the numbers behind the choice.
 
     GPU counts the scaling table flags superlinear are no candidates (their efficiency says more
     about a slowed baseline than about them) unless `allow_superlinear`; the note names them.
 
     Columns: group keys, SWEET_SPOT_COLUMNS. An intent with no answer keeps its row with NaN
-    numbers and the reason in `note`; `why` explains every choice made. `epoch_budget`: the
-    training epochs the projected times, GPU-hours and energy stand for;
-    `greenest_time_bound_s`: the time bound of the greenest intent (None: no bound).
+    numbers and the reason in `note`; `why` explains every choice made. `settings.epoch_budget`:
+    the training epochs the projected times, GPU-hours and energy stand for;
+    `settings.greenest_time_bound_s`: the time bound of the greenest intent (None: no bound).
     """
-    if gpu_hour_budget is not None and not gpu_hour_budget > 0:
-        raise ValueError(f"gpu_hour_budget must be > 0 GPU-hours or None, got {gpu_hour_budget!r}")
-    if not epoch_budget > 0:
-        raise ValueError(f"epoch_budget must be > 0 epochs, got {epoch_budget!r}")
-    if greenest_time_bound_s is not None and not greenest_time_bound_s > 0:
-        raise ValueError(f"greenest_time_bound_s must be > 0 seconds or None, got {greenest_time_bound_s!r}")
     keys = table_group_keys(scaling, SCALING_COLUMNS)
-    table = with_costs(scaling, epoch_budget)
+    table = with_costs(scaling, settings.epoch_budget)
     rows = []
     for values, group in iter_groups(table, keys):
         metric = chosen_time_metric(group)
-        group, left_out = trusted(group, allow_superlinear)
+        group, left_out = trusted(group, settings.allow_superlinear)
         choices = {
             "fastest": fastest(group, metric),
-            "efficient": most_efficient(group, efficiency_floor),
-            "budget": within_budget(group, metric, gpu_hour_budget),
-            "greenest": greenest(group, metric, greenest_time_bound_s),
+            "efficient": most_efficient(group, settings.efficiency_floor),
+            "budget": within_budget(group, metric, settings.gpu_hour_budget),
+            "greenest": greenest(group, metric, settings.greenest_time_bound_s),
         }
         for intent in INTENTS:
             best, why = choices[intent]

@@ -10,34 +10,31 @@ jobsteps included) imports this module to parse the workflow.
 from pathlib import Path
 
 from scalesweep.analysis import scaling, sweetspot
+from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import atomic
 from scalesweep.tidy.table import read_runs
 
 TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
 
 
-def analysis_tables(runs, efficiency_floor=80.0, gpu_hour_budget=None, epoch_budget=1.0,
-                    greenest_time_bound_s=None, allow_superlinear=False) -> dict:
+def analysis_tables(runs, settings: AnalysisSettings) -> dict:
     """Every table of the analysis, by name (TABLES), from a runs table."""
     from scalesweep.analysis import fits
 
-    table = scaling.scaling_table(runs, epoch_budget)
+    table = scaling.scaling_table(runs, settings.epoch_budget)
     return {
         "scaling": table,
         "fits": fits.fit_table(runs, scaling=table),
-        "sweet_spot": sweetspot.sweet_spot_table(table, efficiency_floor, gpu_hour_budget,
-                                                 epoch_budget, greenest_time_bound_s, allow_superlinear),
+        "sweet_spot": sweetspot.sweet_spot_table(table, settings),
         "acceleration": scaling.acceleration_table(runs),
         "compare_models": scaling.comparison_table(table, by="model"),
         "compare_datasets": scaling.comparison_table(table, by="dataset"),
     }
 
 
-def write_tables(runs_csv, outputs: dict, efficiency_floor=80.0, gpu_hour_budget=None,
-                 epoch_budget=1.0, greenest_time_bound_s=None, allow_superlinear=False) -> str:
+def write_tables(runs_csv, outputs: dict, settings: AnalysisSettings) -> str:
     """runs.csv -> every table of TABLES at outputs[name]; the log line."""
-    tables = analysis_tables(read_runs(runs_csv), efficiency_floor, gpu_hour_budget,
-                             epoch_budget, greenest_time_bound_s, allow_superlinear)
+    tables = analysis_tables(read_runs(runs_csv), settings)
     for name, table in tables.items():
         path = Path(outputs[name])
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,7 @@ RATE_TOLERANCE = 1e-3
 # every reader (scalesweep/): the line prefix, the schema, the statuses and the steady state.
 PREFIX = ":::SCALESWEEP "
 RECORD_PREFIX = PREFIX.strip()  # what a reader looks for: other text may stand before it
-SCHEMA = 1
+RECORD_SCHEMA = 1
 # A trainer's summary says ok, oom or failed; SLURM's accounting may turn a failed run into
 # timeout (scalesweep/logs/accounting.py).
 SUMMARY_STATUSES = ("ok", "oom", "failed")

@@ -256,9 +256,16 @@ def _runs_view(connection, condition: str | None = None) -> str:
     """The view `runs`: every archived run once, whatever the files, where the user's checked
     `condition` (sqlfilter.condition_sql) holds. A run read from two files (a copied archive
     file, a sweep archived before run ids existed and again after) keeps its oldest sweep's row;
-    rows without a run id (older archives) are all kept. The condition applies after that."""
+    rows without a run id (older archives) are all kept. The condition applies after that.
+    A sweep archived before requested_per_gpu_batch asked for its per_gpu_batch (tidy/table.py's
+    with_requested_batch), so its configurations stay what they were beside later sweeps'."""
+    columns = _columns(connection, "raw_runs")
     every_run = "SELECT * FROM raw_runs"
-    if "run_id" in _columns(connection, "raw_runs"):
+    if "per_gpu_batch" in columns:
+        every_run = ("SELECT * REPLACE (coalesce(requested_per_gpu_batch, per_gpu_batch) AS requested_per_gpu_batch) "
+                     "FROM raw_runs" if "requested_per_gpu_batch" in columns
+                     else "SELECT *, per_gpu_batch AS requested_per_gpu_batch FROM raw_runs")
+    if "run_id" in columns:
         every_run += " QUALIFY run_id IS NULL OR row_number() OVER (PARTITION BY run_id ORDER BY sweep_id) = 1"
     if condition is None:
         return f"CREATE OR REPLACE VIEW runs AS {every_run}"

@@ -34,7 +34,7 @@ def is_runs_table(path):
     return path.suffix == ".csv" and path.name != MANIFEST
 
 
-def check_text(path):
+def check_utf8_text(path):
     """Refused unless `path` is UTF-8 text: pandas would fail with a bare codec error."""
     try:
         raw = Path(path).read_bytes()
@@ -60,7 +60,7 @@ def read_manifest(folder):
     path = folder / MANIFEST
     if not path.exists():
         return {}, []
-    check_text(path)
+    check_utf8_text(path)
     try:
         manifest = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:

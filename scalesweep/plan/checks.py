@@ -78,7 +78,7 @@ def walk(value, path=()):
         yield path, None, value
 
 
-def check_text(config) -> None:
+def check_names_and_nul_bytes(config) -> None:
     """Names are text, and no value holds a NUL byte."""
     for path, key, value in walk(config):
         if key is not None and not isinstance(key, str):

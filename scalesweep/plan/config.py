@@ -25,7 +25,7 @@ from scalesweep.plan import checks, matrix
 from scalesweep.plan.checks import ConfigError, did_you_mean
 from scalesweep.plan.site import check_images
 
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+CONFIG_SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 # Instances shown in a message are cut to a line (jsonschema writes them out whole).
 SHORT = reprlib.Repr()
@@ -189,10 +189,10 @@ def schema_problem(error):
     return ConfigError(key, error.message.replace(repr(error.instance), SHORT.repr(error.instance), 1))
 
 
-def validate_config(config, schema=SCHEMA):
+def validate_config(config, schema=CONFIG_SCHEMA):
     """Snakemake's validation (it fills in the schema's defaults), with a one-line ConfigError;
     then what the schema lets through but every job would refuse (scalesweep/plan/checks.py)."""
-    checks.check_text(config)
+    checks.check_names_and_nul_bytes(config)
     try:
         validate(config, str(schema))
     except WorkflowError as error:
@@ -218,10 +218,16 @@ def strict_validator(schema):
     return jsonschema.validators.extend(base, type_checker=checker)(document)
 
 
-@functools.lru_cache(maxsize=4)
-def training_defaults(schema=SCHEMA) -> dict:
+def training_defaults(schema=CONFIG_SCHEMA) -> dict:
     """The value of each `training:` setting when no config sets it, as the schema gives it."""
-    properties = yaml.safe_load(Path(schema).read_text())["properties"]["training"]["properties"]
+    return section_defaults("training", schema)
+
+
+@functools.lru_cache(maxsize=8)
+def section_defaults(section: str, schema=CONFIG_SCHEMA) -> dict:
+    """The value of each setting of a config section when no config sets it: the schema is
+    every default's one owner."""
+    properties = yaml.safe_load(Path(schema).read_text())["properties"][section]["properties"]
     return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
 
 

@@ -13,7 +13,7 @@ import os
 import shlex
 
 from scalesweep.contract import frameworks
-from scalesweep.plan import images
+from scalesweep.plan import containers
 
 # torchrun's rendezvous port: offset by the job id so two jobs sharing a node don't collide.
 RENDEZVOUS_PORT = "$((29500 + SLURM_JOB_ID % 1000))"
@@ -155,7 +155,7 @@ def container_prefix(settings, container, repo, workdir):
         container["runtime"], "exec", *container["args"],
         "--bind", ",".join(dict.fromkeys(binds)),
         "--pwd", absolute(workdir, workdir),
-        absolute(images.image_file(container["images"][settings["framework"]]), workdir),
+        absolute(containers.image_file(container["images"][settings["framework"]]), workdir),
     ]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from scalesweep.plan import images, launch
+from scalesweep.plan import containers, launch
 from scalesweep.plan.checks import ConfigError
 
 # The book's way to bring a Docker image to a site whose nodes reach no registry (docs/containers.md).
@@ -98,8 +98,8 @@ def path_problems(config, all_settings, workdir=".") -> list:
             if why:
                 problems.append((f"datasets.{name}.path", spec["path"], why))
     container = config["container"]
-    for framework, image in images.sweep_images(container, {s["framework"] for s in all_settings}).items():
-        if not images.is_pulled(image):
+    for framework, image in containers.sweep_images(container, {s["framework"] for s in all_settings}).items():
+        if not containers.is_pulled(image):
             why = image_problem(Path(workdir) / image)
             if why:
                 problems.append((f"container.images.{framework}", image, why))
@@ -134,8 +134,8 @@ def check_images(config, runs) -> None:
     site = config["site"]
     if site["network"]:
         return
-    for framework, image in images.sweep_images(config["container"], {run["framework"] for run in runs}).items():
-        if images.is_pulled(image):
+    for framework, image in containers.sweep_images(config["container"], {run["framework"] for run in runs}).items():
+        if containers.is_pulled(image):
             raise ConfigError(
                 f"container.images.{framework}",
                 f"'{image}' is a remote image, but {site_name(site)} declares no network "

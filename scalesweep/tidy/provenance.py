@@ -25,7 +25,7 @@ PROVENANCE_COLUMNS = (
     "cudnn_version",
     "nccl_version",
     "container_image",
-    # the image file's SHA-256 (scalesweep/plan/images.py): the same path may hold a rebuilt image
+    # the image file's SHA-256 (scalesweep/plan/containers.py): the same path may hold a rebuilt image
     "container_digest",
     "cluster",
     "slurm_nodelist",
@@ -112,12 +112,29 @@ def settings_hash(header: dict, axes: dict) -> str:
     axes fill in what the header does not carry. The repeat index is left out, so repeats of one
     configuration share their hash, and a changed setting changes it.
     """
-    settings = {key: value for key, value in axes.items() if key not in NOT_SETTINGS}
-    settings.update({key: header[key] for key in SETTINGS_KEYS if header.get(key) is not None})
+    asked = {key: value for key, value in axes.items() if key not in NOT_SETTINGS}
+    settings = what_ran(header, asked, SETTINGS_KEYS)
     canonical = json.dumps(
         {key: _canonical(value) for key, value in settings.items()}, sort_keys=True, default=str
     )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def what_ran(header: dict, axes: dict, keys) -> dict:
+    """A run's settings by the one precedence rule of runs.csv and settings_hash: the axes say what
+    the config asked, the header what ran, so each of `keys` the header carries wins over the axis
+    (the per-GPU batch after an out-of-memory halving); the axes fill in the rest."""
+    return {**axes, **{key: header[key] for key in keys if header.get(key) is not None}}
+
+
+def requested_batch(header: dict, axes: dict):
+    """The per-GPU batch the config asked for: the axis where the batch is one, else what the
+    trainer was asked (the header's requested_per_gpu_batch), else what ran (logs older than that
+    key and the reference scripts' logs never halve)."""
+    for value in (axes.get("per_gpu_batch"), header.get("requested_per_gpu_batch")):
+        if value is not None:
+            return value
+    return header.get("per_gpu_batch")
 
 
 def _canonical(value):

@@ -1,7 +1,8 @@
 """Parsed runs -> two tidy tables: epochs.csv (one row per run x epoch) and runs.csv (one per run).
 
 Each run is a log plus the sweep axes it was launched with. The axes say what was asked, the log
-what happened: axes override or complete the log, metrics always come from the log. Steady-state
+what happened: the log's value of a setting it carries wins (what ran), the axes complete it,
+and requested_per_gpu_batch keeps what was asked beside per_gpu_batch; metrics always come from the log. Steady-state
 metrics are recomputed from the epochs (median over epochs >= 2), never copied from a summary.
 A run that did not finish is a row with status failed / oom / timeout, a reason, and NaN in every
 metric column, so no plot or fit can take it for a measurement. So is a log that cannot be read
@@ -21,7 +22,7 @@ from scalesweep.logs import invariants
 from scalesweep.logs.read import parse_file
 from scalesweep.logs.run import EmptyLogError, LogFormatError, refused_summary, whole_number
 from scalesweep.tidy import copies
-from scalesweep.tidy.provenance import run_id, run_provenance
+from scalesweep.tidy.provenance import SETTINGS_KEYS, requested_batch, run_id, run_provenance, what_ran
 from scalesweep.tidy.table import (
     AXIS_COLUMNS,
     BREAKDOWN_COLUMNS,
@@ -62,9 +63,9 @@ class TidyTables(NamedTuple):
 
 
 def runs_table(items, images_per_epoch: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(epochs, runs) tables from `(log path or None, config axes)` pairs.
+    """(epochs, runs) tables from `(log path or None, run axes)` pairs.
 
-    Columns: AXIS_COLUMNS, then the configs' other axes sorted, then the result columns (a result
+    Columns: AXIS_COLUMNS, then the runs' other axes sorted, then the result columns (a result
     column that is also an axis appears once, as the axis). epochs holds the epochs of finished
     (status ok) runs only: a failed run's partial epochs are not measurements to plot.
     """
@@ -75,9 +76,9 @@ def runs_table(items, images_per_epoch: int | None = None) -> tuple[pd.DataFrame
 def tidy_tables(items, images_per_epoch: int | None = None) -> TidyTables:
     """runs_table's tables, and the logs it refused (TidyTables.refused). `images_per_epoch`: the
     dataset's training images, for logs that count steps instead (Keras; formats/keras.py: keras_epoch_images)."""
-    items = [(path, dict(config)) for path, config in items]
-    extra_axes = _extra_axes(config for _, config in items)
-    readings = [reading for path, config in items for reading in _rows_for_item(path, config, images_per_epoch)]
+    items = [(path, dict(axes)) for path, axes in items]
+    extra_axes = _extra_axes(axes for _, axes in items)
+    readings = [reading for path, axes in items for reading in _rows_for_item(path, axes, images_per_epoch)]
     ids = [run_row["run_id"] for run_row, _, _ in readings]
     later = copies.later_readings(ids)
     copy_lines = copies.copy_lines([run_row["log"] for run_row, _, _ in readings], ids, later)
@@ -85,9 +86,9 @@ def tidy_tables(items, images_per_epoch: int | None = None) -> TidyTables:
     run_rows = [run_row for run_row, _, _ in readings]
     epoch_rows = [epoch for _, run_epochs, _ in readings for epoch in run_epochs]
     refused = [refusal for _, _, refusal in readings if refusal]
-    axes = AXIS_COLUMNS + extra_axes
-    runs = pd.DataFrame(run_rows, columns=axes + [c for c in RUN_RESULT_COLUMNS if c not in axes])
-    epochs = pd.DataFrame(epoch_rows, columns=axes + [c for c in EPOCH_RESULT_COLUMNS if c not in axes])
+    axis_columns = AXIS_COLUMNS + extra_axes
+    runs = pd.DataFrame(run_rows, columns=axis_columns + [c for c in RUN_RESULT_COLUMNS if c not in axis_columns])
+    epochs = pd.DataFrame(epoch_rows, columns=axis_columns + [c for c in EPOCH_RESULT_COLUMNS if c not in axis_columns])
     float_columns = (METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + ENERGY_COLUMNS + ["slurm_energy_j"]
                      + FLOAT_BREAKDOWN_COLUMNS)
     return TidyTables(_typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, float_columns), refused, copy_lines)
@@ -116,7 +117,7 @@ def _counts_as_integers(frame: pd.DataFrame) -> pd.DataFrame:
 
 def with_digests(runs: pd.DataFrame, digests: dict | None) -> pd.DataFrame:
     """container_digest of every run from {framework: 'sha256:...'}: the workflow knows which
-    image each framework's runs ran in and hashed it once (scalesweep/plan/images.py)."""
+    image each framework's runs ran in and hashed it once (scalesweep/plan/containers.py)."""
     if not digests:
         return runs
     known = runs["framework"].map(digests)
@@ -162,41 +163,41 @@ def write_tidy(epochs: pd.DataFrame, runs: pd.DataFrame, outdir) -> tuple[Path, 
     return paths
 
 
-def _extra_axes(configs) -> list[str]:
+def _extra_axes(run_axes) -> list[str]:
     keys = set()
-    for config in configs:
-        clashes = sorted(set(config) & RESERVED_KEYS)
+    for axes in run_axes:
+        clashes = sorted(set(axes) & RESERVED_KEYS)
         if clashes:
             raise ValueError(
                 f"config key(s) {', '.join(clashes)} clash with result columns of the tidy tables; "
-                f"rename the axis (config: {config})"
+                f"rename the axis (axes: {axes})"
             )
-        keys.update(config)
+        keys.update(axes)
     return sorted(keys - set(AXIS_COLUMNS))
 
 
-def _rows_for_item(path, config: dict, images_per_epoch=None) -> list[tuple[dict, list[dict], str | None]]:
+def _rows_for_item(path, axes: dict, images_per_epoch=None) -> list[tuple[dict, list[dict], str | None]]:
     """[(run row, epoch rows, why refused or None)] for one log: several when it holds several runs.
 
     An empty log is a job that died before printing: a failed run, not a refused log.
     """
     if path is None or not Path(path).is_file():
-        return [(_failed_row(config, NO_LOG_REASON, path), [], None)]
+        return [(_failed_row(axes, NO_LOG_REASON, path), [], None)]
     try:
-        runs = parse_file(path, world_size=_world_size_hint(config), images_per_epoch=images_per_epoch)
+        runs = parse_file(path, world_size=_world_size_hint(axes), images_per_epoch=images_per_epoch)
     except EmptyLogError as error:
-        return [(_failed_row(config, str(error), path), [], None)]
+        return [(_failed_row(axes, str(error), path), [], None)]
     except (LogFormatError, OSError) as error:  # OSError: unreadable (permissions, vanished)
         reason = str(error) if isinstance(error, LogFormatError) else f"{path}: cannot read: {error}"
-        return [(_failed_row(config, reason, path), [], reason)]
+        return [(_failed_row(axes, reason, path), [], reason)]
     rows = []
     for run in runs:
-        row, run_epochs = _run_rows(run, config, path)
+        row, run_epochs = _run_rows(run, axes, path)
         mfu = invariants.mfu_problem(row.get("mfu_pct"), row.get("tflops_per_gpu"))
         if mfu:  # the MFU needs the run's GPU count, which the axes may give: judged here
             run.problems = [f"{path}: {mfu}"]
             run.summary = refused_summary(run.problems, len(run.epochs))
-            row, run_epochs = _run_rows(run, config, path)
+            row, run_epochs = _run_rows(run, axes, path)
         refusal = run.summary["reason"] if run.problems else None
         rows.append(_refused_without_gpu_count(row, run_epochs, refusal))
     return rows
@@ -213,10 +214,10 @@ def _refused_without_gpu_count(row: dict, run_epochs: list[dict], refusal: str |
     return failed, [], reason
 
 
-def _world_size_hint(config: dict) -> int | None:
+def _world_size_hint(axes: dict) -> int | None:
     """World size for logs that do not print it (ddp-reference): the run's total GPU count."""
     for key in ("world_size", "gpus"):
-        value = whole_number(config.get(key))
+        value = whole_number(axes.get(key))
         if value is not None and value >= 1:
             return value
     return None
@@ -230,14 +231,18 @@ def _global_batch(per_gpu_batch, world_size) -> int | None:
     return per_gpu * world if per_gpu * world <= records.MAX_COUNT else None
 
 
-def _axes(log_values: dict, config: dict) -> dict:
-    """Axis values: config first, then the log, then the defaults (1 node, repeat 0).
+def _axis_values(log_values: dict, axes: dict) -> dict:
+    """Axis values by provenance.what_ran (the log's value where it carries a setting, else the
+    axes'), with requested_per_gpu_batch beside per_gpu_batch; then the defaults (1 node,
+    repeat 0).
 
     From the log only keys of the header contract: a `repeat` or `status` key in a header is
     not one, and readers skip keys they do not know.
     """
-    values = {key: log_values.get(key) if key in records.HEADER else None for key in AXIS_COLUMNS}
-    values.update(config)
+    contract = {key: value for key, value in log_values.items() if key in records.HEADER}
+    values = {key: contract.get(key) for key in AXIS_COLUMNS}
+    values.update(what_ran(contract, axes, [key for key in SETTINGS_KEYS if key in axes]))
+    values["requested_per_gpu_batch"] = requested_batch(contract, axes)
     if values.get("gpus") is None:
         values["gpus"] = log_values.get("world_size")
     if values.get("nodes") is None:
@@ -247,31 +252,31 @@ def _axes(log_values: dict, config: dict) -> dict:
     return values
 
 
-def _failed_row(config: dict, reason: str, path) -> dict:
+def _failed_row(axes: dict, reason: str, path) -> dict:
     log = None if path is None else str(path)
     return {
-        **_axes({}, config),
+        **_axis_values({}, axes),
         "status": "failed",
         "reason": reason,
         "log": log,
-        "run_id": run_id({}, [], None, log={"path": log, "axes": config, "reason": reason}),
+        "run_id": run_id({}, [], None, log={"path": log, "axes": axes, "reason": reason}),
     }
 
 
-def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
+def _run_rows(run, axes: dict, path) -> tuple[dict, list[dict]]:
     header, summary = run.header, run.summary or {}
     row = {key: header[key] for key in RUN_RESULT_COLUMNS if key in header and key in records.HEADER}
-    row.update(_axes(header, config))
+    row.update(_axis_values(header, axes))
     row["world_size"] = row.get("world_size") or row.get("gpus")
     if row.get("global_batch") is None:
         row["global_batch"] = _global_batch(row.get("per_gpu_batch"), row["world_size"])
     row["status"] = summary.get("status", "failed")
-    row["epochs"] = row.get("epochs") if "epochs" in config else len(run.epochs)
+    row["epochs"] = row.get("epochs") if "epochs" in axes else len(run.epochs)
     row["log_format"] = run.format
     row["log"] = str(path)
     row["train_images"] = _train_images(header)
     row["images_per_epoch_source"] = run.images_source if _is_number(row.get("images_per_epoch")) else None
-    row.update(run_provenance(header, config))
+    row.update(run_provenance(header, axes))
     row["run_id"] = run_id(header, run.epochs, run.summary, log=str(path))
     # A failed run cost GPU time too: its wall time is kept, its metrics are not.
     row["wall_time_s"] = summary.get("wall_time_s")
@@ -287,8 +292,8 @@ def _run_rows(run, config: dict, path) -> tuple[dict, list[dict]]:
     row["gpu_hours"] = run_gpu_hours(row)
     row.update(breakdown_fields(header, summary, row))
     row.update(steady_energy(run.epochs, row["world_size"]), run_energy_j=summary.get("run_energy_j"))
-    axes = {key: row[key] for key in row if key in AXIS_COLUMNS or key in config}
-    return row, [_epoch_row(axes, epoch) for epoch in run.epochs]
+    epoch_axes = {key: row[key] for key in row if key in AXIS_COLUMNS or key in axes}
+    return row, [_epoch_row(epoch_axes, epoch) for epoch in run.epochs]
 
 
 def _steady_metrics(epochs: list[dict], world_size) -> dict:

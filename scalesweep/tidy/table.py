@@ -53,6 +53,7 @@ BREAKDOWN_COLUMNS = (
 FLOAT_BREAKDOWN_COLUMNS = [c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes")]
 RUN_RESULT_COLUMNS = [
     "per_gpu_batch",
+    "requested_per_gpu_batch",
     "global_batch",
     "world_size",
     "status",
@@ -92,20 +93,21 @@ TEXT_COLUMNS = (*NAME_COLUMNS, *(c for c in PROVENANCE_COLUMNS if c not in ("loa
 
 # Counts stay integers in the CSVs (`4`, not `4.0`) even where a failed row leaves them empty.
 COUNT_COLUMNS = (
-    "gpus", "nodes", "repeat", "per_gpu_batch", "global_batch", "world_size", "epochs",
+    "gpus", "nodes", "repeat", "per_gpu_batch", "requested_per_gpu_batch", "global_batch", "world_size", "epochs",
     "images_per_epoch", "train_images", "timed_steps", "breakdown_steps", "allreduce_bytes",
     "epoch", "images",
 )  # fmt: skip
 
 # Every runs.csv column but the configuration is a measurement, bookkeeping or provenance, never
 # a group key: derived from the column lists above, so a new runs.csv column is not a key by mistake.
-# gpus/nodes/repeat are the sweep's position within a group; per_gpu_batch is what was asked (a
-# batch axis fills it), so it stays a key, while global_batch, world_size, epochs and
-# images_per_epoch follow from gpus (a partial last batch dropped makes images per epoch shrink
-# with the global batch) and would split one scaling series into one group per GPU count.
+# gpus/nodes/repeat are the sweep's position within a group; requested_per_gpu_batch is what was
+# asked (a batch axis fills it), so it stays a key, while per_gpu_batch is what ran (an
+# out-of-memory halving at one GPU count would split its series), and global_batch, world_size,
+# epochs and images_per_epoch follow from gpus (a partial last batch dropped makes images per epoch
+# shrink with the global batch) and would split one scaling series into one group per GPU count.
 NON_KEY_COLUMNS = frozenset(
     {"gpus", "nodes", "repeat", *RUN_RESULT_COLUMNS, *SWEEP_COLUMNS}
-) - {"per_gpu_batch"}
+) - {"requested_per_gpu_batch"}
 
 REQUIRED_RUN_COLUMNS = ("gpus", "status", "steady_epoch_time_s", "throughput_img_s")
 NUMERIC_RUN_COLUMNS = (
@@ -123,9 +125,24 @@ def read_runs_csv(path) -> pd.DataFrame:
     """runs.csv (tidy/rows.py writes it) read back with its text columns as text: the one reader
     of the tables, the history and the comparison. ValueError naming the file when unreadable."""
     try:
-        return pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))
+        runs = pd.read_csv(path, dtype=dict.fromkeys(TEXT_COLUMNS, str))
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: cannot read the runs table: {error}") from error
+    return with_requested_batch(runs)
+
+
+def with_requested_batch(runs: pd.DataFrame) -> pd.DataFrame:
+    """A runs.csv written before requested_per_gpu_batch (or its rows in the history, beside a
+    later sweep's) put the asked batch in per_gpu_batch (the axis over the log): that is its
+    requested batch, so its groups stay what they were."""
+    if "per_gpu_batch" not in runs.columns:
+        return runs
+    runs = runs.copy()
+    if "requested_per_gpu_batch" not in runs.columns:
+        runs.insert(list(runs.columns).index("per_gpu_batch") + 1, "requested_per_gpu_batch", None)
+    asked = runs["requested_per_gpu_batch"]
+    runs["requested_per_gpu_batch"] = asked.where(asked.notna(), runs["per_gpu_batch"])
+    return runs
 
 
 def group_keys(runs: pd.DataFrame) -> list[str]:
@@ -152,7 +169,7 @@ def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int 
     if missing:
         raise ValueError(f"{source}: missing column(s) {', '.join(map(repr, missing))} "
                          f"(runs.csv written by scalesweep.tidy has them)")
-    runs = runs.reset_index(drop=True).copy()
+    runs = with_requested_batch(runs.reset_index(drop=True)).copy()
     logs = runs["log"] if "log" in runs.columns else pd.Series(None, index=runs.index)
 
     def where(position: int) -> str:

@@ -22,7 +22,7 @@ from scalesweep.history import sides  # noqa: E402
 from scalesweep.plan import (
     checks,
     code_version,
-    images,
+    containers,
     launch,
     matrix,
     preview,
@@ -138,7 +138,7 @@ def key_ordered(value):
     return json.loads(json.dumps(value, sort_keys=True))
 
 
-def run_configs():
+def run_axes():
     """The axes of each run (plus its node count), in the order of all_run_logs()."""
     return [
         {**run, "nodes": SETTINGS[path]["nodes"]} for run, path in zip(RUNS, RUN_PATHS)
@@ -182,27 +182,33 @@ def dataset_input(framework, result_of=run_log):
 
 
 # The image each framework's trainer runs in (container runtimes only), and by file-safe name.
-IMAGES = images.sweep_images(config["container"], {run["framework"] for run in RUNS})
-IMAGE_NAMES = {images.image_name(image): image for image in IMAGES.values()}
+IMAGES = containers.sweep_images(
+    config["container"], {run["framework"] for run in RUNS}
+)
+IMAGE_NAMES = {containers.image_name(image): image for image in IMAGES.values()}
 
 
 def image_inputs(framework, result_of=run_log):
     """What a run still to measure needs of its image: the digest (rule image_digest, or rule
     `images` with the pulled SIF)."""
     image = IMAGES.get(framework)
-    pulled = [images.pulled_sif(image)] if image and images.is_pulled(image) else []
-    needed = pulled + [images.digest_file(image)] if image else []
+    pulled = (
+        [containers.pulled_sif(image)] if image and containers.is_pulled(image) else []
+    )
+    needed = pulled + [containers.digest_file(image)] if image else []
     return while_unmeasured(framework, result_of, lambda settings: needed)
 
 
 def image_digest_files():
-    return [images.digest_file(image) for image in IMAGES.values()]
+    return [containers.digest_file(image) for image in IMAGES.values()]
 
 
 def image_names(pulled):
     """A regex of the names of the sweep's pulled (or local) images; one matching nothing if none."""
     names = sorted(
-        name for name, image in IMAGE_NAMES.items() if images.is_pulled(image) == pulled
+        name
+        for name, image in IMAGE_NAMES.items()
+        if containers.is_pulled(image) == pulled
     )
     return "|".join(map(re.escape, names)) or "(?!)"
 
@@ -212,13 +218,13 @@ def image_key(name):
     return " and ".join(
         f"container.images.{framework}"
         for framework, image in IMAGES.items()
-        if images.image_name(image) == name
+        if containers.image_name(image) == name
     )
 
 
 def pull_command(wildcards):
     image = IMAGE_NAMES[wildcards.image]
-    return launch.pull_command(config["container"], image, images.pulled_sif(image))
+    return launch.pull_command(config["container"], image, containers.pulled_sif(image))
 
 
 def local_image_path(wildcards):
@@ -250,7 +256,7 @@ def max_batch_logs():
     return [max_batch_log(path) for path in max_batch_paths()]
 
 
-def max_batch_configs():
+def max_batch_axes():
     runs = dict(zip(RUN_PATHS, RUNS))
     return [runs[path] for path in max_batch_paths()]
 

@@ -1,16 +1,16 @@
-# The sweep's container images (scalesweep/plan/images.py), before any training: each distinct
+# The sweep's container images (scalesweep/plan/containers.py), before any training: each distinct
 # remote image (docker://, library://, ...) is pulled once into resources/containers/<name>.sif,
 # where every job and node would otherwise convert it at once into one shared cache; each image's
 # SHA-256 is written once per sweep for provenance (runs.csv: container_digest). Both run where
 # Snakemake runs (localrule): a pull needs the network, which compute nodes often lack.
 from scalesweep import rulelog
-from scalesweep.plan import images
+from scalesweep.plan import containers
 
 
 rule images:
     output:
-        sif=f"{images.CONTAINERS}/{{image}}.sif",
-        digest=f"{images.CONTAINERS}/{{image}}.sif.sha256",
+        sif=f"{containers.CONTAINERS}/{{image}}.sif",
+        digest=f"{containers.CONTAINERS}/{{image}}.sif.sha256",
     log:
         "logs/images/{image}.log",
     wildcard_constraints:
@@ -20,7 +20,11 @@ rule images:
         command=pull_command,
     run:
         rulelog.run_logged(
-            log[0], images.write_image, params.command, output.sif, output.digest
+            log[0],
+            containers.write_image,
+            params.command,
+            output.sif,
+            output.digest,
         )
 
 
@@ -28,7 +32,7 @@ rule images:
 # params: Snakemake hashes it again when they change (a rebuilt image), and only then.
 rule image_digest:
     output:
-        f"{images.LOCAL_DIGESTS}/{{image}}.sha256",
+        f"{containers.LOCAL_DIGESTS}/{{image}}.sha256",
     log:
         "logs/images/{image}.digest.log",
     wildcard_constraints:
@@ -36,9 +40,9 @@ rule image_digest:
     localrule: True
     params:
         path=local_image_path,
-        identity=lambda wildcards: images.file_identity(local_image_path(wildcards)),
+        identity=lambda wildcards: containers.file_identity(local_image_path(wildcards)),
         key=lambda wildcards: image_key(wildcards.image),
     run:
         rulelog.run_logged(
-            log[0], images.write_digest, params.path, output[0], params.key
+            log[0], containers.write_digest, params.path, output[0], params.key
         )

@@ -29,7 +29,7 @@ rule max_batch:
         "logs/max_batch.log",
     localrule: True
     params:
-        configs=key_ordered(max_batch_configs()),
+        configs=key_ordered(max_batch_axes()),
     run:
         rulelog.run_logged(
             log[0],

@@ -1,7 +1,8 @@
 # How a sweep ends on the terminal (scalesweep/report/outcome.py): runs ok and failed, each
 # failure's reason and log, and where the tables, figures, findings, archive and report are.
 from scalesweep import pipeline
-from scalesweep.plan import images
+from scalesweep.analysis.settings import AnalysisSettings
+from scalesweep.plan import containers
 from scalesweep.report import outcome
 
 
@@ -19,15 +20,15 @@ onsuccess:
 onerror:
     print(
         pipeline.failure_outcome(
-            zip(map(best_log, RUN_PATHS), run_configs()),
+            zip(map(best_log, RUN_PATHS), run_axes()),
             dict(rules.tidy.output.items()),
             {
                 "table_outputs": dict(rules.tables.output.items()),
-                "settings": pipeline.table_settings(config["analysis"]),
+                "settings": AnalysisSettings.from_config(config["analysis"]),
                 "figures_dir": rules.figures.output[0],
                 "findings_md": rules.findings.output[0],
             },
-            digests=images.sweep_digests(config["container"], IMAGES),
+            digests=containers.sweep_digests(config["container"], IMAGES),
         ),
         file=sys.stderr,
     )

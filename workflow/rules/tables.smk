@@ -3,6 +3,7 @@
 # CPU-vs-GPU acceleration, model/dataset comparisons, by scalesweep/analysis/tables.py.
 from scalesweep import pipeline, rulelog
 from scalesweep.analysis import tables
+from scalesweep.analysis.settings import AnalysisSettings
 
 
 rule tables:
@@ -22,8 +23,12 @@ rule tables:
         "logs/tables.log",
     localrule: True
     params:
-        **pipeline.table_settings(config["analysis"]),
+        **AnalysisSettings.from_config(config["analysis"]).as_params(),
     run:
         rulelog.run_logged(
-            log[0], pipeline.write_tables, input[0], dict(output.items()), params
+            log[0],
+            pipeline.write_tables,
+            input[0],
+            dict(output.items()),
+            AnalysisSettings(**params),
         )

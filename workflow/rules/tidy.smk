@@ -1,7 +1,7 @@
 # The tidy stage: every run's log -> results/tidy/epochs.csv (run x epoch) and runs.csv (one row
 # per run) by scalesweep/tidy/rows.py.
 from scalesweep import rulelog
-from scalesweep.plan import images
+from scalesweep.plan import containers
 from scalesweep.tidy import rows
 
 
@@ -21,7 +21,7 @@ rule tidy:
         "logs/tidy.log",
     localrule: True
     params:
-        configs=key_ordered(run_configs()),
+        configs=key_ordered(run_axes()),
         container=key_ordered(config["container"]),
         frameworks=list(IMAGES),
     run:
@@ -30,5 +30,5 @@ rule tidy:
             rows.write_tidy_tables,
             zip(input.logs, params.configs),
             *output,
-            digests=images.sweep_digests(params.container, params.frameworks),
+            digests=containers.sweep_digests(params.container, params.frameworks),
         )

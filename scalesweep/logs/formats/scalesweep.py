@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from scalesweep.contract import records
-from scalesweep.contract.records import RECORD_PREFIX, SCHEMA, STATUSES
+from scalesweep.contract.records import RECORD_PREFIX, RECORD_SCHEMA, STATUSES
 from scalesweep.logs import invariants
 from scalesweep.logs.failures import TRUNCATED_REASON, unfinished_summary
 from scalesweep.logs.run import Draft, LogFormatError, ParsedRun, keep_valid, refused_summary, run_identity
@@ -84,8 +84,8 @@ def _load_record(payload: str, source, number) -> dict:
         message = f"{RECORD_PREFIX} record nested deeper than {records.MAX_DEPTH} levels"
         raise LogFormatError(source, message, number)
     schema = record.get("schema")
-    if not records.is_integer(schema) or schema != SCHEMA:
-        message = f"record schema {records.shown(schema)}, this parser reads schema {SCHEMA}"
+    if not records.is_integer(schema) or schema != RECORD_SCHEMA:
+        message = f"record schema {records.shown(schema)}, this parser reads schema {RECORD_SCHEMA}"
         raise LogFormatError(source, message, number)
     return record
 

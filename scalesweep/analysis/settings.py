@@ -1,0 +1,56 @@
+"""The analysis's settings as one object: the sweet spot's intents (efficiency floor, GPU-hour
+budget, greenest time bound, whether superlinear counts may be chosen) and the epoch budget the
+projected times, GPU-hours and energy stand for.
+
+Their defaults are the config schema's (workflow/schemas/config.schema.yaml, section `analysis`),
+written nowhere else: the workflow builds the object from the config's `analysis:` section
+(`from_config`), `python -m scalesweep analyze` from its options (`from_options`), and the tables,
+the pipeline and the failure path pass it on whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from scalesweep.plan.config import section_defaults
+
+# The config's name of a setting where it differs from the field's (the tables rule's params,
+# which the report's captions read, are the fields).
+CONFIG_KEYS = {"efficiency_floor": "efficiency_floor_pct"}
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisSettings:
+    efficiency_floor: float  # %: sweet spot 'efficient'
+    gpu_hour_budget: float | None  # sweet spot 'budget'; None: no budget
+    epoch_budget: float  # training epochs the projections stand for
+    greenest_time_bound_s: float | None  # sweet spot 'greenest'; None: no bound
+    allow_superlinear: bool
+
+    def __post_init__(self):
+        for name, unit in (("gpu_hour_budget", "GPU-hours or None"), ("epoch_budget", "epochs"),
+                           ("greenest_time_bound_s", "seconds or None")):
+            value = getattr(self, name)
+            if not (value is None and "None" in unit) and not (value is not None and value > 0):
+                raise ValueError(f"{name} must be > 0 {unit}, got {value!r}")
+
+    @classmethod
+    def from_config(cls, analysis: Mapping | None = None) -> AnalysisSettings:
+        """From a config's `analysis:` section; a setting it leaves out takes the schema's default."""
+        given = {**section_defaults("analysis"), **(analysis or {})}
+        return cls(**{field.name: given[CONFIG_KEYS.get(field.name, field.name)]
+                      for field in dataclasses.fields(cls)})
+
+    @classmethod
+    def from_options(cls, **options) -> AnalysisSettings:
+        """From command-line options by field name; one not given (None) takes the schema's default."""
+        return dataclasses.replace(cls.from_config(), **{name: value for name, value in options.items()
+                                                         if value is not None})
+
+    def as_params(self) -> dict:
+        """The settings by field name: a rule's params (a changed setting reruns the rule)."""
+        return dataclasses.asdict(self)
+
+
+DEFAULTS = AnalysisSettings.from_config()
