@@ -25,7 +25,8 @@ from scalesweep.plan import checks, matrix
 from scalesweep.plan.checks import ConfigError, did_you_mean
 from scalesweep.plan.site import check_images
 
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+# A link to workflow/schemas/config.schema.yaml in a checkout, a copy of it in an installed wheel.
+SCHEMA = Path(__file__).with_name("config.schema.yaml")
 
 # Instances shown in a message are cut to a line (jsonschema writes them out whole).
 SHORT = reprlib.Repr()
