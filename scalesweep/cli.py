@@ -326,7 +326,7 @@ def register_config_doc(commands):
 
 
 def config_doc_command(args):
-    from scalesweep.plan.config_doc import config_reference
+    from scalesweep.plan.config import config_reference
 
     sys.stdout.write(config_reference())
     return 0
