@@ -67,14 +67,24 @@ PACE = ("--slurm-init-seconds-before-status-checks 3 --seconds-between-status-ch
         "--max-status-checks-per-second 1 --latency-wait 5")
 
 
+def without_comment(line: str) -> str:
+    """The line up to a `#` that starts a shell comment: unquoted, at a word's start."""
+    quote = None
+    for index, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (index == 0 or line[index - 1].isspace()):
+            return line[:index].strip()
+    return line.strip()
+
+
 def page_commands(page: Path = PAGE):
     """Every command of the page's `sh` blocks, in order, comments dropped."""
     commands = []
     for block in re.findall(r"^```sh\n(.*?)^```", page.read_text(), flags=re.S | re.M):
-        for line in block.splitlines():
-            command = re.sub(r"\s+#\s.*$", "", line).strip()
-            if command and not command.startswith("#"):
-                commands.append(command)
+        commands += [command for command in map(without_comment, block.splitlines()) if command]
     return commands
 
 
@@ -139,8 +149,16 @@ def site_stand_ins(gpfs: Path) -> None:
     return [Path(dataset["path"]).name for dataset in reference["datasets"].values()]
 
 
+def test_a_comment_is_cut_only_outside_quotes():
+    assert without_comment("bash install.sh   # offline") == "bash install.sh"
+    assert without_comment("sed -i 's/^  # x: .*/  x: 1/' f  # set x") == "sed -i 's/^  # x: .*/  x: 1/' f"
+    assert without_comment("sed -i 's#A#B#' f") == "sed -i 's#A#B#' f"
+    assert without_comment("# only a comment") == ""
+
+
 def test_every_command_of_the_page_is_known_to_the_walk():
     commands = page_commands()
+    assert "sed -i 's/^  # slurm_account: .*/  slurm_account: <account>/' profiles/mn5/config.yaml" in commands
     assert len(commands) >= 20 and all(where(command) for command in commands)
     placed = [where(command) for command in commands]
     assert placed.index(LOGIN_ONLINE) > max(i for i, place in enumerate(placed) if place == LOGIN)
