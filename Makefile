@@ -4,7 +4,7 @@ PYTHON := $(VENV)/bin/python
 SNAKEMAKE := $(VENV)/bin/snakemake
 CORES ?= all
 PYTEST_ARGS ?=
-# Container-stack stand-ins the test suite also runs the trainers in (envs/stack-*.txt, README:
+# Container-stack stand-ins the test suite also runs the trainers in (envs/stack-*.txt, docs/testing.md:
 # Supported stacks). `make test STACKS=` skips them (their tests are then skipped).
 STACKS ?= ngc-tensorflow-23.03 ngc-pytorch-24.07
 

@@ -1,4 +1,4 @@
-"""The README's comparison figure (docs/compare.png), from crafted runs: two sweeps of the same
+"""docs/history.md's comparison figure (docs/compare.png), from crafted runs: two sweeps of the same
 configurations, the second after a driver and NCCL upgrade that slows ViT-H/14 by 8 % from 16 GPUs
 on and speeds ResNet-50 up by 5 % at 32 GPUs, 5 repeats each with 1.5 % noise.
 

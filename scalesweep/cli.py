@@ -91,6 +91,7 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m scalesweep")
+    parser.add_argument("--version", action="version", version=version_text())
     commands = parser.add_subparsers(dest="command", required=True)
     analyze_cmd = commands.add_parser("analyze", help="logs and/or runs.csv -> tidy CSVs, tables, figures")
     analyze_cmd.add_argument("paths", nargs="+", help="log files, folders of logs, runs.csv tables")
@@ -113,6 +114,7 @@ def main(argv=None):
     register_compare(commands)
     register_check_config(commands)
     register_parse(commands)
+    register_config_doc(commands)
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         return args.handler(args)
@@ -300,3 +302,29 @@ def parse_command(args):
             print(f"error: {error}", file=sys.stderr)
             status = 1
     return status
+
+
+def version_text():
+    """The installed package's version beside the code version a run records: a wheel says its
+    release, a checkout or an unpacked bundle the commit it runs."""
+    from importlib import metadata
+
+    from scalesweep.plan.code_version import code_version
+
+    try:
+        package = metadata.version("scalesweep")
+    except metadata.PackageNotFoundError:
+        package = "not installed"
+    return f"scalesweep {package} (code {code_version()})"
+
+
+def register_config_doc(commands):
+    cmd = commands.add_parser("config-doc", help="every config key from the schema, as config/README.md holds it")
+    cmd.set_defaults(handler=config_doc_command)
+
+
+def config_doc_command(args):
+    from scalesweep.plan.config import config_reference
+
+    sys.stdout.write(config_reference())
+    return 0

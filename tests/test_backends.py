@@ -69,7 +69,7 @@ def image_folder(tmp_path_factory) -> Path:
 
 def pytest_generate_tests(metafunc):
     """Every test that runs a trainer runs it twice: on the pinned stack and on its framework's
-    container stack (tests/stacks.py; README: Supported stacks)."""
+    container stack (tests/stacks.py; docs/testing.md: Supported stacks)."""
     if metafunc.definition.get_closest_marker("slow"):
         metafunc.parametrize("stack", ["pinned", "container"], indirect=True)
 

@@ -143,7 +143,7 @@ def matches(run, pattern):
 def exclusion_reason(run, config):
     """Why a combination of the matrix is not run, or None when it is.
 
-    The rules, in order (documented in the README): a model belongs to one framework; a framework
+    The rules, in order (documented in docs/config.md): a model belongs to one framework; a framework
     reads only its dataset formats; a framework that does not run across nodes (TensorFlow's
     MirroredStrategy) stops at one; then the user's own `exclude` patterns.
     """

@@ -1,4 +1,4 @@
-"""The README's list of what a sweep leaves in results/ (issue 21, item 3), against what the
+"""docs/outputs.md's list of what a sweep leaves in results/, against what the
 workflow asks for and writes. The fast test reads the target `all` of the default config's dry
 run; the slow one the files the tiny sweep (tests/configs/tiny.yaml) wrote. Both configs' `all`
 asks for the same files but the runs (rule all in the Snakefile), and compare/ exists only with
@@ -17,10 +17,10 @@ ONLY_WITH_COMPARE = "compare/"
 PER_RUN = "runs/"
 
 
-def readme_listing():
-    """(entries, figure names, the block): the README's results/ listing, its first word per
+def outputs_listing():
+    """(entries, figure names, the block): docs/outputs.md's results/ listing, its first word per
     entry (lines indented by two) and the figure names (the lines indented by four)."""
-    block = (REPO / "README.md").read_text().split(RESULTS_HEADING)[1].split("```")[1]
+    block = (REPO / "docs" / "outputs.md").read_text().split(RESULTS_HEADING)[1].split("```")[1]
     lines = block.splitlines()
     entries = [line.split()[0] for line in lines if re.match(r"^  \S", line)]
     names = [name for line in lines if re.match(r"^    \S", line) for name in line.split()]
@@ -32,21 +32,21 @@ def sweep_wide(entries):
     return {entry for entry in entries if not entry.startswith((PER_RUN, ONLY_WITH_COMPARE))}
 
 
-def test_readme_lists_every_figure_and_says_how_many():
-    _, names, block = readme_listing()
+def test_outputs_doc_lists_every_figure_and_says_how_many():
+    _, names, block = outputs_listing()
     assert sorted(names) == sorted(f"{name}.png" for name in figures.FIGURE_NAMES)
     assert len(names) == len(set(names)) == 17
     assert f"{len(names)} figures (PNG)" in block
 
 
-def test_readme_lists_the_comparison_files_of_compare_with():
-    entries, _, _ = readme_listing()
+def test_outputs_doc_lists_the_comparison_files_of_compare_with():
+    entries, _, _ = outputs_listing()
     listed = [entry for entry in entries if entry.startswith(ONLY_WITH_COMPARE)]
     assert listed == sides.comparison_outputs("some-sweep", "compare")
     assert listed == ["compare/compare.csv", "compare/compare.png", "compare/summary.txt"]
 
 
-def test_readme_lists_what_the_default_sweeps_target_all_asks_for(tmp_path):
+def test_outputs_doc_lists_what_the_default_sweeps_target_all_asks_for(tmp_path):
     dryrun = snakemake(tmp_path, "-n", configfile=REPO / "config" / "config.yaml")
     assert dryrun.returncode == 0, dryrun.stderr[-3000:]
     inputs = dryrun.stdout.split("rule all:\n    input: ")[1].split("\n")[0].split(", ")
@@ -54,16 +54,16 @@ def test_readme_lists_what_the_default_sweeps_target_all_asks_for(tmp_path):
     runs = {path for path in asked if path.startswith(PER_RUN)}
     assert len(runs) == 12
     # history/ is no output (the archive folder may be shared): archived.json stands for it
-    listed = sweep_wide(readme_listing()[0]) - {"history/sweep-<id>.parquet"}
+    listed = sweep_wide(outputs_listing()[0]) - {"history/sweep-<id>.parquet"}
     assert {entry.rstrip("/") for entry in listed} == asked - runs
 
 
 @pytest.mark.slow
-def test_readme_lists_the_files_a_sweep_writes(tiny_sweep):
+def test_outputs_doc_lists_the_files_a_sweep_writes(tiny_sweep):
     results = tiny_sweep / "results"
     written = {str(path.relative_to(results)) for path in results.rglob("*")
                if path.is_file() and not path.name.startswith(".")}
-    entries, names, _ = readme_listing()
+    entries, names, _ = outputs_listing()
     assert {path for path in written if path.startswith("figures/")} == {f"figures/{n}" for n in names}
     archived = [path for path in written if path.startswith("history/")]
     assert len(archived) == 1 and re.fullmatch(r"history/sweep-\d{8}T\d{6}Z-[0-9a-f]{12}\.parquet", archived[0])
