@@ -30,9 +30,11 @@ def schema_keys(node, schema, prefix=""):
     for name, child in node.get("properties", {}).items():
         yield f"{prefix}{name}"
         yield from schema_keys(child, schema, f"{prefix}{name}.")
-    if isinstance(node.get("additionalProperties"), dict):
-        yield f"{prefix}<name>"
-        yield from schema_keys(node["additionalProperties"], schema, f"{prefix}<name>.")
+    named = node.get("additionalProperties")
+    if isinstance(named, dict):
+        placeholder = f"<{named.get('title', 'name')}>"
+        yield f"{prefix}{placeholder}"
+        yield from schema_keys(named, schema, f"{prefix}{placeholder}.")
 
 
 def test_every_key_of_the_schema_has_a_row_with_its_default_and_description():
@@ -43,7 +45,7 @@ def test_every_key_of_the_schema_has_a_row_with_its_default_and_description():
     assert table["matrix"][1] == "required"
     assert table["datasets.<name>.synthetic.seed"][1] == "`0`"
     # a key reached through a $ref carries the definition's description
-    assert table["models.pytorch.<name>.whole_node"][2] == schema["definitions"]["whole_node"]["description"]
+    assert table["models.<framework>.<model>.whole_node"][2] == schema["definitions"]["whole_node"]["description"]
     assert table["training.timed_steps"][0] == "integer >= 1 or one of auto"
 
 

@@ -331,7 +331,9 @@ def reference_rows(node: dict, schema: dict, prefix: str = "", required: tuple =
         yield from key_reference_rows(f"{prefix}{name}", resolve_ref(child, schema), schema, name in required)
     named = node.get("additionalProperties")
     if isinstance(named, dict):
-        yield from key_reference_rows(f"{prefix}<name>", resolve_ref(named, schema), schema, False)
+        # the schema's title of a chosen key ("framework", "model") says what it names
+        placeholder = f"<{named.get('title', 'name')}>"
+        yield from key_reference_rows(f"{prefix}{placeholder}", resolve_ref(named, schema), schema, False)
 
 
 def key_reference_rows(key: str, node: dict, schema: dict, required: bool):
