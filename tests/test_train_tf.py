@@ -583,7 +583,8 @@ def test_step_breakdown_at_one_replica_has_no_exposed_synchronisation(cifar_256)
     assert_cnn_small_flops(run["header"]["flops_per_image"])
 
 
-INJECTED_DELAY_S = 0.1
+# Large beside a CPU step's own jitter on a shared, busy machine (20 % of it is the tolerance).
+INJECTED_DELAY_S = 0.3
 
 
 @pytest.mark.slow
