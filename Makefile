@@ -35,9 +35,10 @@ stacks: $(STACKS:%=.stacks/%/.installed)
 .stacks/%/.installed: envs/stack-%.txt envs/make_stack.sh
 	bash envs/make_stack.sh $*
 
-# Everything but the tests that train models, drive sweeps or start Snakemake at all.
+# Everything but the tests that train models, drive sweeps, start Snakemake or the scalesweep
+# command in a subprocess, in two workers.
 test-fast: $(VENV)/.installed
-	$(PYTHON) -m pytest -m "not slow and not slurm and not workflow" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n 2 -m "not slow and not slurm and not workflow and not command" $(PYTEST_ARGS)
 
 # Benchmarks print `name value unit` lines (benchmarks/README.md); they measure, they do not judge.
 bench: $(VENV)/.installed

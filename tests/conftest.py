@@ -46,12 +46,16 @@ def sweep_copy(tiny_sweep, tmp_path):
     return copy
 
 
-# ------------------------------------------------------------------ the `workflow` mark
+# ------------------------------------------------------------------ the `workflow` and `command` marks
 # A test that starts Snakemake in a subprocess takes seconds (the workflow parses, checks the
-# config, builds the DAG), so `make test-fast` leaves them out. The mark is found, not typed: a
-# test is one when it, a fixture it uses or a function of tests/ it calls names SNAKEMAKE or the
-# program "snakemake" (a path to it, or `python -m snakemake`).
+# config, builds the DAG); one that starts `python -m scalesweep` pays a fresh interpreter's
+# import of pandas, matplotlib, scipy and DuckDB before it draws. `make test-fast` leaves both
+# out. The marks are found, not typed: a test is one when it, a fixture it uses or a function of
+# tests/ it calls names SNAKEMAKE or the program "snakemake" (a path to it, or `python -m
+# snakemake`), or runs "-m" "scalesweep".
 TESTS = Path(__file__).resolve().parent
+# the name a code object is given when it starts the program, by the mark it earns
+STARTS = {"SNAKEMAKE": "workflow", "SCALESWEEP_COMMAND": "command"}
 
 
 def _code_names(code) -> set:
@@ -61,19 +65,21 @@ def _code_names(code) -> set:
             names |= _code_names(constant)
         elif constant == "snakemake":
             names.add("SNAKEMAKE")
+        elif constant == "scalesweep" and "-m" in code.co_consts:
+            names.add("SCALESWEEP_COMMAND")
     return names
 
 
-def _starts_snakemake(function, seen: set) -> bool:
+def _starts(function, program: str, seen: set) -> bool:
     code = getattr(function, "__code__", None)
     if code is None or code in seen or not code.co_filename.startswith(str(TESTS)):
         return False
     seen.add(code)
     names = _code_names(code)
-    if "SNAKEMAKE" in names:
+    if program in names:
         return True
     module_globals = getattr(function, "__globals__", {})
-    return any(_starts_snakemake(module_globals.get(name), seen) for name in names)
+    return any(_starts(module_globals.get(name), program, seen) for name in names)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -82,9 +88,10 @@ def pytest_collection_modifyitems(items):
         functions = [getattr(item, "function", None)]
         for definitions in getattr(item, "_fixtureinfo").name2fixturedefs.values():
             functions += [definition.func for definition in definitions]
-        seen = set()
-        if any(_starts_snakemake(function, seen) for function in functions):
-            item.add_marker(pytest.mark.workflow)
+        for program, mark in STARTS.items():
+            seen = set()
+            if any(_starts(function, program, seen) for function in functions):
+                item.add_marker(getattr(pytest.mark, mark))
         item.add_marker(pytest.mark.xdist_group(_group_of(item)))
 
 

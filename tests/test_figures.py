@@ -154,6 +154,7 @@ def test_nan_rows_and_an_empty_table_do_not_crash(tmp_path):
     assert len(empty) == len(FIGURE_NAMES) and all(p.stat().st_size > 0 for p in empty)
 
 
+@pytest.mark.slow
 def test_many_series_share_colours_and_keep_every_series_in_the_data():
     from scalesweep.report.figures import build_figures
     from scalesweep.report.plotkit import MAX_COLOURS
@@ -202,6 +203,7 @@ def test_plot_text_escapes_every_dollar_and_cuts_long_names_keeping_them_apart()
     assert plot_text("resnet50v2") == "resnet50v2"
 
 
+@pytest.mark.slow
 def test_names_that_look_like_math_or_are_100_kb_long_still_give_every_figure(tmp_path):
     """A model `$x^2$` (mathtext), a dataset `$\\frac{$` (a mathtext parse error: before, no
     figure at all) and one of 100 kB (before, a legend of gigapixels: out of memory) give every

@@ -93,6 +93,7 @@ def data_set(request):
     return request.param, runs, scaling, fit_table(runs, n_bootstrap=0, scaling=scaling)
 
 
+@pytest.mark.slow
 def test_every_scaling_figure_passes_the_layout_check(data_set, tmp_path, monkeypatch):
     name, _, scaling, fits = data_set
     problems = checking_savefig(monkeypatch, write=False)

@@ -155,6 +155,7 @@ def test_dataset_gives_whole_shuffled_uint8_batches():
     assert first["ids"] != sorted(first["ids"])
 
 
+@pytest.mark.slow
 def test_errors_are_classified_and_reasons_are_informative():
     """A real TF out-of-memory error (an impossible allocation) and a TF graph error text."""
     overcommit = Path("/proc/sys/vm/overcommit_memory")
