@@ -2,8 +2,17 @@
 (/proc) by argument or by working directory."""
 
 import os
+import signal
 import time
 from pathlib import Path
+
+
+def default_signal_actions() -> None:
+    """A child's `preexec_fn`: SIGHUP and SIGINT do what they do by default (end the process).
+    A test run started under nohup, or as a background job of a script, hands its children these
+    signals ignored, and a head that ignores SIGHUP is a head that survives a dropped login."""
+    for signum in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.1) -> None:

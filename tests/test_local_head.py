@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import LOCAL_ENV, REPO, SNAKEMAKE
-from processes import processes_in, wait_for
+from processes import default_signal_actions, processes_in, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,8 @@ def test_sighup_to_the_head_leaves_no_trainer_and_the_rerun_trains_once(tmp_path
     env = {**os.environ, **LOCAL_ENV, **SLOW_STEPS}
     with open(tmp_path / "head.out", "w") as out:
         head = subprocess.Popen(command(tmp_path), cwd=tmp_path, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=default_signal_actions)
     try:
         # the header, not an epoch record: its two slow epochs are then the margin a busy machine
         # has before the training could end on its own

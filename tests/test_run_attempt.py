@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import run_attempt
-from processes import processes_with, wait_for
+from processes import default_signal_actions, processes_with, wait_for
 
 RUNNER = Path(run_attempt.__file__)
 
@@ -101,7 +101,7 @@ def start_under_head(tmp_path, command):
     return subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",
          *runner_argv(tmp_path, command)],
-        start_new_session=True,
+        start_new_session=True, preexec_fn=default_signal_actions,
     )
 
 

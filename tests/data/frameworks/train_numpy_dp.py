@@ -32,6 +32,8 @@ import measure  # noqa: E402
 import node  # noqa: E402
 import repository  # noqa: E402,F401  (for scalesweep.contract.frameworks)
 import runlog  # noqa: E402
+import stepclock  # noqa: E402
+import trainer_args  # noqa: E402
 
 from scalesweep.contract import frameworks  # noqa: E402
 
@@ -109,7 +111,7 @@ class Attempt:
         self.steps = len(self.labels) // self.global_batch
         self.lr = harness.scaled_learning_rate(self.args.base_lr, self.world.size)
         self.injected = faults.injected_failure(faults.fail_inject_mode(), per_gpu_batch, attempt)
-        self.clock = harness.StepClock()
+        self.clock = stepclock.StepClock()
         generator = np.random.default_rng(self.args.seed)  # the same weights on every process
         self.weights = generator.normal(0, 0.01, (FEATURES + 1, cifar.NUM_CLASSES)).astype(np.float32)
         self.order = np.random.default_rng(self.args.seed + 1)
@@ -233,9 +235,9 @@ class NumpyBackend(harness.Backend):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = harness.trainer_parser(__doc__.split("\n\n")[0], MODELS, "CIFAR-10 folder (cifar-10-batches-py/)",
+    parser = trainer_args.trainer_parser(__doc__.split("\n\n")[0], MODELS, "CIFAR-10 folder (cifar-10-batches-py/)",
                                     resolution=cifar.SIDE, gpus=0, per_gpu_batch=16)
-    return harness.parse_args(parser, argv, _check_own_args)
+    return trainer_args.parse_args(parser, argv, _check_own_args)
 
 
 def _check_own_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
