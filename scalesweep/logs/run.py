@@ -172,7 +172,7 @@ def checked(run: ParsedRun) -> ParsedRun:
     return run
 
 
-def catalog_model(name: str, framework: str) -> str:
+def registry_model(name: str, framework: str) -> str:
     """A reference log's model name as the framework's registry entry spells it: its
     `model_aliases` (`vit` -> `vit_h_14`), else matched case-insensitively, with the `v2` suffix
     the reference script leaves out of its header (` Model ResNet50` is ResNet50V2)."""

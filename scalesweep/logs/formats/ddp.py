@@ -17,7 +17,7 @@ from scalesweep.logs.run import (
     as_count,
     as_metric,
     as_number,
-    catalog_model,
+    registry_model,
     finished_summary,
     gpus_from_filename,
     parse_duration,
@@ -141,7 +141,7 @@ def _ddp_header(args: dict, world: int) -> dict:
         "reference_args": dict(args),
     }
     if "model_name" in args:
-        header["model"] = catalog_model(args["model_name"], FRAMEWORK)
+        header["model"] = registry_model(args["model_name"], FRAMEWORK)
     if "dataset" in args:
         header["dataset"] = os.path.basename(args["dataset"].rstrip("/")) or args["dataset"]
     renamed = (("batch_size", "per_gpu_batch"), ("num_epochs", "epochs"), ("resolution", "resolution"))

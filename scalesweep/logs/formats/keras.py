@@ -16,7 +16,7 @@ from scalesweep.logs.run import (
     ParsedRun,
     as_metric,
     as_rate,
-    catalog_model,
+    registry_model,
     finished_summary,
 )
 
@@ -80,7 +80,7 @@ def parse_keras(lines, source, fmt, world_size, images_per_epoch=None) -> list[P
 def _keras_header(match) -> dict:
     return {
         "framework": FRAMEWORK,
-        "model": catalog_model(match.group("model"), FRAMEWORK),
+        "model": registry_model(match.group("model"), FRAMEWORK),
         "gpus": int(match.group("gpus")),
         "protocol": "epochs",
     }
