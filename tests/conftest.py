@@ -97,8 +97,10 @@ def pytest_collection_modifyitems(items):
 
 # ------------------------------------------------------------------ `make test`'s two workers
 # The SLURM tests mostly wait (for the test cluster's controller, for the executor plugin's status
-# checks): `make test` runs them in a worker of their own (pytest-xdist, --dist loadgroup) beside
-# one worker that runs every other test in order, as a plain `pytest` would. Never two CPU-bound
-# tests at once; the cluster's jobs are the only neighbour the others get.
+# checks) and share one cluster: `make test` (pytest-xdist, --dist loadgroup) runs them one after
+# another in one group. Every other test module is a group of its own, so its module-scoped
+# fixtures are built once, and a worker takes the next module whenever it runs dry: the worker
+# that ran the cluster's tests goes on with the modules left, instead of idling while one worker
+# runs every CPU-bound test in turn (the suite's critical path was that one worker).
 def _group_of(item) -> str:
-    return "slurm" if item.get_closest_marker("slurm") else "main"
+    return "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]

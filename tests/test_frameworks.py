@@ -98,6 +98,7 @@ def test_the_name_check_finds_comparisons_keys_and_rule_strings_but_not_prose(tm
 # ------------------------------------------------------------------ the entries
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", frameworks.FRAMEWORKS, ids=frameworks.NAMES)
 def test_model_list_is_the_registry(framework):
     """The trainer builds exactly the models its entry lists, in the entry's order."""

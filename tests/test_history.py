@@ -164,6 +164,7 @@ archive.archive(pd.DataFrame({{"framework": ["pytorch"], "model": "m", "gpus": 1
 """
 
 
+@pytest.mark.slow
 def test_two_archiving_processes_at_once_lose_nothing(tmp_path):
     folder = tmp_path / "shared-history"
     folder.mkdir()

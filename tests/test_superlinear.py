@@ -39,6 +39,7 @@ def test_allow_superlinear_lets_the_sweet_spot_choose_them(tmp_path):
     assert tables["scaling"]["flags"].tolist() == ["", "superlinear", ""]  # still flagged
 
 
+@pytest.mark.slow
 def test_a_fit_that_explains_nothing_is_flagged(tmp_path):
     # Slower with more processes (2 CPU cores): speedups 1, 0.8, 0.9, 0.85. The best p is 0
     # (S = 1 everywhere), which explains less than the weighted mean: R^2 < 0.

@@ -64,6 +64,7 @@ def by_kind(records: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_device_preprocessing_equals_the_reference_host_path():
     """Reference: tf.image.resize (bilinear) on the host, then /255 (docs/reference.md §1)."""
     result = tf_probe(
@@ -93,6 +94,7 @@ def test_device_preprocessing_equals_the_reference_host_path():
         assert found["alone"] < 1e-5 and found["in_model"] < 1e-5
 
 
+@pytest.mark.slow
 def test_device_preprocessing_equals_the_reference_input_path(cifar_256):
     """Ours (pickles -> uint8 host tensors -> the model's resize layers) against the reference
     script's own pipeline (benchmarks/reference_tf.py: per-image resize on the host, /255,
@@ -126,6 +128,7 @@ def test_device_preprocessing_equals_the_reference_input_path(cifar_256):
         assert found["max_difference"] < 1e-5  # one uint8 step is 1/255 = 0.0039
 
 
+@pytest.mark.slow
 def test_dataset_gives_whole_shuffled_uint8_batches():
     result = tf_probe(
         """
@@ -188,6 +191,7 @@ def test_errors_are_classified_and_reasons_are_informative():
     assert result["graph_reason"] == "InvalidArgumentError: Incompatible shapes: [2] vs. [3]"
 
 
+@pytest.mark.slow
 def test_endless_datasets_pass_by_pass_and_as_a_stream():
     """Training draws endless passes (each a fresh permutation, remainder dropped); the
     maximum-batch probes draw a stream whose batches may exceed the data set."""
@@ -353,6 +357,7 @@ def test_benchmark_input_path_figures(tmp_path):
     assert figures["host_rss_ratio"][0] < 0.5
 
 
+@pytest.mark.slow
 def test_max_train_images_picks_the_shared_seeded_subset(cifar_256):
     """The same images the PyTorch trainer would pick for that seed (measure.subset_indices)."""
     picked = tf_probe(f"""
