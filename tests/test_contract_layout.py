@@ -129,6 +129,8 @@ def test_under_and_in_results_move_a_path_to_another_folder():
     assert layout.under("/sweeps/a b", layout.tidy_table("runs")) == "/sweeps/a b/results/tidy/runs.csv"
     assert layout.in_results("out", layout.TIDY) == "out/tidy"
     assert layout.in_results("/x/$(y)", layout.archived_marker()) == "/x/$(y)/tables/archived.json"
+    for results in ("results", "/sweeps/a b/results", "out"):
+        assert layout.results_folder_of(layout.in_results(results, layout.tidy_table("runs"))) == results
 
 
 def test_the_default_history_folder_is_one_value_in_the_schema_config_and_package():

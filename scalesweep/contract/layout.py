@@ -64,6 +64,14 @@ def in_results(results_dir, path: str) -> str:
     return posixpath.join(str(results_dir), posixpath.relpath(path, RESULTS))
 
 
+def results_folder_of(tidy_table_path) -> str:
+    """The results folder a tidy table (tidy_table's, or moved by in_results) lies in."""
+    folder = str(tidy_table_path)
+    for _ in posixpath.relpath(tidy_table("runs"), RESULTS).split("/"):
+        folder = posixpath.dirname(folder)
+    return folder
+
+
 def setting_segment(key: str, value: str) -> str:
     """The folder level of a setting measured away from its default: /key~value."""
     return f"/{key}{AXIS_SEPARATOR}{value}"
