@@ -20,6 +20,7 @@ from pathlib import Path
 from scalesweep import pipeline
 from scalesweep.analysis import tables
 from scalesweep.analysis.settings import AnalysisSettings
+from scalesweep.contract import layout
 from scalesweep.logs.read import parse_file
 from scalesweep.logs.run import LogFormatError, whole_number
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
@@ -76,15 +77,17 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
     (already reported)."""
     out = output_folder(out)
-    runs_csv, refused, copies_left_out = pipeline.collect_runs([Path(p) for p in paths], out / "tidy",
-                                                               all_attempts, images_per_epoch)
+    runs_csv, refused, copies_left_out = pipeline.collect_runs(
+        [Path(p) for p in paths], Path(layout.in_results(out, layout.TIDY)), all_attempts, images_per_epoch)
     report_refused(refused)
     if copies_left_out:
         print("scalesweep analyze: " + "\n".join(copies.copies_report(copies_left_out)))
     if runs_csv is None:
         raise ValueError("no runs found in " + ", ".join(map(str, paths)))
-    for line in pipeline.tables_figures_findings(runs_csv, tables.outputs_in(out / "tables"), settings,
-                                                 out / "figures", out / "findings.md"):
+    table_outputs = tables.outputs_in(layout.in_results(out, layout.TABLES))
+    for line in pipeline.tables_figures_findings(runs_csv, table_outputs, settings,
+                                                 Path(layout.in_results(out, layout.FIGURES)),
+                                                 Path(layout.in_results(out, layout.FINDINGS))):
         print(line)
     return refused
 
@@ -184,7 +187,7 @@ def register_compare(commands):
         cmd.add_argument(side, help="sweep id (or prefix), results folder, runs.csv, or column=value selectors")
     cmd.add_argument("--history", default=DEFAULT_HISTORY_DIR, help="history folder (%(default)s)")
     cmd.add_argument("--where", help="SQL condition that both sides' runs must meet")
-    cmd.add_argument("--out", default="results/compare", help="folder for compare.csv, compare.png, summary.txt")
+    cmd.add_argument("--out", default=layout.COMPARE, help="folder for compare.csv, compare.png, summary.txt")
     cmd.add_argument("--confidence", type=number(0, 1, low_open=True, high_open=True), default=0.95,
                      help="family-wise confidence level")
     cmd.add_argument("--fail-above", type=number(0), metavar="PCT",

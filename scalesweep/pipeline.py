@@ -103,8 +103,8 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
         return None, refused, tidied.copies_left_out
     runs, copied = without_copies(pd.concat([frame for frame, _ in kept], ignore_index=True),
                                   [source for _, rows in kept for source in rows])
-    write_tidy(tidied.epochs, runs, tidy_dir)
-    return Path(tidy_dir) / "runs.csv", refused, tidied.copies_left_out + copied
+    _, runs_csv = write_tidy(tidied.epochs, runs, tidy_dir)
+    return runs_csv, refused, tidied.copies_left_out + copied
 
 
 # ----------------------------------------------------------------------------- after failures

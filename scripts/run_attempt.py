@@ -14,8 +14,9 @@
   is never half-written, and a stale attempt (one a newer attempt replaced while it ran) never
   overwrites the newer one's result.
 
-Standard library only (Python 3.8): it runs under the sweep's interpreter on the machine that runs
-the job, a laptop, a login node or a compute node.
+Standard library only (Python 3.8; scalesweep.contract.layout, which names the attempt logs, is
+too): it runs under the sweep's interpreter on the machine that runs the job, a laptop, a login
+node or a compute node.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ import subprocess
 import sys
 import time
 
+import repository  # noqa: F401  (for scalesweep.contract.layout, standard library only)
+from scalesweep.contract import layout
+
 STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
 # The command ran in the job's bash under Snakemake's strict mode (snakemake.shell prefixes every
 # bash command with this); it keeps it.
@@ -38,16 +42,11 @@ GRACE_S = 10.0
 STALE_EXIT = 1
 
 
-def attempt_path(log: str, number: int) -> str:
-    stem = log[: -len(".log")] if log.endswith(".log") else log
-    return f"{stem}.attempt-{number}.log"
-
-
 def claim_attempt(log: str) -> str:
     """The first attempt log of `log` that does not exist yet, created empty."""
     number = 1
     while True:
-        path = attempt_path(log, number)
+        path = layout.numbered_attempt(log, number)
         try:
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except FileExistsError:

@@ -12,6 +12,7 @@ job, inside the course's containers too.
 from __future__ import annotations
 
 import posixpath
+import re
 
 RESULTS = "results"
 LOGS = "logs"
@@ -32,15 +33,54 @@ DEFAULT_HISTORY = f"{RESULTS}/history"
 # resources/: inputs the workflow can make again (generated datasets, pulled images).
 DATASETS = f"{RESOURCES}/datasets"
 CONTAINERS = f"{RESOURCES}/containers"
+# Local images' digests, kept apart from the pulled images' so the two rules never claim one file.
+LOCAL_IMAGE_DIGESTS = f"{CONTAINERS}/local"
 
+DIGEST_SUFFIX = ".sha256"  # sha256sum's format
 RESULT_LOG = "train.log"
 MAX_BATCH_LOG = "max_batch.log"
 ATTEMPT_SUFFIX = ".attempt-{number}.log"
+_ATTEMPT_MARK, LOG_SUFFIX = ATTEMPT_SUFFIX.split("{number}")
+# The stem (the name less its extension) of a numbered attempt: the run's name and the number.
+ATTEMPT_STEM = re.compile(rf"^(?P<run>.+){re.escape(_ATTEMPT_MARK)}(?P<number>\d+)$")
+_RULE_LOG_END = re.compile(rf"(?:{re.escape(_ATTEMPT_MARK)}\d+)?{re.escape(LOG_SUFFIX)}$")
+
+# A run's place below runs/, logs/train/, ...: the core axes, then one /key~value folder per
+# setting the run measures away from its default (plan/matrix.py decides which).
+RUN_PATTERN = "model~{model}/dataset~{dataset}/gpus~{gpus}{settings}"
+AXIS_SEPARATOR = "~"
+# The settings wildcard: empty (every setting at its default), or /key~value per setting.
+SETTINGS_WILDCARD = "(/[^/~]+~[^/]+)*"
 
 
 def under(root: str, path: str) -> str:
     """`path` (one of this module's) below another workflow directory `root` ('' or '.': here)."""
     return path if root in ("", ".") else posixpath.join(str(root), path)
+
+
+def in_results(results_dir, path: str) -> str:
+    """`path` (one of this module's below results/) in another results folder, such as the one
+    `analyze --out` names: in_results("out", TIDY) is out/tidy."""
+    return posixpath.join(str(results_dir), posixpath.relpath(path, RESULTS))
+
+
+def results_folder_of(tidy_table_path) -> str:
+    """The results folder a tidy table (tidy_table's, or moved by in_results) lies in."""
+    folder = str(tidy_table_path)
+    for _ in posixpath.relpath(tidy_table("runs"), RESULTS).split("/"):
+        folder = posixpath.dirname(folder)
+    return folder
+
+
+def setting_segment(key: str, value: str) -> str:
+    """The folder level of a setting measured away from its default: /key~value."""
+    return f"/{key}{AXIS_SEPARATOR}{value}"
+
+
+def run_path(framework: str, model: str, dataset: str, gpus, settings: str = "") -> str:
+    """<framework>/model~M/dataset~D/gpus~N then `settings` (setting_segment's, joined); called
+    with wildcard text ("{model}", ...) it is the rules' pattern."""
+    return f"{framework}/" + RUN_PATTERN.format(model=model, dataset=dataset, gpus=gpus, settings=settings)
 
 
 def run_result(run_path: str) -> str:
@@ -54,13 +94,19 @@ def max_batch_result(run_path: str) -> str:
 
 def attempt_log(stage: str, run_path: str) -> str:
     """The rule's log of a run (`stage`: train or max_batch): a link to its latest attempt."""
-    return f"{LOGS}/{stage}/{run_path}.log"
+    return f"{LOGS}/{stage}/{run_path}{LOG_SUFFIX}"
 
 
 def numbered_attempt(log: str, number: int) -> str:
     """Attempt `number` of the rule's log `log`: <run>.attempt-N.log beside it."""
-    stem = log[: -len(".log")] if log.endswith(".log") else log
+    stem = log[: -len(LOG_SUFFIX)] if log.endswith(LOG_SUFFIX) else log
     return stem + ATTEMPT_SUFFIX.format(number=number)
+
+
+def log_run_name(file_name: str) -> str:
+    """The run a rule's log or one of its attempts names: gpus~4 of gpus~4.log and
+    gpus~4.attempt-2.log (a name that is neither is returned as it is)."""
+    return _RULE_LOG_END.sub("", file_name)
 
 
 def tidy_table(name: str) -> str:
@@ -87,6 +133,26 @@ def dataset_dir(dataset_format: str, name: str) -> str:
     return f"{DATASETS}/{dataset_format}/{name}"
 
 
+def pulled_image(name: str) -> str:
+    """The SIF a remote image is pulled to (`name`: plan/containers.py's file-safe image name)."""
+    return f"{CONTAINERS}/{name}.sif"
+
+
+def pulled_image_digest(name: str) -> str:
+    """The digest file of a pulled image, beside its SIF."""
+    return pulled_image(name) + DIGEST_SUFFIX
+
+
+def local_image_digest(name: str) -> str:
+    """The digest file of a local image, which is run where it is."""
+    return f"{LOCAL_IMAGE_DIGESTS}/{name}{DIGEST_SUFFIX}"
+
+
+def comparison_file(name: str) -> str:
+    """One of the compare rule's files (history/sides.py: COMPARE_OUTPUTS)."""
+    return f"{COMPARE}/{name}"
+
+
 def rule_log(*parts: str) -> str:
     """logs/<part>/.../<last>.log: a rule's own log (tables, figures, data/cifar10/<name>, ...)."""
-    return f"{LOGS}/{'/'.join(parts)}.log"
+    return f"{LOGS}/{'/'.join(parts)}{LOG_SUFFIX}"

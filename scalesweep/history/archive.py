@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalesweep.contract import atomic
+from scalesweep.contract import atomic, layout
 from scalesweep.history import query
 from scalesweep.tidy.provenance import SWEEP_COLUMNS
 from scalesweep.tidy.table import read_runs_csv
@@ -153,7 +153,7 @@ def write_history(runs_csv, history_dir, config, archived_json, figure=None) -> 
     """The history stage (rule `history`): archive runs.csv (its results folder as the source), write
     `archived_json` naming the file, and with `figure` the history at a glance there
     (scalesweep/report/history_figure.py); return the log line."""
-    source = Path(runs_csv).resolve().parent.parent
+    source = Path(layout.results_folder_of(Path(runs_csv).resolve()))
     archived = archive(read_runs_csv(runs_csv), history_dir, config=config, source=source)
     record = json.loads(archived.as_json())
     # What this sweep holds, for `compare_with`: the archive file holds only its new runs.

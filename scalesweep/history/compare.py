@@ -547,9 +547,10 @@ def write_comparison(baseline, candidate, outdir, confidence: float = CONFIDENCE
     if shared and not same:
         facts["notes"].append(f"{shared} runs are on both sides: each of them is compared with itself")
     text = comparison_summary(table, facts, baseline, candidate)
-    atomic.write_csv(table, outdir / "compare.csv")
-    plot_ratios(table, facts, outdir / "compare.png")
-    atomic.write_text(text, outdir / "summary.txt")
+    table_csv, figure_png, summary_txt = (outdir / name for name in sides.COMPARE_OUTPUTS)
+    atomic.write_csv(table, table_csv)
+    plot_ratios(table, facts, figure_png)
+    atomic.write_text(text, summary_txt)
     return table, text
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from scalesweep.contract import layout
 from scalesweep.history import sqlfilter
 from scalesweep.history.query import (
     FILE_SUFFIX,
@@ -73,7 +74,7 @@ def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = No
 
 def _runs_at(path: Path) -> pd.DataFrame:
     if path.is_dir():
-        for candidate in (path / "tidy" / "runs.csv", path / "runs.csv"):
+        for candidate in (Path(layout.in_results(path, layout.tidy_table("runs"))), path / "runs.csv"):
             if candidate.is_file():
                 return read_runs_csv(candidate)
         raise ValueError(f"{path}: a results folder holds tidy/runs.csv (or runs.csv); none here")

@@ -8,12 +8,12 @@ Broken input does not cost the rest: a manifest, or a row of one, that cannot be
 """
 
 import os
-import re
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from scalesweep.contract import layout
 from scalesweep.contract.records import shown
 from scalesweep.logs.read import wide_encoding
 from scalesweep.logs.run import whole_number
@@ -88,8 +88,6 @@ def manifest_problem(axes):
     return None
 
 
-# The workflow's attempt logs: logs/train/<framework>/<axes>/gpus~N.attempt-K.log.
-ATTEMPT_LOG = re.compile(r"^(?P<run>.+)\.attempt-(?P<attempt>\d+)$")
 
 
 def log_files(folder):
@@ -104,9 +102,9 @@ def latest_attempts(logs):
     earlier ones are attempts that failed before it. Other logs pass as they are."""
     latest = {}
     for log in logs:
-        match = ATTEMPT_LOG.match(log.stem)
+        match = layout.ATTEMPT_STEM.match(log.stem)
         key = (log.parent, match["run"]) if match else (log.parent, log.name)
-        attempt = int(match["attempt"]) if match else 0
+        attempt = int(match["number"]) if match else 0
         if key not in latest or attempt > latest[key][0]:
             latest[key] = (attempt, log)
     chosen = {log for _, log in latest.values()}

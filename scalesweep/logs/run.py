@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scalesweep.contract import records
-from scalesweep.contract import frameworks
+from scalesweep.contract import frameworks, layout
 from scalesweep.logs.failures import one_line
 
 
@@ -76,12 +76,11 @@ class Draft:
 
 UNIDENTIFIED = (
     "run unidentified: no header record, and the path is not a workflow run's "
-    "logs/train/<framework>/model~.../dataset~.../gpus~N.log"
+    + layout.attempt_log("train", layout.run_path("<framework>", "...", "...", "N"))
 )
 # A run's log or result in the workflow: <framework>/model~M/dataset~D/gpus~N[/more~axes]
 # then `.attempt-K.log` or `.log` (logs/train/), or `/train.log` (results/runs/).
-_RUN_FILES = ("train.log", "max_batch.log")
-_LOG_SUFFIX_RE = re.compile(r"(?:\.attempt-\d+)?\.log$")
+_RUN_FILES = (layout.RESULT_LOG, layout.MAX_BATCH_LOG)
 _IDENTITY_AXES = ("model", "dataset", "gpus")
 
 
@@ -91,11 +90,11 @@ def run_identity(source) -> dict:
     if parts and parts[-1] in _RUN_FILES:
         parts.pop()
     elif parts:
-        parts[-1] = _LOG_SUFFIX_RE.sub("", parts[-1])
+        parts[-1] = layout.log_run_name(parts[-1])
     for index in range(len(parts) - 1, -1, -1):
         axes = parts[index + 1:]
-        if frameworks.find(parts[index]) and axes and all("~" in axis for axis in axes):
-            values = dict(axis.split("~", 1) for axis in axes)
+        if frameworks.find(parts[index]) and axes and all(layout.AXIS_SEPARATOR in axis for axis in axes):
+            values = dict(axis.split(layout.AXIS_SEPARATOR, 1) for axis in axes)
             if all(values.get(key) for key in _IDENTITY_AXES) and re.fullmatch(DIGITS, values["gpus"]):
                 return {"framework": parts[index], "model": values["model"],
                         "dataset": values["dataset"], "gpus": int(values["gpus"])}

@@ -19,7 +19,7 @@ import math
 import os
 from pathlib import Path
 
-from scalesweep.contract import frameworks
+from scalesweep.contract import frameworks, layout
 
 
 class ConfigError(ValueError):
@@ -299,7 +299,7 @@ def check_datasets(config):
             raise ConfigError(
                 key,
                 "has both 'path' and 'synthetic': a synthetic dataset is generated under "
-                "resources/datasets/ and never reads the path; keep one of them",
+                f"{layout.DATASETS}/ and never reads the path; keep one of them",
             )
         if "path" in spec and not str(spec["path"]).strip():
             raise ConfigError(

@@ -19,11 +19,11 @@ import re
 import subprocess
 from pathlib import Path
 
-from scalesweep.contract import atomic
+from scalesweep.contract import atomic, layout
 
-CONTAINERS = "resources/containers"
-# Local images' digests, kept apart from the pulled images' so the two rules never claim one file.
-LOCAL_DIGESTS = f"{CONTAINERS}/local"
+# contract/layout.py spells both folders; these names stay for the rules and tests that use them.
+CONTAINERS = layout.CONTAINERS
+LOCAL_DIGESTS = layout.LOCAL_IMAGE_DIGESTS
 # What a file name may hold: a config's image text can hold anything (`$(...)`, spaces, quotes).
 UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 CHUNK = 8 << 20
@@ -44,14 +44,14 @@ def image_name(image: str) -> str:
 
 def pulled_sif(image: str) -> str:
     """Where the workflow pulls a remote image to (relative to the working directory)."""
-    return f"{CONTAINERS}/{image_name(image)}.sif"
+    return layout.pulled_image(image_name(image))
 
 
 def digest_file(image: str) -> str:
     """The file that holds an image's digest: beside the SIF of a pulled image."""
     if is_pulled(image):
-        return pulled_sif(image) + ".sha256"
-    return f"{LOCAL_DIGESTS}/{image_name(image)}.sha256"
+        return layout.pulled_image_digest(image_name(image))
+    return layout.local_image_digest(image_name(image))
 
 
 def image_file(image: str) -> str:

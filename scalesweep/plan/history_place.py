@@ -27,11 +27,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from scalesweep.contract import layout
 from scalesweep.plan.checks import ConfigError
 
 # The history folder when the config names none (the schema's `history_dir` default): the
 # workflow's own place for it, and what `scalesweep history` and `compare` read by default.
-DEFAULT_HISTORY_DIR = "results/history"
+DEFAULT_HISTORY_DIR = layout.DEFAULT_HISTORY
 SNAKEMAKE_FOLDER = ".snakemake"  # Snakemake's metadata, conda environments, SLURM logs
 # A name the archive would write (history/query.py: FILE_PREFIX, FILE_SUFFIX), tried against the outputs.
 SAMPLE_ARCHIVE = "sweep-20260101T000000Z-0123456789ab.parquet"
@@ -97,7 +98,7 @@ def history_place_problem(history_dir: str, outputs, default_history: str, workd
             return (f"'{history_dir}' {where} {owned.folder}/, which the workflow owns ({owned.why}): "
                     "and the workflow deletes what it owns (a directory output before its rule runs, "
                     "`make clean` whole folders): give the history a folder of its own, e.g. the "
-                    "default results/history or a shared path")
+                    f"default {DEFAULT_HISTORY_DIR} or a shared path")
     if matches is not None:
         for output in outputs:
             archive = os.path.relpath(history / SAMPLE_ARCHIVE, _absolute(".", workdir))

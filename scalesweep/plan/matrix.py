@@ -11,7 +11,7 @@ import itertools
 import math
 from collections import Counter
 
-from scalesweep.contract import frameworks
+from scalesweep.contract import frameworks, layout
 from scalesweep.contract.records import FIRST_STEADY_EPOCH
 from scalesweep.plan.checks import (
     ConfigError,
@@ -239,9 +239,9 @@ def run_settings(run, config):
 # and a config that moves away from a default (protocol: steps) and back finds its old results.
 # The defaults are the schema's and the framework registry's, not the config's: a config's own values are the
 # settings a run is known by.
-RUN_PATTERN = "model~{model}/dataset~{dataset}/gpus~{gpus}{settings}"
-# The settings wildcard: empty (every setting at its default), or /key~value per setting.
-SETTINGS_WILDCARD = "(/[^/~]+~[^/]+)*"
+# contract/layout.py spells the path; these names stay for the rules and tests that use them.
+RUN_PATTERN = layout.RUN_PATTERN
+SETTINGS_WILDCARD = layout.SETTINGS_WILDCARD
 
 # Training settings that do not change what a run measures: the ceiling of the maximum-batch
 # search (its own target), not of the sweep's runs.
@@ -276,7 +276,7 @@ def settings_segments(settings, defaults) -> str:
     """'/key~value' for each measured setting away from its default, sorted by key; '' if none."""
     unread = unread_settings(settings)
     return "".join(
-        f"/{key}~{path_value(settings[key])}"
+        layout.setting_segment(key, path_value(settings[key]))
         for key in sorted(defaults)
         if key not in unread and key in settings and settings[key] != defaults[key]
     )
@@ -287,17 +287,15 @@ def run_path(settings, training_defaults) -> str:
     and logs/train/ (the workflow's output pattern is <framework>/RUN_PATTERN)."""
     framework, model = settings["framework"], settings["model"]
     defaults = measured_defaults(framework, model, training_defaults)
-    return f"{framework}/" + RUN_PATTERN.format(
-        model=model, dataset=settings["dataset"], gpus=settings["gpus"],
-        settings=settings_segments(settings, defaults),
-    )
+    return layout.run_path(framework, model, settings["dataset"], settings["gpus"],
+                           settings_segments(settings, defaults))
 
 
 def dataset_path(name, config):
     """Generated datasets live under resources/datasets/<format>/<name>; others where configured."""
     spec = config["datasets"][name]
     if spec.get("synthetic") is not None:
-        return f"resources/datasets/{spec['format']}/{name}"
+        return layout.dataset_dir(spec["format"], name)
     return spec["path"]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from scalesweep.contract import layout
 from scalesweep.tidy.table import status_counts
 
 RUN_AXES = ("framework", "model", "dataset", "gpus")
@@ -30,24 +31,27 @@ def failed_lines(runs: pd.DataFrame) -> list:
 def where_lines(results: Path) -> list:
     """The outputs that exist, one line each."""
     lines = []
-    tables = sorted(p.name for p in (results / "tables").glob("*.csv"))
+    tables_dir, figures_dir, findings, archived = (
+        Path(layout.in_results(results, path))
+        for path in (layout.TABLES, layout.FIGURES, layout.FINDINGS, layout.archived_marker()))
+    tables = sorted(p.name for p in tables_dir.glob("*.csv"))
     if tables:
-        lines.append(f"  tables:   {results / 'tables'}/ ({', '.join(tables)})")
-    figures = list((results / "figures").glob("*.png"))
+        lines.append(f"  tables:   {tables_dir}/ ({', '.join(tables)})")
+    figures = list(figures_dir.glob("*.png"))
     if figures:
-        lines.append(f"  figures:  {results / 'figures'}/ ({len(figures)} PNG)")
-    if (results / "findings.md").exists():
-        lines.append(f"  findings: {results / 'findings.md'}")
-    if (results / "tables" / "archived.json").exists():
-        lines.append(f"  archive:  named in {results / 'tables' / 'archived.json'} (python -m scalesweep history)")
+        lines.append(f"  figures:  {figures_dir}/ ({len(figures)} PNG)")
+    if findings.exists():
+        lines.append(f"  findings: {findings}")
+    if archived.exists():
+        lines.append(f"  archive:  named in {archived} (python -m scalesweep history)")
     lines.append("  report:   snakemake --report report.html")
     return lines
 
 
-def sweep_outcome(results="results") -> str:
+def sweep_outcome(results=layout.RESULTS) -> str:
     """The closing lines of a sweep, from results/tidy/runs.csv and what results/ holds."""
     results = Path(results)
-    runs_csv = results / "tidy" / "runs.csv"
+    runs_csv = Path(layout.in_results(results, layout.tidy_table("runs")))
     if not runs_csv.exists():
         return "scalesweep: no runs table was written (see the errors above)"
     return outcome_lines(pd.read_csv(runs_csv, dtype=str, keep_default_na=False), str(runs_csv), results)

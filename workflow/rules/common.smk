@@ -17,7 +17,7 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep.contract import frameworks  # noqa: E402
+from scalesweep.contract import frameworks, layout  # noqa: E402
 from scalesweep.history import sides  # noqa: E402
 from scalesweep.plan import (
     checks,
@@ -71,9 +71,8 @@ except checks.ConfigError as error:
     raise WorkflowError(f"{error} {config_sources}") from None
 
 # A run's result and logs live at <framework>/model~M/dataset~D/gpus~N, then one folder level per
-# setting it measures away from the default (matrix.run_path); the two trainers are separate
+# setting it measures away from the default (matrix.run_path, spelled by contract/layout.py); the two trainers are separate
 # rules with their own commands and resources.
-RUN_PATTERN = matrix.RUN_PATTERN
 TRAINING_DEFAULTS = config_files.training_defaults()
 RUN_SETTINGS = [matrix.run_settings(run, config) for run in RUNS]
 RUN_PATHS = [matrix.run_path(settings, TRAINING_DEFAULTS) for settings in RUN_SETTINGS]
@@ -100,11 +99,16 @@ wildcard_constraints:
     model="[^/]+",
     dataset="[^/]+",
     gpus="[^/]+",
-    settings=matrix.SETTINGS_WILDCARD,
+    settings=layout.SETTINGS_WILDCARD,
 
 
 def run_path(framework, wildcards):
-    return "/".join([framework, RUN_PATTERN.format(**dict(wildcards.items()))])
+    return layout.run_path(framework, **dict(wildcards.items()))
+
+
+def run_pattern(framework):
+    """The run paths of a framework's rules, in wildcards."""
+    return layout.run_path(framework, "{model}", "{dataset}", "{gpus}", "{settings}")
 
 
 def settings_of(framework, wildcards):
@@ -112,11 +116,11 @@ def settings_of(framework, wildcards):
 
 
 def run_log(path):
-    return f"results/runs/{path}/train.log"
+    return layout.run_result(path)
 
 
 def failed_run_log(path):
-    return f"logs/train/{path}.log"
+    return layout.attempt_log("train", path)
 
 
 def best_log(path):
@@ -146,7 +150,7 @@ def run_axes():
 
 
 def max_batch_log(path):
-    return f"results/max_batch/{path}/max_batch.log"
+    return layout.max_batch_result(path)
 
 
 def while_unmeasured(framework, result_of, inputs_of):
@@ -284,9 +288,7 @@ def preview_jobs(max_batch):
     maximum-batch searches."""
     if max_batch:
         return {
-            f"results/max_batch/{path}/max_batch.log": launch.max_batch_settings(
-                SETTINGS[path]
-            )
+            max_batch_log(path): launch.max_batch_settings(SETTINGS[path])
             for path in max_batch_paths()
         }
     return {run_log(path): SETTINGS[path] for path in RUN_PATHS}
@@ -326,7 +328,7 @@ def result_of(trainer_rule):
 
 def attempt_log(trainer_rule):
     stage = "max_batch" if trainer_rule.max_batch else "train"
-    return f"logs/{stage}/{trainer_rule.framework.name}/{RUN_PATTERN}.log"
+    return layout.attempt_log(stage, run_pattern(trainer_rule.framework.name))
 
 
 def gpus_constraint(trainer_rule):

@@ -2,23 +2,24 @@
 # intervals, by scalesweep/history/compare.py:
 # results/compare/{compare.csv,compare.png,summary.txt}.
 from scalesweep import rulelog
+from scalesweep.contract import layout
 from scalesweep.history import sides
 
 
 rule compare:
     input:
-        "results/tables/archived.json",
+        layout.archived_marker(),
     output:
         **{
             f"output_{number}": report(
-                f"results/compare/{name}",
+                layout.comparison_file(name),
                 caption="../report/compare.rst",
                 category="Comparison",
             )
             for number, name in enumerate(sides.COMPARE_OUTPUTS)
         },
     log:
-        "logs/compare.log",
+        layout.rule_log("compare"),
     localrule: True
     params:
         baseline=config["compare_with"],

@@ -3,9 +3,9 @@
 
 rule make_synthetic_cifar:
     output:
-        directory("resources/datasets/cifar10/{dataset}"),
+        directory(layout.dataset_dir("cifar10", "{dataset}")),
     log:
-        "logs/data/cifar10/{dataset}.log",
+        layout.rule_log("data", "cifar10", "{dataset}"),
     conda:
         "../../envs/data.yaml"
     params:
@@ -18,9 +18,9 @@ rule make_synthetic_cifar:
 
 rule make_synthetic_imagefolder:
     output:
-        directory("resources/datasets/imagefolder/{dataset}"),
+        directory(layout.dataset_dir("imagefolder", "{dataset}")),
     log:
-        "logs/data/imagefolder/{dataset}.log",
+        layout.rule_log("data", "imagefolder", "{dataset}"),
     conda:
         "../../envs/data.yaml"
     params:

@@ -2,20 +2,21 @@
 # in words (how far each configuration scales, where to stop, why efficiency fell, what the fit
 # predicts), by scalesweep/report/findings.py. The report's front page includes the same text.
 from scalesweep import pipeline, rulelog
+from scalesweep.contract import layout
 
 
 rule findings:
     input:
-        **{name: f"results/tables/{name}.csv" for name in pipeline.FINDINGS_TABLES},
+        **{name: layout.table(name) for name in pipeline.FINDINGS_TABLES},
     output:
         report(
-            "results/findings.md",
+            layout.FINDINGS,
             caption="../report/findings.rst",
             category="Findings",
             labels={"findings": "findings.md"},
         ),
     log:
-        "logs/findings.log",
+        layout.rule_log("findings"),
     localrule: True
     run:
         rulelog.run_logged(

@@ -5,23 +5,24 @@
 # archived sweep's throughput per configuration over time (scalesweep/report/history_figure.py).
 from scalesweep import rulelog
 from scalesweep.analysis import tables
+from scalesweep.contract import layout
 from scalesweep.history import archive
 
 
 rule history:
     input:
-        runs="results/tidy/runs.csv",
-        tables=expand("results/tables/{table}.csv", table=tables.TABLES),
+        runs=layout.tidy_table("runs"),
+        tables=[layout.table(table) for table in tables.TABLES],
     output:
-        archived="results/tables/archived.json",
+        archived=layout.archived_marker(),
         figure=report(
-            "results/throughput_history.png",
+            layout.HISTORY_FIGURE,
             caption="../report/history.rst",
             category="History",
             labels={"figure": "throughput_history"},
         ),
     log:
-        "logs/history.log",
+        layout.rule_log("history"),
     localrule: True
     params:
         history_dir=config["history_dir"],

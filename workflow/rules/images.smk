@@ -4,15 +4,16 @@
 # SHA-256 is written once per sweep for provenance (runs.csv: container_digest). Both run where
 # Snakemake runs (localrule): a pull needs the network, which compute nodes often lack.
 from scalesweep import rulelog
+from scalesweep.contract import layout
 from scalesweep.plan import containers
 
 
 rule images:
     output:
-        sif=f"{containers.CONTAINERS}/{{image}}.sif",
-        digest=f"{containers.CONTAINERS}/{{image}}.sif.sha256",
+        sif=layout.pulled_image("{image}"),
+        digest=layout.pulled_image_digest("{image}"),
     log:
-        "logs/images/{image}.log",
+        layout.rule_log("images", "{image}"),
     wildcard_constraints:
         image=image_names(pulled=True),
     localrule: True
@@ -32,9 +33,9 @@ rule images:
 # params: Snakemake hashes it again when they change (a rebuilt image), and only then.
 rule image_digest:
     output:
-        f"{containers.LOCAL_DIGESTS}/{{image}}.sha256",
+        layout.local_image_digest("{image}"),
     log:
-        "logs/images/{image}.digest.log",
+        layout.rule_log("images", "{image}.digest"),
     wildcard_constraints:
         image=image_names(pulled=False),
     localrule: True

@@ -3,13 +3,14 @@
 # It probes a few steps per batch size, so it costs minutes, not epochs. The table is
 # scalesweep/analysis/max_batch.py's.
 from scalesweep import rulelog
+from scalesweep.contract import layout
 from scalesweep.analysis import max_batch
 
 
 rule find_max_batch:
     input:
         preview_of(max_batch=True),
-        "results/tables/max_batch.csv",
+        layout.table("max_batch"),
 
 
 # The searches run under the rules max_batch_<framework>, made beside the training rules
@@ -21,12 +22,12 @@ rule max_batch:
         logs=max_batch_logs(),
     output:
         report(
-            "results/tables/max_batch.csv",
+            layout.table("max_batch"),
             caption="../report/max_batch.rst",
             category="Tables",
         ),
     log:
-        "logs/max_batch.log",
+        layout.rule_log("max_batch"),
     localrule: True
     params:
         configs=key_ordered(max_batch_axes()),

@@ -2,17 +2,18 @@
 # Karp-Flatt, step-breakdown attribution), Amdahl/Gustafson fits, sweet spot per intent,
 # CPU-vs-GPU acceleration, model/dataset comparisons, by scalesweep/analysis/tables.py.
 from scalesweep import pipeline, rulelog
+from scalesweep.contract import layout
 from scalesweep.analysis import tables
 from scalesweep.analysis.settings import AnalysisSettings
 
 
 rule tables:
     input:
-        "results/tidy/runs.csv",
+        layout.tidy_table("runs"),
     output:
         **{
             name: report(
-                f"results/tables/{name}.csv",
+                layout.table(name),
                 caption=f"../report/{name}.rst",
                 category="Tables",
                 labels={"table": name},
@@ -20,7 +21,7 @@ rule tables:
             for name in tables.TABLES
         },
     log:
-        "logs/tables.log",
+        layout.rule_log("tables"),
     localrule: True
     params:
         **AnalysisSettings.from_config(config["analysis"]).as_params(),

@@ -1,6 +1,7 @@
 # The tidy stage: every run's log -> results/tidy/epochs.csv (run x epoch) and runs.csv (one row
 # per run) by scalesweep/tidy/rows.py.
 from scalesweep import rulelog
+from scalesweep.contract import layout
 from scalesweep.plan import containers
 from scalesweep.tidy import rows
 
@@ -10,15 +11,15 @@ rule tidy:
         logs=all_run_logs(),
         digests=image_digest_files(),
     output:
-        epochs="results/tidy/epochs.csv",
+        epochs=layout.tidy_table("epochs"),
         runs=report(
-            "results/tidy/runs.csv",
+            layout.tidy_table("runs"),
             caption="../report/runs.rst",
             category="Tables",
             labels={"table": "runs"},
         ),
     log:
-        "logs/tidy.log",
+        layout.rule_log("tidy"),
     localrule: True
     params:
         configs=key_ordered(run_axes()),
