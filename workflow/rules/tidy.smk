@@ -24,6 +24,7 @@ rule tidy:
         configs=key_ordered(run_axes()),
         container=key_ordered(config["container"]),
         frameworks=list(IMAGES),
+        peak_override=config["hardware"]["peak_tflops"],
     run:
         rulelog.run_logged(
             log[0],
@@ -31,4 +32,5 @@ rule tidy:
             zip(input.logs, params.configs),
             *output,
             digests=containers.sweep_digests(params.container, params.frameworks),
+            peak_override=params.peak_override,
         )
