@@ -1,6 +1,7 @@
 # Config validation, the run matrix and the input/params functions of the workflow (the training
 # jobs' threads and SLURM resources: resources.smk).
 import collections
+import functools
 import json
 import os
 import re
@@ -347,11 +348,25 @@ def job_command(trainer_rule):
     return trainer_command(trainer_rule.framework.name)
 
 
+@functools.cache
+def executor_name():
+    """The executor the user gave: a dry run executes with Snakemake's own 'dryrun' (or 'touch'),
+    which says nothing of it (scalesweep/plan/preview.py: intended_executor). None: unknown.
+    """
+    executor = workflow.executor_plugin
+    if executor is not None and executor.name not in ("dryrun", "touch"):
+        return executor.name
+    return preview.intended_executor(sys.argv[1:])
+
+
+def runs_locally():
+    return executor_name() == "local"
+
+
 def site_problems(jobs, max_batch):
     """What the site refuses of the jobs to run ({run path: settings}; scalesweep/plan/site.py);
     never for a local run."""
-    executor = workflow.executor_plugin
-    if executor is not None and executor.name == "local":
+    if runs_locally():
         return []
     needs = config["site"]
     defaults = workflow.resource_settings.default_resources
@@ -396,7 +411,7 @@ def preview_of(max_batch):
             if PATH_PROBLEMS:
                 print(site.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
             summary = preview.plan_summary(
-                RUNS, EXCLUDED, jobs, done, max_batch=max_batch
+                RUNS, EXCLUDED, jobs, done, max_batch=max_batch, local=runs_locally()
             )
             print(summary, file=sys.stderr)
             PREVIEWED.append(max_batch)
