@@ -422,6 +422,11 @@ def preview_of(max_batch):
 
 PREVIEWED = []
 if workflow.is_main_process:
-    WARNINGS = matrix.config_warnings(config, EXCLUDED, SETTINGS.values())
+    WARNINGS = matrix.config_warnings(
+        config, EXCLUDED, SETTINGS.values()
+    ) + containers.sdm_warnings(
+        {str(method) for method in workflow.deployment_settings.deployment_method},
+        config["container"],
+    )
     if WARNINGS:
         print(preview.warning_lines(WARNINGS), file=sys.stderr)
