@@ -325,6 +325,26 @@ def result_of(trainer_rule):
     return max_batch_log if trainer_rule.max_batch else run_log
 
 
+def reported_result(trainer_rule):
+    """A training rule's result, and for the sweep's runs (not the maximum-batch search) its
+    entry in the HTML report: every finished run's log, labelled by its configuration."""
+    path = result_of(trainer_rule)(f"{trainer_rule.framework.name}/{RUN_PATTERN}")
+    if trainer_rule.max_batch:
+        return path
+    return report(
+        path,
+        caption="../report/run_log.rst",
+        category="Run logs",
+        labels={
+            "framework": trainer_rule.framework.name,
+            "model": "{model}",
+            "dataset": "{dataset}",
+            "gpus": "{gpus}",
+            "settings": "{settings}",
+        },
+    )
+
+
 def attempt_log(trainer_rule):
     stage = "max_batch" if trainer_rule.max_batch else "train"
     return f"logs/{stage}/{trainer_rule.framework.name}/{RUN_PATTERN}.log"

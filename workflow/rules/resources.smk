@@ -12,7 +12,8 @@ def job_threads(framework, wildcards):
     """Locally a trainer takes every core given to Snakemake, so runs never share the machine and
     their timings mean something; a cluster job (and a preview) gets its own CPUs (cpus_per_task).
     """
-    if runs_locally():
+    # Without an executor (--report, --lint) there is no core count to take.
+    if workflow.executor_plugin is not None and runs_locally():
         return workflow.cores
     return settings_of(framework, wildcards)["cpus_per_task"]
 

@@ -10,7 +10,12 @@ rule tidy:
         logs=all_run_logs(),
         digests=image_digest_files(),
     output:
-        epochs="results/tidy/epochs.csv",
+        epochs=report(
+            "results/tidy/epochs.csv",
+            caption="../report/epochs.rst",
+            category="Tables",
+            labels={"table": "epochs"},
+        ),
         runs=report(
             "results/tidy/runs.csv",
             caption="../report/runs.rst",
