@@ -23,7 +23,9 @@ from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import layout
 from scalesweep.logs.read import parse_file
 from scalesweep.logs.run import LogFormatError, whole_number
+from scalesweep.contract.layout import RESULTS
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
+from scalesweep.report import terminal_table
 from scalesweep.tidy import copies
 
 REFUSED_EXIT = 1
@@ -118,6 +120,7 @@ def main(argv=None):
     register_check_config(commands)
     register_parse(commands)
     register_config_doc(commands)
+    register_show(commands)
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         return args.handler(args)
@@ -330,4 +333,24 @@ def config_doc_command(args):
     from scalesweep.plan.config import config_reference
 
     sys.stdout.write(config_reference())
+    return 0
+
+
+def register_show(commands):
+    cmd = commands.add_parser("show", help="the scaling table and sweet spot of a results folder, in the terminal")
+    cmd.add_argument("results_dir", nargs="?", default=RESULTS, metavar="RESULTS_DIR",
+                     help=f"a sweep's results folder or analyze's --out folder (default: {RESULTS})")
+    cmd.add_argument("--format", choices=terminal_table.FORMATS, default="text",
+                     help="text (fits 100 columns), csv or markdown")
+    cmd.set_defaults(handler=show_command)
+
+
+def show_command(args):
+    try:
+        scaling, sweet_spot = terminal_table.results_tables(args.results_dir)
+    except (terminal_table.ResultsMissing, ValueError, OSError) as error:
+        print(f"scalesweep show: {error}", file=sys.stderr)
+        return FAILED_EXIT
+    table, keys = terminal_table.show_table(scaling, sweet_spot)
+    sys.stdout.write(terminal_table.render(table, keys, args.format, sweet_spot))
     return 0

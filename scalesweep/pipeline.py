@@ -109,14 +109,15 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
 
 # ----------------------------------------------------------------------------- after failures
 
-def failure_outcome(items, tidy_outputs: dict, rebuild: dict, digests=None) -> str:
+def failure_outcome(items, tidy_outputs: dict, rebuild: dict, digests=None, peak_override=None) -> str:
     """The failure handler (`onerror`): the tidy tables of every run, with a failed row per
     missing one and SLURM's verdict where accounting has one (tidy_outputs: {"epochs", "runs"}
     paths), written together or not at all; then the scaling tables, figures and findings
     rebuilt from them (rebuild: rebuild_tables_and_figures' arguments after runs_csv); then the
-    closing lines, from the runs in memory. A file that cannot be written is named with why,
-    and nothing already written is touched (scalesweep/contract/atomic.py)."""
-    epochs, runs = tidy_frames(items, ask_slurm=True, digests=digests)
+    closing lines, from the runs in memory (peak_override: see tidy_frames). A file that cannot
+    be written is named with why, and nothing already written is touched
+    (scalesweep/contract/atomic.py)."""
+    epochs, runs = tidy_frames(items, ask_slurm=True, digests=digests, peak_override=peak_override)
     runs_csv = Path(tidy_outputs["runs"])
     try:
         write_pair(epochs, runs, tidy_outputs["epochs"], runs_csv)

@@ -108,20 +108,6 @@ def test_mfu_of_a_vit_h_run_on_one_h100_by_hand(tmp_path):
     assert row["mfu_pct"] == pytest.approx(100 * 240.96 / 989)
 
 
-@pytest.mark.parametrize("device, framework, precision, peak", [
-    ("NVIDIA H100 80GB HBM3", "pytorch", "bf16", 989.0),
-    ("NVIDIA H100", "pytorch", "fp32", 67.0),  # MareNostrum 5's 64 GB SXM: PyTorch's fp32 has no TF32
-    ("NVIDIA H100 PCIe", "tensorflow", "fp32", 378.0),  # TensorFlow's fp32 runs TF32
-    ("NVIDIA H200", "pytorch", "fp16", 989.0),
-    ("NVIDIA A100-SXM4-40GB", "pytorch", "bf16", 312.0),
-    ("Tesla V100-SXM2-32GB", "pytorch", "bf16", None),  # no bf16 on Volta
-    ("NVIDIA GeForce RTX 4090", "pytorch", "bf16", None),
-    (None, "pytorch", "fp32", None),  # CPU runs
-])
-def test_peak_table(device, framework, precision, peak):
-    assert hardware.peak_tflops(device, hardware.compute_dtype(framework, precision)) == peak
-
-
 def test_breakdown_figures_draw_the_hand_computed_parts(tmp_path):
     """Stacked bars of N x part / images per step: at N=4, 4 x 0.015 / 128 s = 0.46875 ms of
     sync wait and 4 x 0.030 / 128 s = 0.9375 ms of sync comm per image, two bars of their own; the bus-bandwidth figure marks where runs span nodes."""

@@ -126,10 +126,10 @@ def schema_message(config):
         (lambda c: c["matrix"].update(gpus=[1, -1]), "config key 'matrix.gpus[1]': -1 is less than the minimum of 0"),
         (lambda c: c.update(matirx={}),
          "unknown top-level key 'matirx' (allowed: matrix, exclude, training, models, datasets, analysis, "
-         "cluster, container, site, history_dir, compare_with); did you mean 'matrix'?"),
+         "cluster, container, hardware, site, history_dir, compare_with); did you mean 'matrix'?"),
         (lambda c: c.update(foo=1, bar=2),
          "unknown top-level keys 'foo', 'bar' (allowed: matrix, exclude, training, models, datasets, "
-         "analysis, cluster, container, site, history_dir, compare_with)"),
+         "analysis, cluster, container, hardware, site, history_dir, compare_with)"),
         (lambda c: c["training"].update(epoch=3),
          "config key 'training': unknown key 'epoch' (allowed: epochs, precision, num_workers, compile, "
          "channels_last, seed, protocol, warmup_steps, timed_steps, target_ci_pct, max_timed_steps, oom_policy, "
@@ -345,7 +345,7 @@ def test_dryrun_names_an_unknown_key_without_dumping_the_schema(tmp_path):
     assert result.returncode != 0
     assert (
         "unknown top-level key 'matirx' (allowed: matrix, exclude, training, models, datasets, "
-        f"analysis, cluster, container, site, history_dir, compare_with); did you mean 'matrix'? "
+        f"analysis, cluster, container, hardware, site, history_dir, compare_with); did you mean 'matrix'? "
         f"(config files: {tmp_path / 'c.yaml'})"
     ) in output
     assert "Failed validating" not in output and len(output.splitlines()) < 10

@@ -63,9 +63,9 @@ def test_preview_after_losing_one_result_lists_only_that_run_and_its_dependents(
     lost.unlink()
     preview = snakemake(tiny_sweep, "-n")
     assert preview.returncode == 0, preview.stderr
-    # The cost line counts the one job to run (2 stand-in GPUs, 60 min), the matrix beside it.
+    # The cost line counts the one job to run (60 min), the matrix beside it, in a local run's terms.
     assert "scalesweep: 1 configuration to run (3 already measured) of 4;" in preview.stderr
-    assert "  GPUs of the jobs to run: 2; GPU-hours they book at their time limits (60 min): 2.0 (all 4 jobs: 6.0)" in preview.stderr
+    assert "  minutes at their time limits (60 min): at most 60 (all 4 jobs: 240)" in preview.stderr
     assert job_counts(preview.stdout) == {
         "train_pytorch": 1, "tidy": 1, "tables": 1, "figures": 1, "findings": 1, "history": 1,
         "all": 1, "total": 7,
@@ -131,10 +131,10 @@ def test_find_max_batch_target_bisects_to_the_largest_batch_that_fits(tmp_path, 
     # as a real out-of-memory error would, through the same code path.
     monkeypatch.setenv("SCALESWEEP_FAIL_INJECT", "oom-above:32")
     preview = snakemake(tmp_path, "-n", "find_max_batch")
-    # The preview counts the search's jobs (one single-GPU configuration per framework, 1 GPU
-    # for 60 min each), not the sweep's 4 configurations.
+    # The preview counts the search's jobs (one single-GPU configuration per framework, 60 min
+    # each), not the sweep's 4 configurations.
     assert "scalesweep: find_max_batch: 2 search jobs to run (0 done) for 4 configurations;" in preview.stderr
-    assert "  GPUs of the jobs to run: 2; GPU-hours they book at their time limits (60 min): 2.0" in preview.stderr
+    assert "  minutes at their time limits (60 min): at most 120" in preview.stderr
     result = snakemake(tmp_path, "--cores", "2", "find_max_batch")
     assert result.returncode == 0, result.stderr[-3000:]
     table = pd.read_csv(tmp_path / "results/tables/max_batch.csv")

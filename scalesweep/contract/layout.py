@@ -119,6 +119,12 @@ def table(name: str) -> str:
     return f"{TABLES}/{name}.csv"
 
 
+def results_table(results_dir: str, name: str) -> str:
+    """<results_dir>/tables/<name>.csv: a table of any results folder (a sweep's results/, or the
+    folder `analyze --out` names, which holds tables/ directly)."""
+    return posixpath.join(results_dir, posixpath.relpath(table(name), RESULTS))
+
+
 def archived_marker() -> str:
     """The file naming where the history rule archived this sweep."""
     return f"{TABLES}/archived.json"

@@ -128,3 +128,31 @@ def write_image(command: str, sif, digest_path) -> str:
     if not os.path.isfile(sif) or os.path.getsize(sif) == 0:
         raise RuntimeError(f"'{command}' succeeded but left no image at {sif}")
     return write_digest(sif, digest_path)
+
+
+def sdm_warnings(deployment_methods, container: dict) -> list:
+    """What Snakemake's --sdm does not do here, as warnings. `deployment_methods`: the names
+    given (`apptainer`, `conda`, `env-modules`); `container`: the config's section.
+
+    The train rules carry no `container:` directive on purpose: Snakemake would run a job's whole
+    command inside the image, the `srun` of a run across nodes included, where no SLURM client
+    is; launch.py puts the runtime inside the job instead, around each trainer process. So
+    --sdm apptainer changes nothing, and --sdm conda builds environments no trainer runs in
+    once the trainers run in images."""
+    runtime = container.get("runtime", "none")
+    warnings = []
+    if "apptainer" in deployment_methods:
+        where = (f"the config's container section runs them: runtime {runtime}, one image per framework"
+                 if runtime != "none" else
+                 "with the config's container.runtime none they run on the host; set runtime "
+                 "apptainer or singularity and container.images to run them in images")
+        warnings.append(
+            "--sdm apptainer changes nothing for the trainers: " + where + " (docs/containers.md). "
+            "The rules build the container command themselves because Snakemake would put the "
+            "whole job, srun included, inside the image, where no SLURM client is")
+    if "conda" in deployment_methods and runtime != "none":
+        warnings.append(
+            f"--sdm conda builds the train rules' conda environments, but the trainers run in the "
+            f"images of the config's container section (runtime {runtime}), not in them; leave "
+            "--sdm conda out, or set container.runtime none to train in the conda environments")
+    return warnings

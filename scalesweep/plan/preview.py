@@ -6,11 +6,17 @@ by, so it sums what the jobs to run are charged (a job holding whole nodes: all 
 the whole matrix beside it. A configuration "to run" is one
 without a result file; Snakemake may rerun more when told to (--forceall, -R), and its own job
 list below says so.
+
+A local run (the local executor, `make sweep`) books no GPU-hours and submits no SLURM job: its
+preview counts processes and minutes instead. A dry run executes with Snakemake's own `dryrun`
+executor, so which executor the user gave is read back from the command line (intended_executor).
 """
 
+import contextlib
+import io
 from collections import Counter
 
-from scalesweep.plan.launch import booked_gpu_hours, held_gpus, holds_whole_nodes
+from scalesweep.plan.launch import booked_gpu_hours, held_gpus, holds_whole_nodes, processes_per_node
 from scalesweep.plan.matrix import exclusion_counts
 
 
@@ -57,13 +63,51 @@ def cost_lines(pending, every_job) -> list:
     ]
 
 
+def local_shape(settings) -> str:
+    """e.g. '2 processes', '1 process x 2 replicas' (MirroredStrategy), '1 process (CPU baseline)'."""
+    if settings["gpus"] == 0:
+        return "1 process (CPU baseline)"
+    processes = processes_per_node(settings)
+    shape = f"{processes} process{'' if processes == 1 else 'es'}"
+    return shape if processes == settings["gpus"] else f"{shape} x {plural(settings['gpus'], 'replica')}"
+
+
+def local_cost_lines(pending, every_job) -> list:
+    """Processes and minutes of the local jobs to run: each takes every core given to Snakemake
+    (workflow/rules/resources.smk: job_threads), so they run one after another."""
+    if not pending:
+        return ["  nothing to run: every job has its result"]
+    shapes = Counter(local_shape(s) for s in pending)
+    return [
+        "  local jobs to run, one after another on the cores given to --cores: "
+        + ", ".join(f"{shape}: {n}" for shape, n in sorted(shapes.items())),
+        f"  minutes at their time limits ({time_limits(pending)}): at most "
+        f"{sum(s['time_limit_min'] for s in pending)} "
+        f"(all {plural(len(every_job), 'job')}: {sum(s['time_limit_min'] for s in every_job)})",
+    ]
+
+
+def intended_executor(argv) -> str | None:
+    """The executor named on Snakemake's command line `argv` (--executor, or a profile's
+    `executor:`), 'local' where none is; None where `argv` is no Snakemake command line (the API)."""
+    from snakemake.cli import parse_args
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # it names the profile a second time
+            _, args = parse_args(list(argv))
+    except (SystemExit, Exception):  # argparse exits on a command line that is not its own
+        return None
+    return args.executor or "local"
+
+
 def warning_lines(warnings) -> str:
     return "\n".join(f"scalesweep: warning: {warning}" for warning in warnings)
 
 
-def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False):
+def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, local=False):
     """The preview: `jobs` maps each job's result path to its settings, `done` holds the result
-    paths that exist; `max_batch`: the jobs are maximum-batch searches, not the sweep's runs."""
+    paths that exist; `max_batch`: the jobs are maximum-batch searches, not the sweep's runs;
+    `local`: they run on this machine (local_cost_lines), not as SLURM jobs."""
     pending = [settings for path, settings in jobs.items() if path not in done]
     measured = len(jobs) - len(pending)
     if max_batch:
@@ -72,4 +116,5 @@ def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False):
     else:
         head = (f"scalesweep: {plural(len(pending), 'configuration')} to run ({measured} already measured) "
                 f"of {len(runs)}; {left_out(excluded)}")
-    return "\n".join([head, *cost_lines(pending, list(jobs.values()))])
+    costs = local_cost_lines if local else cost_lines
+    return "\n".join([head, *costs(pending, list(jobs.values()))])

@@ -35,6 +35,8 @@ from scalesweep.tidy.table import (
     FLOAT_BREAKDOWN_COLUMNS,
     INTERVAL_COLUMNS,
     METRIC_COLUMNS,
+    PEAK_COLUMNS,
+    PEAK_TEXT_COLUMNS,
     RUN_RESULT_COLUMNS,
     SLURM_ENERGY_COLUMNS,
     status_counts,
@@ -45,7 +47,7 @@ from scalesweep.tidy.table import (
 RESERVED_KEYS = frozenset(
     {"status", "reason", "log", "log_format", *METRIC_COLUMNS, *INTERVAL_COLUMNS, *COST_COLUMNS,
      *ENERGY_COLUMNS, *ENERGY_TEXT_COLUMNS, *SLURM_ENERGY_COLUMNS, *BREAKDOWN_COLUMNS,
-     *EPOCH_RESULT_COLUMNS}
+     *PEAK_COLUMNS, *PEAK_TEXT_COLUMNS, *EPOCH_RESULT_COLUMNS}
 )
 NO_LOG_REASON = "no log"
 NO_STEADY_REASON = "only epoch 1 finished: no steady-state epoch (epoch >= 2) to measure"
@@ -62,23 +64,26 @@ class TidyTables(NamedTuple):
     copies_left_out: list[str] = []
 
 
-def runs_table(items, images_per_epoch: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(epochs, runs) tables from `(log path or None, run axes)` pairs.
+def runs_table(items, images_per_epoch: int | None = None, peak_override: dict | None = None,
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(epochs, runs) tables from `(log path or None, run axes)` pairs. peak_override: the
+    config's hardware.peak_tflops, {dtype: TFLOP/s} (contract/hardware.py: run_peak).
 
     Columns: AXIS_COLUMNS, then the runs' other axes sorted, then the result columns (a result
     column that is also an axis appears once, as the axis). epochs holds the epochs of finished
     (status ok) runs only: a failed run's partial epochs are not measurements to plot.
     """
-    tables = tidy_tables(items, images_per_epoch)
+    tables = tidy_tables(items, images_per_epoch, peak_override)
     return tables.epochs, tables.runs
 
 
-def tidy_tables(items, images_per_epoch: int | None = None) -> TidyTables:
+def tidy_tables(items, images_per_epoch: int | None = None, peak_override: dict | None = None) -> TidyTables:
     """runs_table's tables, and the logs it refused (TidyTables.refused). `images_per_epoch`: the
     dataset's training images, for logs that count steps instead (Keras; formats/keras.py: keras_epoch_images)."""
     items = [(path, dict(axes)) for path, axes in items]
     extra_axes = _extra_axes(axes for _, axes in items)
-    readings = [reading for path, axes in items for reading in _rows_for_item(path, axes, images_per_epoch)]
+    readings = [reading for path, axes in items
+                for reading in _rows_for_item(path, axes, images_per_epoch, peak_override)]
     ids = [run_row["run_id"] for run_row, _, _ in readings]
     later = copies.later_readings(ids)
     copy_lines = copies.copy_lines([run_row["log"] for run_row, _, _ in readings], ids, later)
@@ -90,7 +95,7 @@ def tidy_tables(items, images_per_epoch: int | None = None) -> TidyTables:
     runs = pd.DataFrame(run_rows, columns=axis_columns + [c for c in RUN_RESULT_COLUMNS if c not in axis_columns])
     epochs = pd.DataFrame(epoch_rows, columns=axis_columns + [c for c in EPOCH_RESULT_COLUMNS if c not in axis_columns])
     float_columns = (METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + ENERGY_COLUMNS + ["slurm_energy_j"]
-                     + FLOAT_BREAKDOWN_COLUMNS)
+                     + FLOAT_BREAKDOWN_COLUMNS + PEAK_COLUMNS)
     return TidyTables(_typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, float_columns), refused, copy_lines)
 
 
@@ -124,22 +129,24 @@ def with_digests(runs: pd.DataFrame, digests: dict | None) -> pd.DataFrame:
     return runs.assign(container_digest=known.where(known.notna(), runs["container_digest"]))
 
 
-def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False, digests=None) -> str:
+def write_tidy_tables(items, epochs_csv, runs_csv, ask_slurm: bool = False, digests=None,
+                      peak_override=None) -> str:
     """The tidy stage (rule `tidy`): (log path or None, run axes) pairs -> epochs_csv and
-    runs_csv (write_pair); the log line. ask_slurm and digests: see tidy_frames."""
-    epochs, runs = tidy_frames(items, ask_slurm, digests)
+    runs_csv (write_pair); the log line. ask_slurm, digests, peak_override: see tidy_frames."""
+    epochs, runs = tidy_frames(items, ask_slurm, digests, peak_override)
     write_pair(epochs, runs, epochs_csv, runs_csv)
     return status_counts(runs)
 
 
-def tidy_frames(items, ask_slurm: bool = False, digests=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def tidy_frames(items, ask_slurm: bool = False, digests=None, peak_override=None,
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The tidy stage's (epochs, runs) tables, not written. ask_slurm: give failed runs the
     status SLURM's accounting knows (TIMEOUT, OUT_OF_MEMORY...), and every run its job's energy
     where the cluster accounts it (slurm_energy_j); digests: {framework: image digest}
-    (with_digests)."""
+    (with_digests); peak_override: the config's hardware.peak_tflops (runs_table)."""
     from scalesweep.logs import accounting
 
-    epochs, runs = runs_table(items)
+    epochs, runs = runs_table(items, peak_override=peak_override)
     runs = with_digests(runs, digests)
     if ask_slurm and "slurm_job_id" in runs.columns:
         failed = runs[runs["status"] != "ok"]
@@ -176,7 +183,8 @@ def _extra_axes(run_axes) -> list[str]:
     return sorted(keys - set(AXIS_COLUMNS))
 
 
-def _rows_for_item(path, axes: dict, images_per_epoch=None) -> list[tuple[dict, list[dict], str | None]]:
+def _rows_for_item(path, axes: dict, images_per_epoch=None, peak_override=None,
+                   ) -> list[tuple[dict, list[dict], str | None]]:
     """[(run row, epoch rows, why refused or None)] for one log: several when it holds several runs.
 
     An empty log is a job that died before printing: a failed run, not a refused log.
@@ -192,12 +200,12 @@ def _rows_for_item(path, axes: dict, images_per_epoch=None) -> list[tuple[dict, 
         return [(_failed_row(axes, reason, path), [], reason)]
     rows = []
     for run in runs:
-        row, run_epochs = _run_rows(run, axes, path)
+        row, run_epochs = _run_rows(run, axes, path, peak_override)
         mfu = invariants.mfu_problem(row.get("mfu_pct"), row.get("tflops_per_gpu"))
         if mfu:  # the MFU needs the run's GPU count, which the axes may give: judged here
             run.problems = [f"{path}: {mfu}"]
             run.summary = refused_summary(run.problems, len(run.epochs))
-            row, run_epochs = _run_rows(run, axes, path)
+            row, run_epochs = _run_rows(run, axes, path, peak_override)
         refusal = run.summary["reason"] if run.problems else None
         rows.append(_refused_without_gpu_count(row, run_epochs, refusal))
     return rows
@@ -263,7 +271,7 @@ def _failed_row(axes: dict, reason: str, path) -> dict:
     }
 
 
-def _run_rows(run, axes: dict, path) -> tuple[dict, list[dict]]:
+def _run_rows(run, axes: dict, path, peak_override=None) -> tuple[dict, list[dict]]:
     header, summary = run.header, run.summary or {}
     row = {key: header[key] for key in RUN_RESULT_COLUMNS if key in header and key in records.HEADER}
     row.update(_axis_values(header, axes))
@@ -290,7 +298,7 @@ def _run_rows(run, axes: dict, path) -> tuple[dict, list[dict]]:
         row[key] = summary.get(key)
     row.update(_step_interval(run.epochs, summary, metrics["throughput_img_s"]))
     row["gpu_hours"] = run_gpu_hours(row)
-    row.update(breakdown_fields(header, summary, row))
+    row.update(breakdown_fields(header, summary, row, peak_override))
     row.update(steady_energy(run.epochs, row["world_size"]), run_energy_j=summary.get("run_energy_j"))
     epoch_axes = {key: row[key] for key in row if key in AXIS_COLUMNS or key in axes}
     return row, [_epoch_row(epoch_axes, epoch) for epoch in run.epochs]
@@ -372,18 +380,22 @@ def _step_interval(epochs: list[dict], summary: dict, throughput) -> dict:
 _SUMMARY_BREAKDOWN = tuple(c for c in BREAKDOWN_COLUMNS if c not in ("flops_per_image", "tflops_per_gpu", "mfu_pct"))
 
 
-def breakdown_fields(header: dict, summary: dict, row: dict) -> dict:
+def breakdown_fields(header: dict, summary: dict, row: dict, peak_override=None) -> dict:
     """The breakdown columns of an ok run: the summary's parts and probes, the header's FLOPs per
-    image, and from them the achieved TFLOP/s per GPU and the MFU (scalesweep/contract/hardware.py)."""
+    image, and from them the achieved TFLOP/s per GPU and the MFU against the peak of
+    scalesweep/contract/hardware.py (peak_override: the config's {dtype: TFLOP/s}), with that
+    peak and where it came from (or why there is none)."""
     values = {key: summary.get(key) if _is_number(summary.get(key)) else None for key in _SUMMARY_BREAKDOWN}
     flops = header.get("flops_per_image")
     values["flops_per_image"] = flops if _is_number(flops) else None
-    values["tflops_per_gpu"] = values["mfu_pct"] = None
+    device = (header.get("gpu_models") or [None])[0] if header.get("device_kind") == "gpu" else None
+    peak = hardware.run_peak(device, hardware.compute_dtype(header.get("framework"), header.get("precision")),
+                             peak_override)
+    values.update(tflops_per_gpu=None, mfu_pct=None, peak_tflops=peak.tflops, peak_note=peak.note)
     if values["flops_per_image"] is not None and _is_number(row.get("throughput_img_s")) and _is_number(row.get("gpus")):
         tflops = hardware.tflops_per_gpu(flops, row["throughput_img_s"], row["gpus"])
         values["tflops_per_gpu"] = tflops
-        device = (header.get("gpu_models") or [None])[0] if header.get("device_kind") == "gpu" else None
-        values["mfu_pct"] = hardware.mfu_pct(tflops, device, header.get("framework"), header.get("precision"))
+        values["mfu_pct"] = hardware.mfu_pct(tflops, peak.tflops)
     return values
 
 

@@ -51,6 +51,11 @@ BREAKDOWN_COLUMNS = (
     "mfu_pct",
 )
 FLOAT_BREAKDOWN_COLUMNS = [c for c in BREAKDOWN_COLUMNS if c not in ("breakdown_steps", "allreduce_bytes")]
+
+# The peak mfu_pct is measured against (scalesweep/contract/hardware.py) and where it came from, or
+# why a run has no MFU: a reader can check the MFU, and runs on different parts stay comparable.
+PEAK_COLUMNS = ["peak_tflops"]
+PEAK_TEXT_COLUMNS = ["peak_note"]
 RUN_RESULT_COLUMNS = [
     "per_gpu_batch",
     "requested_per_gpu_batch",
@@ -71,6 +76,8 @@ RUN_RESULT_COLUMNS = [
     *ENERGY_TEXT_COLUMNS,
     *SLURM_ENERGY_COLUMNS,
     *BREAKDOWN_COLUMNS,
+    *PEAK_COLUMNS,
+    *PEAK_TEXT_COLUMNS,
     # provenance, after the contract's columns
     "device_kind",
     "images_per_epoch",

@@ -114,6 +114,18 @@
         return seen;
     }
 
+    function firstScreen() {
+        // Where the findings' title is laid out before any scroll or click, and the window's size.
+        const title = Array.from(document.querySelectorAll("#app strong"))
+            .find((element) => element.textContent.trim().startsWith("Findings"));
+        const box = title ? title.getBoundingClientRect() : null;
+        return {
+            title: title ? title.textContent.trim() : null,
+            box: box ? { top: box.top, bottom: box.bottom, left: box.left, right: box.right } : null,
+            window: { width: window.innerWidth, height: window.innerHeight },
+        };
+    }
+
     async function drive(out, showFigure) {
         // The front page as the reader first sees it: the workflow description, findings first.
         const app = await until(() => {
@@ -121,6 +133,7 @@
             return found && found.innerText.includes("Findings") ? found : null;
         }, "the front page with its findings");
         out.front = app.innerText;
+        out.firstScreen = firstScreen();
         out.figures = await readCategory("Figures", true);
         out.tables = await readCategory("Tables", false);
         const row = rowNamed(await openCategory("Figures"), showFigure);

@@ -1,6 +1,7 @@
 # Config validation, the run matrix and the input/params functions of the workflow (the training
 # jobs' threads and SLURM resources: resources.smk).
 import collections
+import functools
 import json
 import os
 import re
@@ -326,6 +327,26 @@ def result_of(trainer_rule):
     return max_batch_log if trainer_rule.max_batch else run_log
 
 
+def reported_result(trainer_rule):
+    """A training rule's result, and for the sweep's runs (not the maximum-batch search) its
+    entry in the HTML report: every finished run's log, labelled by its configuration."""
+    path = result_of(trainer_rule)(run_pattern(trainer_rule.framework.name))
+    if trainer_rule.max_batch:
+        return path
+    return report(
+        path,
+        caption="../report/run_log.rst",
+        category="Run logs",
+        labels={
+            "framework": trainer_rule.framework.name,
+            "model": "{model}",
+            "dataset": "{dataset}",
+            "gpus": "{gpus}",
+            "settings": "{settings}",
+        },
+    )
+
+
 def attempt_log(trainer_rule):
     stage = "max_batch" if trainer_rule.max_batch else "train"
     return layout.attempt_log(stage, run_pattern(trainer_rule.framework.name))
@@ -349,11 +370,25 @@ def job_command(trainer_rule):
     return trainer_command(trainer_rule.framework.name)
 
 
+@functools.cache
+def executor_name():
+    """The executor the user gave: a dry run executes with Snakemake's own 'dryrun' (or 'touch'),
+    which says nothing of it (scalesweep/plan/preview.py: intended_executor). None: unknown.
+    """
+    executor = workflow.executor_plugin
+    if executor is not None and executor.name not in ("dryrun", "touch"):
+        return executor.name
+    return preview.intended_executor(sys.argv[1:])
+
+
+def runs_locally():
+    return executor_name() == "local"
+
+
 def site_problems(jobs, max_batch):
     """What the site refuses of the jobs to run ({run path: settings}; scalesweep/plan/site.py);
     never for a local run."""
-    executor = workflow.executor_plugin
-    if executor is not None and executor.name == "local":
+    if runs_locally():
         return []
     needs = config["site"]
     defaults = workflow.resource_settings.default_resources
@@ -398,7 +433,7 @@ def preview_of(max_batch):
             if PATH_PROBLEMS:
                 print(site.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
             summary = preview.plan_summary(
-                RUNS, EXCLUDED, jobs, done, max_batch=max_batch
+                RUNS, EXCLUDED, jobs, done, max_batch=max_batch, local=runs_locally()
             )
             print(summary, file=sys.stderr)
             PREVIEWED.append(max_batch)
@@ -409,6 +444,11 @@ def preview_of(max_batch):
 
 PREVIEWED = []
 if workflow.is_main_process:
-    WARNINGS = matrix.config_warnings(config, EXCLUDED, SETTINGS.values())
+    WARNINGS = matrix.config_warnings(
+        config, EXCLUDED, SETTINGS.values()
+    ) + containers.sdm_warnings(
+        {str(method) for method in workflow.deployment_settings.deployment_method},
+        config["container"],
+    )
     if WARNINGS:
         print(preview.warning_lines(WARNINGS), file=sys.stderr)

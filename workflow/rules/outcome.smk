@@ -29,6 +29,7 @@ onerror:
                 "findings_md": rules.findings.output[0],
             },
             digests=containers.sweep_digests(config["container"], IMAGES),
+            peak_override=config["hardware"]["peak_tflops"],
         ),
         file=sys.stderr,
     )

@@ -12,10 +12,8 @@ def job_threads(framework, wildcards):
     """Locally a trainer takes every core given to Snakemake, so runs never share the machine and
     their timings mean something; a cluster job (and a preview) gets its own CPUs (cpus_per_task).
     """
-    if (
-        workflow.executor_plugin is not None
-        and workflow.executor_plugin.name == "local"
-    ):
+    # Without an executor (--report, --lint) there is no core count to take.
+    if workflow.executor_plugin is not None and runs_locally():
         return workflow.cores
     return settings_of(framework, wildcards)["cpus_per_task"]
 
@@ -73,9 +71,12 @@ def user_slurm_extra(wildcards, input, attempt, threads, rulename):
 
 
 def slurm_resource(framework, name, default=None):
-    """One SLURM resource of a training job (the plugin reads them; local runs ignore them)."""
+    """One SLURM resource of a training job (the plugin reads them); none for a local run, whose
+    preview would otherwise show SLURM job shapes for a laptop."""
 
     def resource_of(wildcards, input, attempt, threads, rulename):
+        if runs_locally():
+            return None
         settings = settings_of(framework, wildcards)
         extra = (
             user_slurm_extra(wildcards, input, attempt, threads, rulename)

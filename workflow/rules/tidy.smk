@@ -11,7 +11,12 @@ rule tidy:
         logs=all_run_logs(),
         digests=image_digest_files(),
     output:
-        epochs=layout.tidy_table("epochs"),
+        epochs=report(
+            layout.tidy_table("epochs"),
+            caption="../report/epochs.rst",
+            category="Tables",
+            labels={"table": "epochs"},
+        ),
         runs=report(
             layout.tidy_table("runs"),
             caption="../report/runs.rst",
@@ -25,6 +30,7 @@ rule tidy:
         configs=key_ordered(run_axes()),
         container=key_ordered(config["container"]),
         frameworks=list(IMAGES),
+        peak_override=config["hardware"]["peak_tflops"],
     run:
         rulelog.run_logged(
             log[0],
@@ -32,4 +38,5 @@ rule tidy:
             zip(input.logs, params.configs),
             *output,
             digests=containers.sweep_digests(params.container, params.frameworks),
+            peak_override=params.peak_override,
         )

@@ -39,7 +39,7 @@ for trainer_rule in TRAINER_RULES:
             ),
             earlier_jobs=await_earlier_slurm_jobs,
         output:
-            result_of(trainer_rule)(run_pattern(trainer_rule.framework.name)),
+            reported_result(trainer_rule),
         log:
             attempt_log(trainer_rule),
         wildcard_constraints:
