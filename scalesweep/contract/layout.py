@@ -109,14 +109,19 @@ def log_run_name(file_name: str) -> str:
     return _RULE_LOG_END.sub("", file_name)
 
 
+def csv_name(name: str) -> str:
+    """A table's file name, in whichever folder it is written (analyze --out's too)."""
+    return f"{name}.csv"
+
+
 def tidy_table(name: str) -> str:
     """results/tidy/<name>.csv: runs or epochs."""
-    return f"{TIDY}/{name}.csv"
+    return f"{TIDY}/{csv_name(name)}"
 
 
 def table(name: str) -> str:
     """results/tables/<name>.csv (archived.json is `archived_marker()`)."""
-    return f"{TABLES}/{name}.csv"
+    return f"{TABLES}/{csv_name(name)}"
 
 
 def archived_marker() -> str:
