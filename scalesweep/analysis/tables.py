@@ -11,7 +11,7 @@ from pathlib import Path
 
 from scalesweep.analysis import scaling, sweetspot
 from scalesweep.analysis.settings import AnalysisSettings
-from scalesweep.contract import atomic
+from scalesweep.contract import atomic, layout
 from scalesweep.tidy.table import read_runs
 
 TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
@@ -44,4 +44,4 @@ def write_tables(runs_csv, outputs: dict, settings: AnalysisSettings) -> str:
 
 def outputs_in(folder) -> dict:
     """{table name: folder/<name>.csv} for every table."""
-    return {name: Path(folder) / f"{name}.csv" for name in TABLES}
+    return {name: Path(folder) / layout.csv_name(name) for name in TABLES}

@@ -1,9 +1,10 @@
 """Every on-disk path of a sweep, spelled once.
 
 The rules, the package and the scripts build the paths they read and write from here, so a
-folder renamed or a file added is one edit (tests/test_layout.py: no results/, logs/ or
+folder renamed or a file added is one edit (tests/test_contract_layout.py: no results/, logs/ or
 resources/ path literal elsewhere). Paths are relative to the workflow's directory (Snakemake's
-`--directory`, the folder `analyze --out` names), as strings: Snakemake's outputs are strings.
+`--directory`), as strings: Snakemake's outputs are strings; `in_results` moves one below another
+results folder (the one `analyze --out` names).
 
 Standard library only (Python 3.8): scripts/run_attempt.py imports it on the machine that runs a
 job, inside the course's containers too.
@@ -47,10 +48,12 @@ _RULE_LOG_END = re.compile(rf"(?:{re.escape(_ATTEMPT_MARK)}\d+)?{re.escape(LOG_S
 
 # A run's place below runs/, logs/train/, ...: the core axes, then one /key~value folder per
 # setting the run measures away from its default (plan/matrix.py decides which).
-RUN_PATTERN = "model~{model}/dataset~{dataset}/gpus~{gpus}{settings}"
 AXIS_SEPARATOR = "~"
+CORE_AXES = ("model", "dataset", "gpus")
+# model~{model}/dataset~{dataset}/gpus~{gpus}{settings}
+RUN_PATTERN = "/".join(f"{axis}{AXIS_SEPARATOR}{{{axis}}}" for axis in CORE_AXES) + "{settings}"
 # The settings wildcard: empty (every setting at its default), or /key~value per setting.
-SETTINGS_WILDCARD = "(/[^/~]+~[^/]+)*"
+SETTINGS_WILDCARD = f"(/[^/{AXIS_SEPARATOR}]+{AXIS_SEPARATOR}[^/]+)*"
 
 
 def under(root: str, path: str) -> str:
@@ -109,14 +112,19 @@ def log_run_name(file_name: str) -> str:
     return _RULE_LOG_END.sub("", file_name)
 
 
+def csv_name(name: str) -> str:
+    """A table's file name, in whichever folder it is written (analyze --out's too)."""
+    return f"{name}.csv"
+
+
 def tidy_table(name: str) -> str:
     """results/tidy/<name>.csv: runs or epochs."""
-    return f"{TIDY}/{name}.csv"
+    return f"{TIDY}/{csv_name(name)}"
 
 
 def table(name: str) -> str:
     """results/tables/<name>.csv (archived.json is `archived_marker()`)."""
-    return f"{TABLES}/{name}.csv"
+    return f"{TABLES}/{csv_name(name)}"
 
 
 def results_table(results_dir: str, name: str) -> str:

@@ -81,7 +81,7 @@ UNIDENTIFIED = (
 # A run's log or result in the workflow: <framework>/model~M/dataset~D/gpus~N[/more~axes]
 # then `.attempt-K.log` or `.log` (logs/train/), or `/train.log` (results/runs/).
 _RUN_FILES = (layout.RESULT_LOG, layout.MAX_BATCH_LOG)
-_IDENTITY_AXES = ("model", "dataset", "gpus")
+_IDENTITY_AXES = layout.CORE_AXES
 
 
 def run_identity(source) -> dict:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from scalesweep.contract import atomic, hardware, records
+from scalesweep.contract import atomic, hardware, layout, records
 from scalesweep.contract.records import FIRST_STEADY_EPOCH
 from scalesweep.logs import invariants
 from scalesweep.logs.read import parse_file
@@ -165,7 +165,7 @@ def write_pair(epochs: pd.DataFrame, runs: pd.DataFrame, epochs_csv, runs_csv) -
 
 def write_tidy(epochs: pd.DataFrame, runs: pd.DataFrame, outdir) -> tuple[Path, Path]:
     """Write epochs.csv and runs.csv into `outdir` (write_pair)."""
-    paths = Path(outdir) / "epochs.csv", Path(outdir) / "runs.csv"
+    paths = Path(outdir) / layout.csv_name("epochs"), Path(outdir) / layout.csv_name("runs")
     write_pair(epochs, runs, *paths)
     return paths
 
