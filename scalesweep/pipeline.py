@@ -27,6 +27,7 @@ from scalesweep.logs.discover import (
     without_dangling_links,
 )
 from scalesweep.report import outcome
+from scalesweep.tidy import after_failure
 from scalesweep.tidy.copies import without_copies
 from scalesweep.tidy.rows import tidy_frames, tidy_tables, write_pair, write_tidy
 from scalesweep.tidy.table import read_runs
@@ -109,16 +110,21 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
 
 # ----------------------------------------------------------------------------- after failures
 
-def failure_outcome(items, tidy_outputs: dict, rebuild: dict, digests=None) -> str:
+def failure_outcome(items, tidy_outputs: dict, rebuild: dict, marker, digests=None) -> str:
     """The failure handler (`onerror`): the tidy tables of every run, with a failed row per
     missing one and SLURM's verdict where accounting has one (tidy_outputs: {"epochs", "runs"}
     paths), written together or not at all; then the scaling tables, figures and findings
     rebuilt from them (rebuild: rebuild_tables_and_figures' arguments after runs_csv); then the
-    closing lines, from the runs in memory. A file that cannot be written is named with why,
-    and nothing already written is touched (scalesweep/contract/atomic.py)."""
+    closing lines, from the runs in memory. `marker` (tidy/after_failure.py) records that these
+    files are not the rules' own, so the next invocation tidies again. A file that cannot be
+    written is named with why, and nothing already written is touched
+    (scalesweep/contract/atomic.py)."""
     epochs, runs = tidy_frames(items, ask_slurm=True, digests=digests)
     runs_csv = Path(tidy_outputs["runs"])
+    written = [tidy_outputs["epochs"], runs_csv, *rebuild["table_outputs"].values(),
+               rebuild["figures_dir"], rebuild["findings_md"]]
     try:
+        after_failure.mark(marker, written)
         write_pair(epochs, runs, tidy_outputs["epochs"], runs_csv)
     except OSError as error:
         first = (f"scalesweep: {outcome.not_written(error)}: the tidy tables, and the tables, figures and "
@@ -127,6 +133,10 @@ def failure_outcome(items, tidy_outputs: dict, rebuild: dict, digests=None) -> s
     else:
         first = rebuild_tables_and_figures(runs_csv, **rebuild)
         source = str(runs_csv)
+        try:
+            after_failure.mark(marker, written)
+        except OSError as error:
+            first += f"\nscalesweep: {outcome.not_written(error)}: run `snakemake --forcerun tidy` next"
     as_text = runs.astype(object).where(runs.notna(), "").astype(str)
     return "\n".join([first, outcome.outcome_lines(as_text, source, runs_csv.parent.parent)])
 
