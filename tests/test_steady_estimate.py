@@ -1,4 +1,4 @@
-"""One steady-state estimate per run (scalesweep/tidy/steady.py, docs/metrics.md): under the
+"""One steady-state estimate per run (scalesweep/contract/steady.py, docs/metrics.md): under the
 epochs protocol throughput = images per epoch / the median steady epoch time, so with a fixed
 dataset the time speedup and the throughput speedup are the same number."""
 
@@ -10,7 +10,7 @@ import pytest
 from scalesweep import pipeline
 from scalesweep.analysis import tables
 from scalesweep.analysis.settings import AnalysisSettings
-from scalesweep.tidy.steady import steady_metrics
+from scalesweep.contract.steady import steady_metrics
 
 
 def record(kind, **fields):

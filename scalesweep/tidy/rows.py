@@ -22,7 +22,7 @@ from scalesweep.logs import invariants
 from scalesweep.logs.read import parse_file
 from scalesweep.logs.run import EmptyLogError, LogFormatError, refused_summary, whole_number
 from scalesweep.tidy import copies
-from scalesweep.tidy.steady import epoch_rate, steady_metrics, steady_windows
+from scalesweep.contract.steady import epoch_rate, steady_metrics, steady_windows
 from scalesweep.tidy.provenance import SETTINGS_KEYS, requested_batch, run_id, run_provenance, what_ran
 from scalesweep.tidy.table import (
     AXIS_COLUMNS,

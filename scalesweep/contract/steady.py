@@ -6,6 +6,9 @@ epoch over that time, not the median of the epochs' own rates: the median of rat
 ratio of medians, and with two noisy steady epochs the time speedup and the throughput speedup of
 the same runs would then disagree (docs/metrics.md, "One steady-state estimate"). Under the steps
 protocol the steady window is the timed window: its images over its time.
+
+Standard library only (Python 3.8): the trainers' summary record (scripts/runlog.py) gives the
+same estimate as the tidy table.
 """
 
 import math
