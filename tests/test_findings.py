@@ -122,6 +122,9 @@ def test_findings_md_numbers_are_the_tables(tmp_path):
                 int(spot["gpus"]), float(f"{spot['gpu_hours']:.3g}"))
         fit = fits[(fits["model"] == model) & (fits["law"] == "amdahl")
                    & (fits["target"] == "speedup")].iloc[0]
-        predicted = re.search(rf"8 GPUs {NUMBER}×", block).group(1)
-        assert float(predicted) == round(fit["pred_speedup_1"], 2)
+        if framework == "tensorflow":  # MirroredStrategy: one node, no prediction past it
+            assert "no prediction beyond 4 GPUs" in block and pd.isna(fit["pred_speedup_1"])
+        else:
+            predicted = re.search(rf"8 GPUs {NUMBER}×", block).group(1)
+            assert float(predicted) == round(fit["pred_speedup_1"], 2)
         assert framework in ("tensorflow", "pytorch") and dataset.startswith("synth")

@@ -2,31 +2,14 @@
 epochs protocol throughput = images per epoch / the median steady epoch time, so with a fixed
 dataset the time speedup and the throughput speedup are the same number."""
 
-import json
-
 import pandas as pd
 import pytest
 
+from epoch_logs import write_epochs_log
 from scalesweep import pipeline
 from scalesweep.analysis import tables
 from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract.steady import steady_metrics
-
-
-def record(kind, **fields):
-    return ":::SCALESWEEP " + json.dumps({"record": kind, "schema": 1, **fields})
-
-
-def write_log(path, gpus, seconds, protocol="epochs", images=1024):
-    lines = [record("header", framework="pytorch", model="vit_tiny", dataset="d", gpus=gpus, world_size=gpus,
-                    nodes=1, per_gpu_batch=16, global_batch=16 * gpus, epochs=len(seconds),
-                    images_per_epoch=images, protocol=protocol, device_kind="cpu")]
-    for number, time_s in enumerate(seconds, 1):
-        lines.append(record("epoch", epoch=number, images=images, seconds=time_s,
-                            throughput_img_s=images / time_s))
-    lines.append(record("summary", status="ok", epochs=len(seconds), total_time_s=sum(seconds)))
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def test_epochs_protocol_throughput_is_images_over_the_median_steady_time():
@@ -53,8 +36,8 @@ def test_time_and_throughput_speedups_agree_exactly_on_noisy_epochs(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     # 1 GPU: steady epochs 10 s and 14 s -> median 12 s; 2 GPUs: 4 s and 8 s -> median 6 s.
-    write_log(logs / "g1.log", 1, [24.0, 10.0, 14.0])
-    write_log(logs / "g2.log", 2, [12.0, 4.0, 8.0])
+    write_epochs_log(logs / "g1.log", 1, [24.0, 10.0, 14.0])
+    write_epochs_log(logs / "g2.log", 2, [12.0, 4.0, 8.0])
     runs_csv, refused, _ = pipeline.collect_runs([logs], tmp_path / "tidy")
     assert refused == []
     runs = pd.read_csv(runs_csv).sort_values("gpus")

@@ -22,7 +22,7 @@ import pandas as pd
 
 from scalesweep.analysis.breakdown import PART_NAMES, PARTS
 from scalesweep.analysis.fits import N_DOUBLINGS, predicted_speedup
-from scalesweep.analysis.scaling import SCALING_COLUMNS, format_value, is_usable
+from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_usable
 from scalesweep.contract import atomic
 from scalesweep.tidy.table import iter_groups, table_group_keys
 
@@ -35,12 +35,29 @@ Z95 = 1.959964  # two-sided 95 % normal quantile, for a fit's interval from its 
 
 # ----------------------------------------------------------------------------- facts
 
+def flagged(group: pd.DataFrame) -> pd.Series:
+    """Rows whose point the scaling table flags (superlinear: a measurement suspected wrong)."""
+    if "flags" not in group:
+        return pd.Series(False, index=group.index)
+    return group["flags"].fillna("").astype(str).str.contains(SUPERLINEAR_FLAG)
+
+
 def largest_count(group: pd.DataFrame) -> pd.Series | None:
-    """The row of the largest GPU count above the baseline with a usable speedup (None: no
-    scaling measured)."""
+    """The row of the largest GPU count above the baseline with a usable, unflagged speedup
+    (None: no such scaling measured). A flagged point never heads a group."""
     measured = group[group["speedup"].map(is_usable) & group["efficiency_pct"].map(is_usable)
-                     & (group["gpus"] > group["baseline_gpus"])]
+                     & (group["gpus"] > group["baseline_gpus"]) & ~flagged(group)]
     return None if measured.empty else measured.loc[measured["gpus"].idxmax()]
+
+
+def flagged_text(group: pd.DataFrame) -> str:
+    """' Left out as flagged (superlinear, likely a slowed baseline): 4 GPUs at 154 %.'"""
+    rows = group[flagged(group) & group["efficiency_pct"].map(is_usable)]
+    if rows.empty:
+        return ""
+    points = ", ".join(f"{gpus_text(r['gpus'])} at {r['efficiency_pct']:.0f} %" for _, r in rows.iterrows())
+    return (f" Left out as flagged ({SUPERLINEAR_FLAG}, likely a slowed baseline or a busy node: "
+            f"see node_load in runs.csv): {points}.")
 
 
 def gpus_text(count) -> str:
@@ -94,11 +111,12 @@ def group_spots(sweet: pd.DataFrame | None, values: dict) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- words
 
-def scale_line(row: pd.Series | None) -> str:
+def scale_line(row: pd.Series | None, flagged_note: str = "") -> str:
     if row is None:
-        return "Scaling: no two GPU counts with a usable time, so no speedup to report."
+        return ("Scaling: no two GPU counts with a usable, unflagged time, so no speedup to report."
+                + flagged_note)
     return (f"Scaling: measured up to {gpus_text(row['gpus'])}, speedup {row['speedup']:.2f}× "
-            f"at {row['efficiency_pct']:.1f} % efficiency.")
+            f"at {row['efficiency_pct']:.1f} % efficiency." + flagged_note)
 
 
 def energy_text(spot: pd.Series) -> str:
@@ -148,12 +166,15 @@ def fit_line(fit: pd.Series | None) -> str:
         return (f"Prediction: warning, the Amdahl fit explains nothing (R² = {r2:.2f}): "
                 "no prediction.")
     predictions = []
-    for k in range(1, N_DOUBLINGS + 1):
+    for k in (k for k in range(1, N_DOUBLINGS + 1) if is_usable(fit.get(f"pred_gpus_{k}"))):
         low, high = speedup_interval(fit, k)
         predictions.append(f"{gpus_text(fit[f'pred_gpus_{k}'])} {fit[f'pred_speedup_{k}']:.2f}× "
                            f"(95 % {low:.2f}–{high:.2f}), "
                            f"{fit[f'pred_efficiency_pct_{k}']:.1f} % efficiency")
     shown = f", R² = {r2:.2f}" if np.isfinite(r2) else ""
+    if not predictions:
+        limits = [part for part in str(fit.get("note") or "").split("; ") if part.startswith("no prediction")]
+        predictions = limits or ["no prediction"]
     return (f"Prediction (Amdahl, p = {fit['p']:.3f}{shown}): " + "; ".join(predictions) + ".")
 
 
@@ -174,7 +195,7 @@ def findings_text(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
     for values, group in iter_groups(scaling, keys):
         row = largest_count(group)
         lines += [f"**{group_title(values)}**", "",
-                  f"- {scale_line(row)}",
+                  f"- {scale_line(row, flagged_text(group))}",
                   f"- {spot_line(group_spots(sweet, values))}",
                   f"- {loss_line(row)}",
                   f"- {fit_line(group_fit(fits, values))}", ""]
