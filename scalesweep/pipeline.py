@@ -24,6 +24,7 @@ from scalesweep.logs.discover import (
     dangling_link,
     is_runs_table,
     log_items,
+    with_world_sizes,
     without_dangling_links,
 )
 from scalesweep.report import outcome
@@ -76,10 +77,12 @@ def read_runs_table(path):
         raise Refused(str(error)) from None
 
 
-def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
+def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, world_sizes=None):
     """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv, each run once
     (scalesweep/tidy/copies.py: a run read twice, from two logs or a log and a table, is one run).
     `images_per_epoch`: the training set's size, for logs that count steps instead of images (Keras).
+    `world_sizes`: {log file: GPUs} for logs that print no world size (discover.with_world_sizes);
+    a file there that is none of the logs read is a ValueError.
 
     Returns (runs.csv's path or None when there is no run at all, [refused inputs], [copies
     left out]).
@@ -89,6 +92,9 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
     paths = without_dangling_links(paths)
     items, refused = log_items(paths, all_attempts)
+    items, unmatched = with_world_sizes(items, world_sizes)
+    if unmatched:
+        raise ValueError(f"--world-size {', '.join(unmatched)}: not among the logs read")
     tidied = tidy_tables(items, images_per_epoch)
     refused += tidied.refused
     frames, sources = [tidied.runs], [tidied.runs["log"].tolist()]

@@ -176,3 +176,21 @@ def log_items(paths, all_attempts=False):
         elif not is_runs_table(path):
             items.append((str(path), {}))
     return items, refused
+
+
+def with_world_sizes(items, world_sizes: dict):
+    """`items` ((log, axes) pairs) with the world size the user gave for a file (`analyze
+    --world-size FILE=N`: {resolved path: N}) as its world_size and gpus axes, for logs that do not
+    print it (the DDP reference). Returns (items, [the given files no item is]): a count meant for
+    one log must not be dropped silently."""
+    if not world_sizes:
+        return items, []
+    given = {Path(path).resolve(): count for path, count in world_sizes.items()}
+    used, result = set(), []
+    for path, axes in items:
+        count = given.get(Path(path).resolve())
+        if count is not None:
+            used.add(Path(path).resolve())
+            axes = {**axes, "world_size": count, "gpus": count}
+        result.append((path, axes))
+    return result, [str(path) for path in given if path not in used]
