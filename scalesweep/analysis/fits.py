@@ -291,7 +291,8 @@ def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFram
         if baseline != 1:
             notes.append(f"fitted on N' = N/{int(baseline)} (baseline N={int(baseline)}, not 1)")
     if len(points) < MIN_POINTS:
-        notes.append(f"too few GPU counts to fit: {len(points)} with a usable {target} speedup, "
+        series = "speedup" if target == "speedup" else f"{target.replace('_', ' ')} speedup"
+        notes.append(f"too few GPU counts to fit: {len(points)} with a usable {series}, "
                      f"need {MIN_POINTS}")
         row["note"] = "; ".join(notes)
         return row

@@ -81,7 +81,8 @@ def _group_notes(data: pd.DataFrame) -> str:
 def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bool,
                 error: tuple[str, str] | None = None, ideal: str | None = None,
                 reference_y: float | None = None, note: str = "", interval: bool = False,
-                from_zero: bool = False, joined: bool = True) -> PlotFigure:
+                from_zero: bool = False, joined: bool = True,
+                missing: str = "see the note column of the scaling table") -> PlotFigure:
     """One metric against GPUs: per model (col=model, hue=series) or all groups (hue=label).
 
     With `ideal`, that column is drawn dashed beside the measured one (long form: `kind`).
@@ -96,7 +97,7 @@ def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bo
     rows = data[columns + ([ideal] if ideal else [])].dropna(subset=[y])
     flagged = rows[flagged_rows(data).reindex(rows.index, fill_value=False)]
     if rows.empty:
-        return placeholder(name, f"no {ylabel} to plot (see the note column of the scaling table)")
+        return placeholder(name, f"no {ylabel} to plot ({missing})")
     rows = rows.assign(**{hue: colour.labels})
     long = rows.rename(columns={y: "value"}).assign(kind=MEASURED)
     if ideal:
@@ -431,7 +432,8 @@ def _build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None) -> dict[str
                             note=note, joined=False),
                 bus_bandwidth_figure(data, note),
                 line_figure(data, "energy_per_image", "joules_per_image", "GPU energy per image (J)",
-                            by_model=True, note=note)]
+                            by_model=True, note=note,
+                            missing="why: the energy_note column of tidy/runs.csv")]
     return {figure.name: figure for figure in figures}
 
 

@@ -125,6 +125,19 @@ def energy_text(spot: pd.Series) -> str:
     return f", {joules:.3g} J per image (GPU energy)" if is_usable(joules) else ""
 
 
+# What "fastest" minimised, by the sweet spot's time_metric (scalesweep/analysis/sweetspot.py).
+TIME_METRIC_WORDS = {"total_time_s": "shortest time to solution", "projected_time_s": "shortest projected time to solution",
+                     "time_s": "shortest steady epoch time", "time_per_image_s": "shortest time per image"}
+
+
+def intent_words(spot: pd.Series) -> str:
+    """'fastest (shortest time to solution)': the intent, with what it minimised where that is a time."""
+    if spot["intent"] != "fastest":
+        return str(spot["intent"])
+    words = TIME_METRIC_WORDS.get(str(spot.get("time_metric")), "shortest time")
+    return f"fastest ({words})"
+
+
 def spot_line(spots: pd.DataFrame) -> str:
     if spots.empty:
         return "Where to stop: no sweet-spot row."
@@ -133,9 +146,9 @@ def spot_line(spots: pd.DataFrame) -> str:
         if is_usable(spot["gpus"]):
             hours = (f", {spot['gpu_hours']:.3g} GPU-hours" if is_usable(spot["gpu_hours"])
                      else "")
-            parts.append(f"{spot['intent']} {gpus_text(spot['gpus'])}{hours}{energy_text(spot)}")
+            parts.append(f"{intent_words(spot)} {gpus_text(spot['gpus'])}{hours}{energy_text(spot)}")
         else:
-            parts.append(f"{spot['intent']}: {spot['note']}")
+            parts.append(f"{intent_words(spot)}: {spot['note']}")
     return "Where to stop: " + "; ".join(parts) + "."
 
 
@@ -181,7 +194,8 @@ def fit_line(fit: pd.Series | None) -> str:
 def group_title(values: dict) -> str:
     plain = ("framework", "model", "dataset")
     parts = [format_value(values[k]) for k in plain if k in values]
-    parts += [f"{k}={format_value(v)}" for k, v in values.items() if k not in plain]
+    # A key a group does not have (NaN: e.g. the batch of a reference log) is no part of its name.
+    parts += [f"{k}={format_value(v)}" for k, v in values.items() if k not in plain and not pd.isna(v)]
     return ", ".join(parts) or "all runs"
 
 

@@ -18,7 +18,10 @@ RUN_AXES = ("framework", "model", "dataset", "gpus")
 
 
 def run_label(run: dict) -> str:
-    return " ".join(str(run[axis]) for axis in RUN_AXES[:-1]) + f" gpus={run['gpus']}"
+    """'pytorch vit_tiny d gpus=2 repeat=1': a repeat is named, else two failures read as one."""
+    repeat = run.get("repeat")
+    named = f" repeat={repeat}" if repeat not in (None, "") and not pd.isna(repeat) else ""
+    return " ".join(str(run[axis]) for axis in RUN_AXES[:-1]) + f" gpus={run['gpus']}" + named
 
 
 def failed_lines(runs: pd.DataFrame) -> list:
