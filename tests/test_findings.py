@@ -109,7 +109,8 @@ def test_findings_md_numbers_are_the_tables(tmp_path):
         rows = scaling[scaling["model"] == model]
         top = rows.loc[rows["gpus"].idxmax()]
         gpus, speedup, efficiency = re.search(
-            rf"measured up to {NUMBER} GPUs, speedup {NUMBER}× at {NUMBER} %", block).groups()
+            rf"measured up to {NUMBER} GPUs, speedup {NUMBER}×(?: \(95 % [\d.]+–[\d.]+\))? at {NUMBER} %",
+            block).groups()
         assert (int(gpus), float(speedup), float(efficiency)) == (
             4, round(top["speedup"], 2), round(top["efficiency_pct"], 1))
         lost = float(re.search(rf"at 4 GPUs {NUMBER} points", block).group(1))

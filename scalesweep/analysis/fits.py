@@ -86,6 +86,13 @@ NO_FIT_NOTE = ("r2 <= 0: the law explains none of these speedups (superlinear or
                "points?); p and predictions are not findings")
 
 
+# Three points fix a one-parameter curve's shape nearly by themselves: an R² near 1 and a narrow
+# band then say little, above all without repeats, where the band knows nothing of the spread
+# between runs.
+FEW_POINTS_NOTE = (f"fitted through {MIN_POINTS} points, the fewest a fit takes: R² and the band say "
+                   "little; with one run per GPU count the band leaves out the run-to-run spread")
+
+
 @dataclass(frozen=True)
 class LawFit:
     p: float
@@ -312,6 +319,8 @@ def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFram
         row[f"pred_efficiency_pct_{k}"] = speedup / (gpus / baseline) * 100.0
 
     interval_note = _add_bootstrap(row, law, spec, points, group_runs, n_bootstrap, seed)
+    if len(points) == MIN_POINTS:
+        notes.append(FEW_POINTS_NOTE)
     explains_nothing = bool(fit.r2 <= 0)  # NaN (speedups that do not vary) is no verdict
     row["flags"] = NO_FIT_FLAG if explains_nothing else ""
     row["note"] = "; ".join(notes + ([interval_note] if interval_note else [])

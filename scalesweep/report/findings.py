@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analysis.breakdown import PART_NAMES, PARTS
-from scalesweep.analysis.fits import N_DOUBLINGS, predicted_speedup
+from scalesweep.analysis.fits import FEW_POINTS_NOTE, N_DOUBLINGS, predicted_speedup
 from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_usable
 from scalesweep.contract import atomic
 from scalesweep.tidy.table import iter_groups, table_group_keys
@@ -111,12 +111,36 @@ def group_spots(sweet: pd.DataFrame | None, values: dict) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- words
 
-def scale_line(row: pd.Series | None, flagged_note: str = "") -> str:
+def speedup_band(row: pd.Series, group: pd.DataFrame) -> str:
+    """' (95 % 2.41–3.30)': the speedup's interval from the throughput intervals of its count and
+    of the baseline (repeats' spread where there are repeats, else the runs' own timed steps):
+    thr_low(N) / thr_high(N_min) to thr_high(N) / thr_low(N_min). Empty where either is unknown."""
+    base = group[group["gpus"] == row["baseline_gpus"]]
+    columns = ("throughput_ci_low_img_s", "throughput_ci_high_img_s")
+    if base.empty or not all(c in row and is_usable(row[c]) and is_usable(base[c].iloc[0]) for c in columns):
+        return ""
+    low = row[columns[0]] / base[columns[1]].iloc[0]
+    high = row[columns[1]] / base[columns[0]].iloc[0]
+    return f" (95 % {low:.2f}–{high:.2f})"
+
+
+def busy_text(group: pd.DataFrame) -> str:
+    """' The node was busy (load above its CPUs) at the start of 12 of 12 runs: ...'."""
+    if "n_busy" not in group or not (pd.to_numeric(group["n_busy"], errors="coerce") > 0).any():
+        return ""
+    busy, runs = int(group["n_busy"].sum()), int(group["n_ok"].sum())
+    return (f" The node was busy (load above its CPUs) at the start of {busy} of {runs} runs "
+            "(node_load in runs.csv): their times carry that noise.")
+
+
+def scale_line(row: pd.Series | None, flagged_note: str = "", group: pd.DataFrame | None = None) -> str:
+    noise = "" if group is None else busy_text(group)
     if row is None:
         return ("Scaling: no two GPU counts with a usable, unflagged time, so no speedup to report."
-                + flagged_note)
-    return (f"Scaling: measured up to {gpus_text(row['gpus'])}, speedup {row['speedup']:.2f}× "
-            f"at {row['efficiency_pct']:.1f} % efficiency." + flagged_note)
+                + flagged_note + noise)
+    band = "" if group is None else speedup_band(row, group)
+    return (f"Scaling: measured up to {gpus_text(row['gpus'])}, speedup {row['speedup']:.2f}×{band} "
+            f"at {row['efficiency_pct']:.1f} % efficiency." + flagged_note + noise)
 
 
 def energy_text(spot: pd.Series) -> str:
@@ -188,7 +212,8 @@ def fit_line(fit: pd.Series | None) -> str:
     if not predictions:
         limits = [part for part in str(fit.get("note") or "").split("; ") if part.startswith("no prediction")]
         predictions = limits or ["no prediction"]
-    return (f"Prediction (Amdahl, p = {fit['p']:.3f}{shown}): " + "; ".join(predictions) + ".")
+    caveat = f" Warning: {FEW_POINTS_NOTE}." if FEW_POINTS_NOTE in str(fit.get("note") or "") else ""
+    return (f"Prediction (Amdahl, p = {fit['p']:.3f}{shown}): " + "; ".join(predictions) + "." + caveat)
 
 
 def group_title(values: dict) -> str:
@@ -209,7 +234,7 @@ def findings_text(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
     for values, group in iter_groups(scaling, keys):
         row = largest_count(group)
         lines += [f"**{group_title(values)}**", "",
-                  f"- {scale_line(row, flagged_text(group))}",
+                  f"- {scale_line(row, flagged_text(group), group)}",
                   f"- {spot_line(group_spots(sweet, values))}",
                   f"- {loss_line(row)}",
                   f"- {fit_line(group_fit(fits, values))}", ""]
