@@ -347,7 +347,7 @@ def cell_throughput_interval(cells: pd.DataFrame) -> dict:
 
 # Columns _group_metrics derives from a group's aggregate_counts rows.
 _RELATIVE_COLUMNS = tuple(c for c in SCALING_COLUMNS if c not in (
-    "gpus", "nodes", "n_runs", "n_ok", "protocol", "epochs", "time_s", "time_s_min", "time_s_max",
+    "gpus", "nodes", "n_runs", "n_ok", "n_busy", "protocol", "epochs", "time_s", "time_s_min", "time_s_max",
     "time_s_range", "throughput_img_s", "throughput_img_s_min", "throughput_img_s_max",
     "throughput_ci_low_img_s", "throughput_ci_high_img_s", "throughput_ci_source",
     "total_time_s", "total_time_s_min", "total_time_s_max", "throughput_per_gpu_img_s",
