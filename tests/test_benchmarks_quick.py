@@ -19,7 +19,8 @@ def bench(script, *args):
 
 def figures(stdout):
     """{name: value} of the benchmark's `name value unit` lines."""
-    return {name: float(value) for name, value, _ in (line.split(maxsplit=2) for line in stdout.splitlines())}
+    return {name: float(value) for name, value, _ in
+            (line.split(maxsplit=2) for line in stdout.splitlines() if line and not line.startswith("#"))}
 
 
 @pytest.mark.slow
@@ -43,3 +44,22 @@ def test_bench_history_quick():
     result = bench("bench_history.py", "--sweeps", "60", "--repeats", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "compare_where_6k_runs_s" in figures(result.stdout)
+
+
+# The training benchmarks at their smallest: one round of a few steps on the CPU stand-ins.
+QUICK_TRAINING = [
+    ("bench_breakdown.py", ["--rounds", "1", "--epochs", "2", "--classes", "4", "--per-class", "32", "--batch", "16"],
+     "probe_overhead_pct_2_epochs"),
+    ("bench_protocols.py", ["--rounds", "1", "--train-images", "1024", "--batch", "64", "--max-timed-steps", "40",
+                            "--target-ci-pct", "5"], "steps_protocol_throughput"),
+    ("bench_timing.py", ["--steps", "10", "--warmup-steps", "2", "--rounds", "1"], "timing_overhead_pct"),
+    ("bench_energy.py", ["--rounds", "1", "--timed-steps", "10"], "energy_read_overhead_pct"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, args, figure", QUICK_TRAINING, ids=[case[0] for case in QUICK_TRAINING])
+def test_training_benchmark_quick(script, args, figure):
+    result = bench(script, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert figure in {line.split()[0] for line in result.stdout.splitlines() if line and not line.startswith("#")}
