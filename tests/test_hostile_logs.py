@@ -82,16 +82,15 @@ def test_hostile_log(tmp_path, name, make, expected):
         assert runs.loc[0, "status"] == "failed" and pd.isna(runs.loc[0, "throughput_img_s"])
 
 
-def test_a_requeued_jobs_two_finished_attempts_are_one_run_not_two_repeats(tmp_path):
+def test_a_requeued_jobs_killed_attempt_is_named_and_left_out(tmp_path):
     log = tmp_path / "R-job_2gpus.31337.out"
-    first = write_epochs_log(tmp_path / "a.tmp", 2, [30.0, 20.0, 20.0]).read_text()
-    second = write_epochs_log(tmp_path / "b.tmp", 2, SECONDS).read_text()
-    log.write_text(first + second)
+    log.write_text(requeued(clean(tmp_path)))
     runs_csv, refused, left_out = pipeline.collect_runs([log], tmp_path / "out")
     runs = pd.read_csv(runs_csv)
-    assert refused == [] and len(runs) == 1
+    assert refused == [] and list(runs["status"]) == ["ok"]
     assert runs.loc[0, "steady_epoch_time_s"] == STEADY_S  # the last attempt's
-    assert any("earlier attempt of the same configuration" in line for line in left_out)
+    assert left_out == [f"{log}: run 1 of the log is an earlier attempt of the same configuration as run 2 "
+                        "(a requeued job appends to its log): only the last attempt counts"]
 
 
 def test_compressed_logs_are_refused_by_name_not_skipped(tmp_path):

@@ -61,11 +61,13 @@ ATTEMPT_KEY = ("framework", "model", "dataset", "gpus", "nodes", "repeat", "per_
 
 def earlier_attempts(rows: list) -> dict[int, int]:
     """{position of an earlier attempt: position of the last attempt} over run rows in reading
-    order: runs read from the same log with the same configuration (ATTEMPT_KEY), the last of
-    which is the one that counts."""
+    order: an unfinished run (status not ok) followed, in the same log, by another run of the same
+    configuration (ATTEMPT_KEY) is a requeued job's killed attempt; the last one counts. Two runs
+    that both finished are two runs (one after the other: logs/invariants.py judges that)."""
     keys = [(row.get("log"), *(str(row.get(key)) for key in ATTEMPT_KEY)) for row in rows]
     last = {key: position for position, key in enumerate(keys)}
-    return {position: last[key] for position, key in enumerate(keys) if last[key] != position}
+    return {position: last[key] for position, key in enumerate(keys)
+            if last[key] != position and rows[position].get("status") != "ok"}
 
 
 def attempt_lines(rows: list, earlier: dict[int, int]) -> list[str]:
