@@ -37,11 +37,10 @@ def test_karp_flatt_axis_admits_values_outside_0_1_and_energy_figure_names_energ
     assert karp_flatt.min() < 0  # the superlinear points: drawn on an axis that says what < 0 is
 
 
-def test_a_failure_line_names_its_repeat():
-    runs = pd.DataFrame([{"framework": "pytorch", "model": "vit_tiny", "dataset": "d", "gpus": "2", "repeat": "1",
-                          "status": "failed", "reason": "boom", "log": "a.log"},
-                         {"framework": "pytorch", "model": "vit_tiny", "dataset": "d", "gpus": "2", "repeat": "",
-                          "status": "failed", "reason": "boom", "log": "b.log"}])
-    lines = outcome.failed_lines(runs)
-    assert lines[0] == "  failed: pytorch vit_tiny d gpus=2 repeat=1: boom (log: a.log)"
-    assert lines[1] == "  failed: pytorch vit_tiny d gpus=2: boom (log: b.log)"
+def test_a_failure_line_names_its_repeat_where_the_sweep_has_repeats():
+    row = {"framework": "pytorch", "model": "vit_tiny", "dataset": "d", "gpus": "2", "log": "a.log"}
+    runs = pd.DataFrame([{**row, "repeat": "1", "status": "failed", "reason": "boom"},
+                         {**row, "repeat": "0", "status": "ok", "reason": ""}])
+    assert outcome.failed_lines(runs) == ["  failed: pytorch vit_tiny d gpus=2 repeat=1: boom (log: a.log)"]
+    single = runs.assign(repeat="0")
+    assert outcome.failed_lines(single) == ["  failed: pytorch vit_tiny d gpus=2: boom (log: a.log)"]
