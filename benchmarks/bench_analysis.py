@@ -391,6 +391,16 @@ def dryrun_config(n_configs: int) -> dict:
     repeats = math.ceil(n_configs / per_repeat)
     surplus = (repeats * per_repeat - n_configs) // DRYRUN_BLOCK
     config["matrix"] = {**copy.deepcopy(DRYRUN_MATRIX), "repeat": list(range(repeats))}
+    # Every configuration must pass today's checks: a dataset smaller than one full step of the
+    # largest global batch (256 x 16) would be refused before the preview.
+    largest_step = max(DRYRUN_MATRIX["per_gpu_batch"]) * max(DRYRUN_MATRIX["gpus"])
+    for dataset in config["datasets"].values():
+        synthetic = dataset["synthetic"]
+        if "train_images" in synthetic:
+            synthetic["train_images"] = max(synthetic["train_images"], largest_step)
+        else:
+            synthetic["train_per_class"] = max(synthetic["train_per_class"],
+                                               math.ceil(largest_step / synthetic["classes"]))
     config["exclude"] = [{"repeat": repeats - 1, "per_gpu_batch": b, "precision": p}
                          for b, p in blocks[len(blocks) - surplus:]]
     return config

@@ -75,12 +75,14 @@ def report_refused(refused, stream=None):
             print(f"  {reason}", file=stream)
 
 
-def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_per_epoch=None):
+def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_per_epoch=None,
+            world_sizes=None):
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
-    (already reported)."""
+    (already reported). `world_sizes`: {log file: GPUs} (--world-size)."""
     out = output_folder(out)
     runs_csv, refused, copies_left_out = pipeline.collect_runs(
-        [Path(p) for p in paths], Path(layout.in_results(out, layout.TIDY)), all_attempts, images_per_epoch)
+        [Path(p) for p in paths], Path(layout.in_results(out, layout.TIDY)), all_attempts, images_per_epoch,
+        world_sizes)
     report_refused(refused)
     if copies_left_out:
         print("scalesweep analyze: " + "\n".join(copies.copies_report(copies_left_out)))
@@ -113,6 +115,9 @@ def main(argv=None):
     analyze_cmd.add_argument("--images-per-epoch", type=positive_count, default=None, metavar="N",
                              help="training images of the logs' dataset, for Keras logs, which count "
                              "steps (default: CIFAR-10's 50,000 where the steps agree, else an estimate)")
+    analyze_cmd.add_argument("--world-size", type=file_count, action="append", default=[],
+                             metavar="FILE=N", help="GPUs of the run logged in FILE, for logs that do "
+                             "not print it (the course's DDP script); repeat per file")
     analyze_cmd.add_argument("--allow-superlinear", action="store_true", default=None,
                              help="let the sweet spot choose GPU counts flagged superlinear (> 105 %%)")
     register_history(commands)
@@ -129,11 +134,20 @@ def main(argv=None):
             efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
             epoch_budget=args.epoch_budget, greenest_time_bound_s=args.greenest_time_bound_s,
             allow_superlinear=args.allow_superlinear)
-        refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch)
+        refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch,
+                          dict(args.world_size))
     except (ValueError, FileNotFoundError, LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT
     return REFUSED_EXIT if refused else 0
+
+
+def file_count(text):
+    """argparse type of --world-size: FILE=N, N a whole number >= 1 -> (FILE, N)."""
+    path, equals, count = text.rpartition("=")
+    if not equals or not path:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected FILE=N, e.g. R-ddp_tiny_2nodes_4gpus.31337.out=8")
+    return path, positive_count(count)
 
 
 def positive_count(text):

@@ -24,9 +24,11 @@ from scalesweep.logs.discover import (
     dangling_link,
     is_runs_table,
     log_items,
+    with_world_sizes,
     without_dangling_links,
 )
 from scalesweep.report import outcome
+from scalesweep.tidy import after_failure
 from scalesweep.tidy.copies import without_copies
 from scalesweep.tidy.rows import tidy_frames, tidy_tables, write_pair, write_tidy
 from scalesweep.tidy.table import read_runs
@@ -75,10 +77,12 @@ def read_runs_table(path):
         raise Refused(str(error)) from None
 
 
-def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
+def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, world_sizes=None):
     """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv, each run once
     (scalesweep/tidy/copies.py: a run read twice, from two logs or a log and a table, is one run).
     `images_per_epoch`: the training set's size, for logs that count steps instead of images (Keras).
+    `world_sizes`: {log file: GPUs} for logs that print no world size (discover.with_world_sizes);
+    a file there that is none of the logs read is a ValueError.
 
     Returns (runs.csv's path or None when there is no run at all, [refused inputs], [copies
     left out]).
@@ -88,6 +92,9 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
         raise FileNotFoundError(f"no such file or folder: {', '.join(missing)}")
     paths = without_dangling_links(paths)
     items, refused = log_items(paths, all_attempts)
+    items, unmatched = with_world_sizes(items, world_sizes)
+    if unmatched:
+        raise ValueError(f"--world-size {', '.join(unmatched)}: not among the logs read")
     tidied = tidy_tables(items, images_per_epoch)
     refused += tidied.refused
     frames, sources = [tidied.runs], [tidied.runs["log"].tolist()]
@@ -109,17 +116,21 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None):
 
 # ----------------------------------------------------------------------------- after failures
 
-def failure_outcome(items, tidy_outputs: dict, rebuild: dict, digests=None, peak_override=None) -> str:
+def failure_outcome(items, tidy_outputs: dict, rebuild: dict, marker, digests=None, peak_override=None) -> str:
     """The failure handler (`onerror`): the tidy tables of every run, with a failed row per
     missing one and SLURM's verdict where accounting has one (tidy_outputs: {"epochs", "runs"}
     paths), written together or not at all; then the scaling tables, figures and findings
     rebuilt from them (rebuild: rebuild_tables_and_figures' arguments after runs_csv); then the
-    closing lines, from the runs in memory (peak_override: see tidy_frames). A file that cannot
-    be written is named with why, and nothing already written is touched
-    (scalesweep/contract/atomic.py)."""
+    closing lines, from the runs in memory (peak_override: see tidy_frames). `marker`
+    (tidy/after_failure.py) records that these files are not the rules' own, so the next
+    invocation tidies again. A file that cannot be written is named with why, and nothing already
+    written is touched (scalesweep/contract/atomic.py)."""
     epochs, runs = tidy_frames(items, ask_slurm=True, digests=digests, peak_override=peak_override)
     runs_csv = Path(tidy_outputs["runs"])
+    written = [tidy_outputs["epochs"], runs_csv, *rebuild["table_outputs"].values(),
+               rebuild["figures_dir"], rebuild["findings_md"]]
     try:
+        after_failure.mark(marker, written)
         write_pair(epochs, runs, tidy_outputs["epochs"], runs_csv)
     except OSError as error:
         first = (f"scalesweep: {outcome.not_written(error)}: the tidy tables, and the tables, figures and "
@@ -128,6 +139,10 @@ def failure_outcome(items, tidy_outputs: dict, rebuild: dict, digests=None, peak
     else:
         first = rebuild_tables_and_figures(runs_csv, **rebuild)
         source = str(runs_csv)
+        try:
+            after_failure.mark(marker, written)
+        except OSError as error:
+            first += f"\nscalesweep: {outcome.not_written(error)}: run `snakemake --forcerun tidy` next"
     as_text = runs.astype(object).where(runs.notna(), "").astype(str)
     return "\n".join([first, outcome.outcome_lines(as_text, source, runs_csv.parent.parent)])
 

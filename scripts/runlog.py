@@ -21,6 +21,7 @@ import stepparts
 from measure import batch_means_interval
 from node import peak_host_rss_gb
 from scalesweep.contract.records import FIRST_STEADY_EPOCH, PREFIX, RECORD_SCHEMA, SUMMARY_STATUSES
+from scalesweep.contract.steady import steady_metrics
 
 
 def _json_safe(value):
@@ -123,6 +124,10 @@ def _work_keys(epoch: int, images: int, seconds: float, loss, accuracy) -> dict:
     }
 
 
+def _finite_or_none(value):
+    return value if math.isfinite(value) else None
+
+
 def summarize(epochs: list[dict], steady_durations=()) -> dict:
     """Summary numbers from epoch records: totals and medians over epochs >= 2, and the interval
     of the mean step time over `steady_durations` (the timed steps of epochs >= 2).
@@ -130,13 +135,12 @@ def summarize(epochs: list[dict], steady_durations=()) -> dict:
     The steady keys are null when fewer than two epochs finished, since epoch 1 alone is start-up.
     """
     interval = batch_means_interval(steady_durations)
-    steady = [rec for rec in epochs if rec["epoch"] >= FIRST_STEADY_EPOCH]
-    steady_rates = [rec["throughput_img_s"] for rec in steady if rec["throughput_img_s"] is not None]
+    metrics = steady_metrics(epochs, 1)
     return {
         "epochs": len(epochs),
         "train_time_s": sum(rec["seconds"] for rec in epochs),
-        "steady_epoch_time_s": statistics.median(rec["seconds"] for rec in steady) if steady else None,
-        "throughput_img_s": statistics.median(steady_rates) if steady_rates else None,
+        "steady_epoch_time_s": _finite_or_none(metrics["steady_epoch_time_s"]),
+        "throughput_img_s": _finite_or_none(metrics["throughput_img_s"]),
         "timed_steps": len(steady_durations),
         "step_time_mean_s": interval["step_time_mean_s"],
         "step_time_ci_pct": interval["step_time_ci_pct"],

@@ -109,12 +109,12 @@ def test_speedup_carries_the_fitted_amdahl_curve(figures, tables):
     curve = curves[curves["kind"] == "curve"]
     assert curve["speedup"].iloc[0] == pytest.approx(1.0)  # S(N_min) = 1 on every Amdahl curve
     points = curves[curves["kind"] == "prediction"]
-    assert points["gpus"].tolist() == [8.0, 16.0]
-    assert points["speedup"].tolist() == pytest.approx([fit["pred_speedup_1"],
-                                                        fit["pred_speedup_2"]])
+    # TensorFlow runs on one node, which held the 8 GPUs of its out-of-memory run: no 16
+    assert points["gpus"].tolist() == [8.0] and pd.isna(fit["pred_speedup_2"])
+    assert points["speedup"].tolist() == pytest.approx([fit["pred_speedup_1"]])
     ax = figure.grid.axes_dict["resnet50v2"]
     assert (tuple(points["gpus"]), tuple(points["speedup"])) in lines_xy(ax)
-    assert list(ax.get_xticks()) == [1, 2, 4, 8, 16]
+    assert list(ax.get_xticks()) == [1, 2, 4, 8]
 
 
 def test_derived_figures_plot_the_table_values(figures, tables):

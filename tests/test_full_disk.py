@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import TINY, snakemake
-from scalesweep.contract import atomic
+from scalesweep.contract import atomic, layout
 
 FAILED_RUN = "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16/train.log"
 FAILED_ATTEMPTS = "logs/train/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16.attempt-*.log"
@@ -132,7 +132,8 @@ def test_the_failure_handler_survives_a_full_or_read_only_disk(tiny_sweep, tmp_p
     why = "No space left on device" if disk == "full" else "Read-only file system"
     assert result.returncode != 0, result.stderr[-4000:]
     lines = result.stderr.splitlines()
-    assert (f"scalesweep: results/tidy/epochs.csv: not written ({why}): the tidy tables, and the tables, "
+    # the first file the failure path writes is its marker (scalesweep/tidy/after_failure.py)
+    assert (f"scalesweep: {layout.WRITTEN_AFTER_FAILURE}: not written ({why}): the tidy tables, and the tables, "
             "figures and findings made from them, are those of before this sweep") in lines, result.stderr[-4000:]
     assert "scalesweep: 4 runs: 3 ok, 1 failed (not written to results/tidy/runs.csv)" in lines
     (failed,) = [line for line in lines if line.startswith("  failed: pytorch vit_tiny synth-folder gpus=2: ")]

@@ -21,13 +21,13 @@ from scalesweep.logs.read import LogFormatError, parse_log
 from scalesweep.tidy import rows, table
 
 START = "2025-11-14T10:00:00+00:00"
-# Steady epochs 2 and 3: 18 s for 8 steps, so the breakdown's step is 2.25 s; the throughput is the
-# median of 1024/8 and 1024/10 img/s = 115.2 img/s; on 2 H100s in bf16 (989 TFLOP/s peak) with
-# 1e12 FLOPs per image that is 57.6 TFLOP/s per GPU, an MFU of 5.824 %.
+# Steady epochs 2 and 3: 18 s for 8 steps, so the breakdown's step is 2.25 s; the throughput is
+# 1024 images / the median steady epoch of 9 s = 113.78 img/s; on 2 H100s in bf16 (989 TFLOP/s
+# peak) with 1e12 FLOPs per image that is 56.89 TFLOP/s per GPU, an MFU of 5.752 %.
 STEP_S = 2.25
 FLOPS_OK = 1e12
-MFU_OK = 100 * 57.6 / 989
-# 1e15 FLOPs per image (the record contract's largest): 57,600 TFLOP/s per GPU, 5,824 % of the peak.
+MFU_OK = 100 * (1024 / 9 / 2) / 989
+# 1e15 FLOPs per image (the record contract's largest): 56,889 TFLOP/s per GPU, 5,752 % of the peak.
 FLOPS_ABSURD = 1e15
 
 
@@ -77,7 +77,7 @@ def test_the_base_log_is_an_ok_run_with_hand_checked_numbers(tmp_path):
     path, result = tidy_row(tmp_path, log_text(*base_records()))
     row = result.runs.iloc[0]
     assert row["status"] == "ok" and result.refused == []
-    assert row["throughput_img_s"] == pytest.approx(115.2)
+    assert row["throughput_img_s"] == pytest.approx(1024 / 9)
     assert row["breakdown_step_s"] == STEP_S
     assert row["mfu_pct"] == pytest.approx(MFU_OK)
     assert invariants.run_problems(*base_records()) == []
@@ -142,7 +142,7 @@ def test_an_mfu_above_100_percent_is_refused_by_tidy(tmp_path):
     path, result = tidy_row(tmp_path, log_text({**header, "flops_per_image": FLOPS_ABSURD}, epochs, summary))
     row = result.runs.iloc[0]
     assert row["status"] == "failed"
-    assert row["reason"] == (f"{path}: MFU 5824 % (5.76e+04 TFLOP/s per GPU) is above 100 % of "
+    assert row["reason"] == (f"{path}: MFU 5752 % (5.689e+04 TFLOP/s per GPU) is above 100 % of "
                              "the GPU's peak: 'flops_per_image', the GPU count or the throughput is wrong")
     assert result.refused == [row["reason"]]
     assert math.isnan(row["throughput_img_s"]) and pd_isna(row["mfu_pct"])

@@ -7,7 +7,9 @@ import shutil
 import pandas as pd
 import pytest
 
-from conftest import snakemake
+from conftest import TINY, snakemake
+from scalesweep.contract import layout
+from scalesweep.history import query
 from scalesweep.report import outcome
 
 
@@ -62,3 +64,38 @@ def test_after_a_failed_rerun_tables_agree_with_runs_csv_and_the_outcome_is_prin
     assert "scalesweep: tables, figures and findings rebuilt from the runs table" in result.stderr
     assert "scalesweep: 4 runs: 3 ok, 1 failed" in result.stderr
     assert "the same command again runs only the 1 configuration(s) without a result" in result.stderr
+
+
+@pytest.mark.slow
+def test_after_a_failure_a_rerun_with_the_failed_run_excluded_leaves_no_stale_row(tiny_sweep, tmp_path, monkeypatch):
+    """Fail, exclude the failed configuration, run again with nothing to train: the tables, the
+    findings and the archive are the current matrix's, and the closing lines say so. The folder
+    first ran the excluding config to its end, so Snakemake's records alone see nothing changed
+    for the tidy rule."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(tiny_sweep, sweep, symlinks=True)
+    excluded = tmp_path / "excluded.yaml"
+    excluded.write_text(TINY.read_text().replace("exclude: []", "exclude: [{framework: pytorch, gpus: 2}]"))
+    assert snakemake(sweep, "--cores", "2", configfile=excluded).returncode == 0
+    (sweep / "results/runs/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16/train.log").unlink()
+    monkeypatch.setenv("SCALESWEEP_FAIL_INJECT", "crash")
+    failed = snakemake(sweep, "--cores", "2", "--keep-going")
+    assert failed.returncode != 0
+    assert (sweep / layout.WRITTEN_AFTER_FAILURE).exists()
+    assert "failed" in set(pd.read_csv(sweep / "results/tidy/runs.csv").status)
+    monkeypatch.delenv("SCALESWEEP_FAIL_INJECT")
+
+    result = snakemake(sweep, "--cores", "2", configfile=excluded)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = pd.read_csv(sweep / "results/tidy/runs.csv")
+    assert sorted(zip(runs.framework, runs.gpus, runs.status)) == [
+        ("pytorch", 1, "ok"), ("tensorflow", 1, "ok"), ("tensorflow", 2, "ok")]
+    scaling = pd.read_csv(sweep / "results/tables/scaling.csv")
+    assert ("pytorch", 2) not in set(zip(scaling.framework, scaling.gpus))
+    findings = (sweep / "results/findings.md").read_text()
+    assert "injected crash" not in findings and "failed" not in findings
+    archived = query.archived_runs(sweep / "results/history")
+    assert set(archived.status) == {"ok"}
+    assert "scalesweep: 3 runs: 3 ok" in result.stderr
+    assert "the same command again" not in result.stderr

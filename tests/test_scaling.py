@@ -94,7 +94,7 @@ def test_reference_table_by_hand(reference_runs):
 def test_failed_count_keeps_a_row_with_its_status_and_no_numbers(reference_runs):
     s = scaling_table(reference_runs).set_index("gpus")
     metrics = [c for c in SCALING_COLUMNS if c not in (
-        "gpus", "nodes", "n_runs", "n_ok", "baseline_gpus", "scale_factor", "note",
+        "gpus", "nodes", "n_runs", "n_ok", "n_busy", "baseline_gpus", "scale_factor", "note",
             "scaling_basis", "throughput_ci_source", "breakdown_note", "flags")]  # labels, not numbers
     assert s.loc[8, metrics].isna().all()
     assert "no ok run (oom)" in s.loc[8, "note"] and "CUDA out of memory" in s.loc[8, "note"]

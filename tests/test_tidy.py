@@ -43,8 +43,9 @@ def test_scalesweep_ok_row_hand_checked():
     assert row["status"] == "ok"
     assert pd.isna(row["reason"])
     assert row["steady_epoch_time_s"] == 9.0
-    assert row["throughput_img_s"] == pytest.approx((1024 / 8 + 1024 / 10) / 2)
-    assert row["throughput_per_gpu_img_s"] == pytest.approx(115.2 / 2)
+    # images per epoch / the median steady epoch time (docs/metrics.md), not the mean of 128 and 102.4
+    assert row["throughput_img_s"] == pytest.approx(1024 / 9)
+    assert row["throughput_per_gpu_img_s"] == pytest.approx(1024 / 9 / 2)
     assert (row["total_time_s"], row["peak_host_rss_gb"]) == (55.5, 3.2)
     assert math.isnan(row["memory_gb"])
     assert (row["framework"], row["model"], row["dataset"], row["gpus"], row["nodes"], row["repeat"]) == (
@@ -135,12 +136,12 @@ def test_file_with_three_keras_runs_gives_three_rows_from_the_log_alone():
     one = runs.iloc[0]
     assert one["steady_epoch_time_s"] == 20.5  # median of 20, 21, 20, 22
     # CIFAR-10's 50,000 images, not 25 steps x 2048 = 51,200 (the last batch is partial)
-    assert one["throughput_img_s"] == pytest.approx((50000 / 20 + 50000 / 21) / 2)
+    assert one["throughput_img_s"] == pytest.approx(50000 / 20.5)
     assert one["images_per_epoch_source"] == "dataset"
     four = runs.iloc[2]
     steady_seconds = [7 * 0.871, 7 * 0.857, 7 * 0.866, 7 * 0.880]
     assert four["steady_epoch_time_s"] == pytest.approx(statistics.median(steady_seconds))
-    expected = statistics.median(50000 / s for s in steady_seconds)
+    expected = 50000 / statistics.median(steady_seconds)
     assert four["throughput_img_s"] == pytest.approx(expected)
     assert four["throughput_per_gpu_img_s"] == pytest.approx(expected / 4)
     assert math.isnan(four["total_time_s"])  # the reference prints no time to solution
@@ -161,8 +162,10 @@ def test_ddp_world_size_comes_from_the_config_when_the_name_lacks_it(tmp_path):
     config = {"framework": "pytorch", "model": "vit_h_14", "dataset": "tiny-224", "gpus": 4, "nodes": 1}
     epochs, row = one_row(log, config)
     assert row["world_size"] == 4
-    assert row["throughput_img_s"] == 1257.5  # median of 1250, 1280, 1240, 1265 imgs/s
-    assert row["throughput_per_gpu_img_s"] == 1257.5 / 4
+    # 25,000 images over the median of the epochs' times at 1250, 1280, 1240, 1265 imgs/s
+    expected = 25000 / statistics.median(25000 / rate for rate in (1250, 1280, 1240, 1265))
+    assert row["throughput_img_s"] == pytest.approx(expected)
+    assert row["throughput_per_gpu_img_s"] == pytest.approx(expected / 4)
     assert row["steady_epoch_time_s"] == pytest.approx((100000 / 1250 + 100000 / 1265) / 2)
     assert (row["total_time_s"], row["memory_gb"]) == (552.0, 61.0)
     assert list(epochs["images"]) == [25000 * 4] * 5
@@ -234,7 +237,7 @@ def test_write_tidy_round_trip(tmp_path):
     back = pd.read_csv(runs_path)
     assert list(back.columns) == list(runs.columns)
     assert list(back["status"]) == ["ok", "failed"]
-    assert back.loc[0, "throughput_img_s"] == pytest.approx(115.2)
+    assert back.loc[0, "throughput_img_s"] == pytest.approx(1024 / 9)
     assert open(runs_path).readline().strip().split(",")[3] == "gpus"
     assert "2,1,0,256,256,512,2,ok" in runs_path.read_text()  # counts stay integers
     assert len(pd.read_csv(epochs_path)) == 3

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import OptimizeWarning, curve_fit
 
-from scalesweep.analysis.scaling import SCALING_COLUMNS, group_basis, is_usable, scaling_table
+from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, group_basis, is_usable, scaling_table
+from scalesweep.contract import frameworks
 from scalesweep.tidy.table import check_runs, iter_groups, key_tuple, table_group_keys
 
 MIN_POINTS = 3
@@ -83,6 +84,13 @@ FIT_COLUMNS = (
 NO_FIT_FLAG = "no_fit"
 NO_FIT_NOTE = ("r2 <= 0: the law explains none of these speedups (superlinear or noise-bound "
                "points?); p and predictions are not findings")
+
+
+# Three points fix a one-parameter curve's shape nearly by themselves: an R² near 1 and a narrow
+# band then say little, above all without repeats, where the band knows nothing of the spread
+# between runs.
+FEW_POINTS_NOTE = (f"fitted through {MIN_POINTS} points, the fewest a fit takes: R² and the band say "
+                   "little; with one run per GPU count the band leaves out the run-to-run spread")
 
 
 @dataclass(frozen=True)
@@ -255,23 +263,43 @@ def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0,
     return pd.DataFrame(rows, columns=[*keys, *FIT_COLUMNS])
 
 
+def flagged_gpus(group: pd.DataFrame) -> list:
+    """GPU counts of the group whose point the scaling table flags (superlinear): a measurement
+    suspected wrong is no evidence for a law."""
+    flags = group["flags"].fillna("").astype(str) if "flags" in group else pd.Series("", index=group.index)
+    return sorted(int(g) for g in group.loc[flags.str.contains(SUPERLINEAR_FLAG), "gpus"])
+
+
+def single_node_limit(group: pd.DataFrame) -> tuple[int | None, str]:
+    """For a framework that does not run across nodes: the most GPUs it was measured on (its node
+    holds at least those; the sweep does not say more) and why no prediction goes past them."""
+    framework = frameworks.find(str(group["framework"].iloc[0])) if "framework" in group else None
+    if framework is None or framework.multinode:
+        return None, ""
+    largest = int(group["gpus"].max())
+    return largest, (f"no prediction beyond {largest} GPUs: {framework.name}'s "
+                     f"{framework.single_node_reason}")
+
+
 def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFrame | None,
              n_bootstrap: int, seed: int) -> dict:
     basis = target if target != "speedup" else group_basis(group)
     spec = BASIS_TARGETS.get(basis, BASIS_TARGETS["time"])
-    points = group[group[spec.speedup_column].map(is_usable)].sort_values("gpus")
+    flagged = flagged_gpus(group)
+    points = group[group[spec.speedup_column].map(is_usable) & ~group["gpus"].isin(flagged)].sort_values("gpus")
     baseline = group["baseline_gpus"].iloc[0]
     row = {column: math.nan for column in FIT_COLUMNS}
     row.update(flags="", law=law, target=target, basis=basis, baseline_gpus=baseline, n_points=len(points),
                gpus_fitted=",".join(str(int(g)) for g in points["gpus"]), n_bootstrap=0,
                objective=OBJECTIVE)
-    notes = []
+    notes = [f"left out the flagged point(s) at N={', '.join(map(str, flagged))} ({SUPERLINEAR_FLAG})"] * bool(flagged)
     if pd.notna(baseline):
         row["fit_variable"] = "N" if baseline == 1 else f"N/{int(baseline)}"
         if baseline != 1:
             notes.append(f"fitted on N' = N/{int(baseline)} (baseline N={int(baseline)}, not 1)")
     if len(points) < MIN_POINTS:
-        notes.append(f"too few GPU counts to fit: {len(points)} with a usable {target} speedup, "
+        series = "speedup" if target == "speedup" else f"{target.replace('_', ' ')} speedup"
+        notes.append(f"too few GPU counts to fit: {len(points)} with a usable {series}, "
                      f"need {MIN_POINTS}")
         row["note"] = "; ".join(notes)
         return row
@@ -279,14 +307,20 @@ def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFram
     fit = fit_law(law, points["scale_factor"], points[spec.speedup_column])
     row.update(p=fit.p, p_stderr=fit.p_stderr, r2=fit.r2, limit_speedup=limit_speedup(law, fit.p))
     largest = int(points["gpus"].max())
+    node_limit, node_note = single_node_limit(group)
     for k in range(1, N_DOUBLINGS + 1):
         gpus = largest * 2 ** k
+        if node_limit is not None and gpus > node_limit:
+            notes.append(node_note)
+            break
         speedup = float(predicted_speedup(law, fit.p, gpus, baseline))
         row[f"pred_gpus_{k}"] = gpus
         row[f"pred_speedup_{k}"] = speedup
         row[f"pred_efficiency_pct_{k}"] = speedup / (gpus / baseline) * 100.0
 
     interval_note = _add_bootstrap(row, law, spec, points, group_runs, n_bootstrap, seed)
+    if len(points) == MIN_POINTS:
+        notes.append(FEW_POINTS_NOTE)
     explains_nothing = bool(fit.r2 <= 0)  # NaN (speedups that do not vary) is no verdict
     row["flags"] = NO_FIT_FLAG if explains_nothing else ""
     row["note"] = "; ".join(notes + ([interval_note] if interval_note else [])

@@ -39,7 +39,7 @@ SCALING_ENERGY_COLUMNS = (*ENERGY_MEDIANS, "energy_efficiency_pct", "projected_e
 # Columns scaling_table adds after the group keys, in output order. Any other column of a scaling
 # table is a group key (table_group_keys), so a scaling.csv read back from disk works as is.
 SCALING_COLUMNS = (
-    "gpus", "nodes", "n_runs", "n_ok", "protocol", "scaling_basis", "baseline_gpus",
+    "gpus", "nodes", "n_runs", "n_ok", "n_busy", "protocol", "scaling_basis", "baseline_gpus",
     "scale_factor", "epochs",
     "time_s", "time_s_min", "time_s_max", "time_s_range",
     "throughput_img_s", "throughput_img_s_min", "throughput_img_s_max",
@@ -261,6 +261,7 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         epochs=runs["epochs"].where(ok) if "epochs" in runs else missing,
         _counted_images=counted_images(runs).where(ok),
         _at_cap=(runs["timed_stop_reason"] == "cap") & ok if "timed_stop_reason" in runs else False,
+        _busy=(runs["node_load"] == "busy") & ok if "node_load" in runs else False,
         _estimated=(runs["images_per_epoch_source"] == ESTIMATE_SOURCE) & ok
         if "images_per_epoch_source" in runs else False,
         **_ok_values(runs, ok, ("protocol", "train_images", "gpu_hours",
@@ -277,7 +278,7 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                     "_images_min": ("_counted_images", "min"),
                     "_images_max": ("_counted_images", "max"),
                     "_estimated": ("_estimated", "any"),
-                    "_at_cap": ("_at_cap", "sum"),
+                    "_at_cap": ("_at_cap", "sum"), "n_busy": ("_busy", "sum"),
                     "train_images": ("train_images", "median"), "gpu_hours": ("gpu_hours", "median"),
                     "_thr_mean": ("throughput_img_s", "mean"), "_thr_sd": ("throughput_img_s", "std"),
                     "_run_ci_low": ("throughput_ci_low_img_s", "first"),
@@ -346,7 +347,7 @@ def cell_throughput_interval(cells: pd.DataFrame) -> dict:
 
 # Columns _group_metrics derives from a group's aggregate_counts rows.
 _RELATIVE_COLUMNS = tuple(c for c in SCALING_COLUMNS if c not in (
-    "gpus", "nodes", "n_runs", "n_ok", "protocol", "epochs", "time_s", "time_s_min", "time_s_max",
+    "gpus", "nodes", "n_runs", "n_ok", "n_busy", "protocol", "epochs", "time_s", "time_s_min", "time_s_max",
     "time_s_range", "throughput_img_s", "throughput_img_s_min", "throughput_img_s_max",
     "throughput_ci_low_img_s", "throughput_ci_high_img_s", "throughput_ci_source",
     "total_time_s", "total_time_s_min", "total_time_s_max", "throughput_per_gpu_img_s",

@@ -30,6 +30,9 @@ COMPARE = f"{RESULTS}/compare"
 FINDINGS = f"{RESULTS}/findings.md"
 HISTORY_FIGURE = f"{RESULTS}/throughput_history.png"
 DEFAULT_HISTORY = f"{RESULTS}/history"
+# Written by the failure path beside the tidy tables it wrote outside Snakemake's bookkeeping: an
+# input of the tidy rule, so the next invocation tidies the current matrix's runs again.
+WRITTEN_AFTER_FAILURE = f"{TIDY}/written_after_failure.json"
 
 # resources/: inputs the workflow can make again (generated datasets, pulled images).
 DATASETS = f"{RESOURCES}/datasets"

@@ -90,6 +90,23 @@ def manifest_problem(axes):
 
 
 
+# A compressed log is not read (a log is text, read line by line); skipped without a word it would
+# be a run that silently is not there.
+COMPRESSED_SUFFIXES = {".gz", ".bz2", ".xz", ".zst", ".zip"}
+
+
+def compressed_log_refusals(paths) -> list[str]:
+    """A refusal per compressed log among `paths` (its name, and how to read it)."""
+    return [f"{path}: a compressed log is not read: decompress it first (e.g. gunzip -k {path})"
+            for path in paths if Path(path).suffix in COMPRESSED_SUFFIXES]
+
+
+def compressed_files(folder):
+    for root, subfolders, files in os.walk(folder):
+        subfolders.sort()
+        yield from (Path(root) / name for name in sorted(files) if Path(name).suffix in COMPRESSED_SUFFIXES)
+
+
 def log_files(folder):
     """The log files below `folder`, in every subfolder (links to folders are not followed)."""
     for root, subfolders, files in os.walk(folder):
@@ -170,7 +187,27 @@ def log_items(paths, all_attempts=False):
         if path.is_dir():
             found, problems = folder_items(path, all_attempts)
             items += found
-            refused += problems
+            refused += problems + compressed_log_refusals(compressed_files(path))
+        elif compressed_log_refusals([path]):
+            refused += compressed_log_refusals([path])
         elif not is_runs_table(path):
             items.append((str(path), {}))
     return items, refused
+
+
+def with_world_sizes(items, world_sizes: dict):
+    """`items` ((log, axes) pairs) with the world size the user gave for a file (`analyze
+    --world-size FILE=N`: {resolved path: N}) as its world_size and gpus axes, for logs that do not
+    print it (the DDP reference). Returns (items, [the given files no item is]): a count meant for
+    one log must not be dropped silently."""
+    if not world_sizes:
+        return items, []
+    given = {Path(path).resolve(): count for path, count in world_sizes.items()}
+    used, result = set(), []
+    for path, axes in items:
+        count = given.get(Path(path).resolve())
+        if count is not None:
+            used.add(Path(path).resolve())
+            axes = {**axes, "world_size": count, "gpus": count}
+        result.append((path, axes))
+    return result, [str(path) for path in given if path not in used]

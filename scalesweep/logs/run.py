@@ -108,23 +108,50 @@ _GPUS_IN_NAME = (
 _G_IN_NAME = re.compile(rf"(?<![A-Za-z0-9])g({DIGITS})(?![A-Za-z0-9])", re.IGNORECASE)  # ddp-n2-g8
 
 
-def gpus_from_filename(name) -> int | None:
-    """GPU count written in a log's name (`vit_4gpus.log`, `ddp-n2-g8.out`, `run_g8_x`, `8gpu`).
+_NODES_IN_NAME = re.compile(rf"(?<![A-Za-z0-9])({DIGITS})[-_]?nodes?(?![A-Za-z])", re.IGNORECASE)  # 2nodes
 
+
+class AmbiguousName(ValueError):
+    """A log's name gives more than one GPU or node count."""
+
+
+def shape_from_filename(name) -> tuple[int | None, int | None]:
+    """(total GPUs, nodes) written in a log's name; None for what it does not say.
+
+    `vit_4gpus.log`, `ddp-n2-g8.out`, `run_g8_x`, `8gpu`: the GPU count is the total. A name
+    with a node count and a GPU count, as the course book's jobs are named (`--job-name=
+    ddp_tiny_2nodes_4gpus`, `--output=R-%x.%j.out`: 2 nodes with `--gres=gpu:4` each), gives the
+    GPUs per node: R-ddp_tiny_2nodes_4gpus.31337.out is 8 GPUs on 2 nodes. A name with two
+    different counts of either is AmbiguousName, naming the file and how to give the count.
     The file name is read first; folder names only where they spell out `gpu(s)`, since a bare
-    `g4` folder may mean anything. None when nothing says.
+    `g4` folder may mean anything.
     """
     path = Path(str(name))
-    for pattern in (*_GPUS_IN_NAME, _G_IN_NAME):
-        match = pattern.search(path.name)
-        if match:
-            return int(match.group(1))
-    for folder in reversed(path.parent.parts):
-        for pattern in _GPUS_IN_NAME:
-            match = pattern.search(folder)
-            if match:
-                return int(match.group(1))
-    return None
+    nodes = _one_count(path.name, [_NODES_IN_NAME], "node")
+    gpus = _one_count(path.name, [*_GPUS_IN_NAME, _G_IN_NAME], "GPU")
+    if gpus is None:
+        for folder in reversed(path.parent.parts):
+            gpus = _one_count(folder, list(_GPUS_IN_NAME), "GPU")
+            if gpus is not None:
+                break
+    if gpus is not None and nodes is not None:
+        return gpus * nodes, nodes
+    return gpus, nodes
+
+
+def _one_count(text: str, patterns, what: str) -> int | None:
+    counts = {int(match.group(1)) for pattern in patterns for match in pattern.finditer(text)}
+    if len(counts) > 1:
+        raise AmbiguousName(
+            f"the name gives {len(counts)} {what} counts ({', '.join(map(str, sorted(counts)))}): "
+            "give the run's world size (analyze --world-size FILE=N, or a world_size column in "
+            "the folder's manifest.csv)")
+    return counts.pop() if counts else None
+
+
+def gpus_from_filename(name) -> int | None:
+    """The total GPU count a log's name gives (shape_from_filename), None when it gives none."""
+    return shape_from_filename(name)[0]
 
 
 def finished_summary(epochs: list[dict], **extra) -> dict:

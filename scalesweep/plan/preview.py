@@ -118,3 +118,18 @@ def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, local=F
                 f"of {len(runs)}; {left_out(excluded)}")
     costs = local_cost_lines if local else cost_lines
     return "\n".join([head, *costs(pending, list(jobs.values()))])
+
+
+def config_files_line(files_used, cli_files) -> str:
+    """Which files made the config, in the order they apply. Snakemake merges --configfile into
+    the Snakefile's default config key by key, so a one-combination file still plans the default's
+    other values (its repeats, say): where the default took part, the line says so and how to
+    leave it out."""
+    files_used, cli_files = [str(f) for f in files_used], [str(f) for f in cli_files]
+    line = f"scalesweep: config from {', then '.join(files_used) or 'no file'}"
+    default = [f for f in files_used if f not in cli_files]
+    if default and cli_files:
+        line += (f" (merged: {', '.join(cli_files)} replaces only the keys it sets; the rest is "
+                 f"{default[0]}'s. To use {' '.join(cli_files)} alone: --configfile "
+                 f"{' '.join(cli_files)} --replace-workflow-config)")
+    return line

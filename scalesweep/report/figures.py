@@ -25,6 +25,7 @@ from scalesweep.analysis.scaling import NO_BASELINE_NOTE, SINGLE_COUNT_NOTE, for
 from scalesweep.report.plotkit import (
     BANDS,
     DASHES,
+    FLAGGED_STYLE,
     GPUS_LABEL,
     HEIGHT,
     IDEAL,
@@ -80,7 +81,8 @@ def _group_notes(data: pd.DataFrame) -> str:
 def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bool,
                 error: tuple[str, str] | None = None, ideal: str | None = None,
                 reference_y: float | None = None, note: str = "", interval: bool = False,
-                from_zero: bool = False, joined: bool = True) -> PlotFigure:
+                from_zero: bool = False, joined: bool = True,
+                missing: str = "see the note column of the scaling table") -> PlotFigure:
     """One metric against GPUs: per model (col=model, hue=series) or all groups (hue=label).
 
     With `ideal`, that column is drawn dashed beside the measured one (long form: `kind`).
@@ -93,8 +95,9 @@ def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bo
     hue = colour.column
     columns = ["model", "series", "label", "gpus", "n_ok", y] + (list(error) if error else [])
     rows = data[columns + ([ideal] if ideal else [])].dropna(subset=[y])
+    flagged = rows[flagged_rows(data).reindex(rows.index, fill_value=False)]
     if rows.empty:
-        return placeholder(name, f"no {ylabel} to plot (see the note column of the scaling table)")
+        return placeholder(name, f"no {ylabel} to plot ({missing})")
     rows = rows.assign(**{hue: colour.labels})
     long = rows.rename(columns={y: "value"}).assign(kind=MEASURED)
     if ideal:
@@ -115,9 +118,11 @@ def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bo
         col="model" if by_model else None, col_wrap=panel_wrap(data) if by_model else None,
         height=HEIGHT, aspect=1.2, facet_kws={"sharey": False}, legend=False,
     )
-    add_legend(grid, colors, long[hue], hue, kinds=bool(ideal))
+    add_legend(grid, colors, long[hue], hue, kinds=bool(ideal), flagged=not flagged.empty)
     for panel, ax in axes_by_panel(grid, by_model).items():
         panel_rows = rows_of_panel(rows, panel, by_model)
+        ringed = rows_of_panel(flagged, panel, by_model)
+        ax.plot(ringed["gpus"], ringed[y], **FLAGGED_STYLE)
         if error and not colour.coarse:  # coarse: the band is the spread between series
             draw_error_bars(ax, panel_rows, y, error[0], error[1], colors, hue,
                             repeats_only=not interval)
@@ -127,7 +132,15 @@ def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bo
             ax.set_ylim(bottom=0)
     finish_panels(grid, ylabel, data["gpus"], join_notes(colour.note(BANDS), note))
     measured = long[long["kind"] == MEASURED].drop(columns="kind").reset_index(drop=True)
-    return PlotFigure(name, grid.figure, measured, grid=grid)
+    return PlotFigure(name, grid.figure, measured, grid=grid,
+                      flagged=flagged[["model", "label", "gpus", y]].reset_index(drop=True))
+
+
+def flagged_rows(data: pd.DataFrame) -> pd.Series:
+    """Rows of the plot table whose point the scaling table flags."""
+    if "flags" not in data:
+        return pd.Series(False, index=data.index)
+    return data["flags"].fillna("").astype(str).ne("")
 
 
 def time_metric(data: pd.DataFrame) -> tuple[str, str]:
@@ -255,8 +268,10 @@ def amdahl_curves(data: pd.DataFrame, fits: pd.DataFrame, target: str) -> pd.Dat
     predicted = chosen[[f"pred_gpus_{k}" for k in range(1, N_DOUBLINGS + 1)]].to_numpy(float)
     p = chosen["p"].to_numpy(float)[:, None]
     pieces = []
-    for kind, gpus in (("curve", np.geomspace(base[:, 0], predicted.max(axis=1), CURVE_POINTS,
-                                              axis=1)),
+    # A fit without predictions (a framework held to one node) is drawn to its largest fitted count.
+    fitted = chosen["gpus_fitted"].astype(str).map(lambda counts: max(map(float, counts.split(","))))
+    end = np.fmax(predicted.max(axis=1), fitted.to_numpy(float))
+    for kind, gpus in (("curve", np.geomspace(base[:, 0], end, CURVE_POINTS, axis=1)),
                        ("prediction", predicted)):
         per_fit = gpus.shape[1]
         pieces.append(pd.DataFrame({
@@ -267,7 +282,7 @@ def amdahl_curves(data: pd.DataFrame, fits: pd.DataFrame, target: str) -> pd.Dat
             "fit": np.repeat(np.arange(len(chosen)), per_fit),
         }))
     # Each fit's curve, then its predictions, fit after fit.
-    curves = pd.concat(pieces, ignore_index=True).sort_values("fit", kind="stable")
+    curves = pd.concat(pieces, ignore_index=True).sort_values("fit", kind="stable").dropna(subset=["gpus"])
     return curves.drop(columns="fit").reset_index(drop=True)
 
 
@@ -314,7 +329,8 @@ def karp_flatt_figure(data: pd.DataFrame, note: str) -> PlotFigure:
     add_legend(grid, colors, rows[colour.column], colour.column)
     for ax in grid.axes.flat:
         ax.axhline(0.0, color="grey", lw=0.8, ls=":")
-    finish_panels(grid, "Karp-Flatt serial fraction (0-1)", data["gpus"],
+    # e lies in 0-1 only when 1 <= S <= N: below 0 is a superlinear point, above 1 a slowdown.
+    finish_panels(grid, "Karp-Flatt serial fraction e\n(< 0 superlinear, > 1 slower than N_min)", data["gpus"],
                   join_notes(colour.note(BANDS), note))
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
 
@@ -416,7 +432,8 @@ def _build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None) -> dict[str
                             note=note, joined=False),
                 bus_bandwidth_figure(data, note),
                 line_figure(data, "energy_per_image", "joules_per_image", "GPU energy per image (J)",
-                            by_model=True, note=note)]
+                            by_model=True, note=note,
+                            missing="why: the energy_note column of tidy/runs.csv")]
     return {figure.name: figure for figure in figures}
 
 

@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analysis.breakdown import PART_NAMES, PARTS
-from scalesweep.analysis.fits import N_DOUBLINGS, predicted_speedup
-from scalesweep.analysis.scaling import SCALING_COLUMNS, format_value, is_usable
+from scalesweep.analysis.fits import FEW_POINTS_NOTE, N_DOUBLINGS, predicted_speedup
+from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_usable
 from scalesweep.contract import atomic
 from scalesweep.tidy.table import iter_groups, table_group_keys
 
@@ -35,12 +35,29 @@ Z95 = 1.959964  # two-sided 95 % normal quantile, for a fit's interval from its 
 
 # ----------------------------------------------------------------------------- facts
 
+def flagged(group: pd.DataFrame) -> pd.Series:
+    """Rows whose point the scaling table flags (superlinear: a measurement suspected wrong)."""
+    if "flags" not in group:
+        return pd.Series(False, index=group.index)
+    return group["flags"].fillna("").astype(str).str.contains(SUPERLINEAR_FLAG)
+
+
 def largest_count(group: pd.DataFrame) -> pd.Series | None:
-    """The row of the largest GPU count above the baseline with a usable speedup (None: no
-    scaling measured)."""
+    """The row of the largest GPU count above the baseline with a usable, unflagged speedup
+    (None: no such scaling measured). A flagged point never heads a group."""
     measured = group[group["speedup"].map(is_usable) & group["efficiency_pct"].map(is_usable)
-                     & (group["gpus"] > group["baseline_gpus"])]
+                     & (group["gpus"] > group["baseline_gpus"]) & ~flagged(group)]
     return None if measured.empty else measured.loc[measured["gpus"].idxmax()]
+
+
+def flagged_text(group: pd.DataFrame) -> str:
+    """' Left out as flagged (superlinear, likely a slowed baseline): 4 GPUs at 154 %.'"""
+    rows = group[flagged(group) & group["efficiency_pct"].map(is_usable)]
+    if rows.empty:
+        return ""
+    points = ", ".join(f"{gpus_text(r['gpus'])} at {r['efficiency_pct']:.0f} %" for _, r in rows.iterrows())
+    return (f" Left out as flagged ({SUPERLINEAR_FLAG}, likely a slowed baseline or a busy node: "
+            f"see node_load in runs.csv): {points}.")
 
 
 def gpus_text(count) -> str:
@@ -94,17 +111,55 @@ def group_spots(sweet: pd.DataFrame | None, values: dict) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- words
 
-def scale_line(row: pd.Series | None) -> str:
+def speedup_band(row: pd.Series, group: pd.DataFrame) -> str:
+    """' (95 % 2.41–3.30)': the speedup's interval from the throughput intervals of its count and
+    of the baseline (repeats' spread where there are repeats, else the runs' own timed steps):
+    thr_low(N) / thr_high(N_min) to thr_high(N) / thr_low(N_min). Empty where either is unknown."""
+    base = group[group["gpus"] == row["baseline_gpus"]]
+    columns = ("throughput_ci_low_img_s", "throughput_ci_high_img_s")
+    if base.empty or not all(c in row and is_usable(row[c]) and is_usable(base[c].iloc[0]) for c in columns):
+        return ""
+    low = row[columns[0]] / base[columns[1]].iloc[0]
+    high = row[columns[1]] / base[columns[0]].iloc[0]
+    return f" (95 % {low:.2f}–{high:.2f})"
+
+
+def busy_text(group: pd.DataFrame) -> str:
+    """' The node was busy (load above its CPUs) at the start of 12 of 12 runs: ...'."""
+    if "n_busy" not in group or not (pd.to_numeric(group["n_busy"], errors="coerce") > 0).any():
+        return ""
+    busy, runs = int(group["n_busy"].sum()), int(group["n_ok"].sum())
+    return (f" The node was busy (load above its CPUs) at the start of {busy} of {runs} runs "
+            "(node_load in runs.csv): their times carry that noise.")
+
+
+def scale_line(row: pd.Series | None, flagged_note: str = "", group: pd.DataFrame | None = None) -> str:
+    noise = "" if group is None else busy_text(group)
     if row is None:
-        return "Scaling: no two GPU counts with a usable time, so no speedup to report."
-    return (f"Scaling: measured up to {gpus_text(row['gpus'])}, speedup {row['speedup']:.2f}× "
-            f"at {row['efficiency_pct']:.1f} % efficiency.")
+        return ("Scaling: no two GPU counts with a usable, unflagged time, so no speedup to report."
+                + flagged_note + noise)
+    band = "" if group is None else speedup_band(row, group)
+    return (f"Scaling: measured up to {gpus_text(row['gpus'])}, speedup {row['speedup']:.2f}×{band} "
+            f"at {row['efficiency_pct']:.1f} % efficiency." + flagged_note + noise)
 
 
 def energy_text(spot: pd.Series) -> str:
     """', 2.57 J per image (GPU energy)' where the run measured its energy (an NVML counter)."""
     joules = spot.get("joules_per_image")
     return f", {joules:.3g} J per image (GPU energy)" if is_usable(joules) else ""
+
+
+# What "fastest" minimised, by the sweet spot's time_metric (scalesweep/analysis/sweetspot.py).
+TIME_METRIC_WORDS = {"total_time_s": "shortest time to solution", "projected_time_s": "shortest projected time to solution",
+                     "time_s": "shortest steady epoch time", "time_per_image_s": "shortest time per image"}
+
+
+def intent_words(spot: pd.Series) -> str:
+    """'fastest (shortest time to solution)': the intent, with what it minimised where that is a time."""
+    if spot["intent"] != "fastest":
+        return str(spot["intent"])
+    words = TIME_METRIC_WORDS.get(str(spot.get("time_metric")), "shortest time")
+    return f"fastest ({words})"
 
 
 def spot_line(spots: pd.DataFrame) -> str:
@@ -115,9 +170,9 @@ def spot_line(spots: pd.DataFrame) -> str:
         if is_usable(spot["gpus"]):
             hours = (f", {spot['gpu_hours']:.3g} GPU-hours" if is_usable(spot["gpu_hours"])
                      else "")
-            parts.append(f"{spot['intent']} {gpus_text(spot['gpus'])}{hours}{energy_text(spot)}")
+            parts.append(f"{intent_words(spot)} {gpus_text(spot['gpus'])}{hours}{energy_text(spot)}")
         else:
-            parts.append(f"{spot['intent']}: {spot['note']}")
+            parts.append(f"{intent_words(spot)}: {spot['note']}")
     return "Where to stop: " + "; ".join(parts) + "."
 
 
@@ -148,19 +203,24 @@ def fit_line(fit: pd.Series | None) -> str:
         return (f"Prediction: warning, the Amdahl fit explains nothing (R² = {r2:.2f}): "
                 "no prediction.")
     predictions = []
-    for k in range(1, N_DOUBLINGS + 1):
+    for k in (k for k in range(1, N_DOUBLINGS + 1) if is_usable(fit.get(f"pred_gpus_{k}"))):
         low, high = speedup_interval(fit, k)
         predictions.append(f"{gpus_text(fit[f'pred_gpus_{k}'])} {fit[f'pred_speedup_{k}']:.2f}× "
                            f"(95 % {low:.2f}–{high:.2f}), "
                            f"{fit[f'pred_efficiency_pct_{k}']:.1f} % efficiency")
     shown = f", R² = {r2:.2f}" if np.isfinite(r2) else ""
-    return (f"Prediction (Amdahl, p = {fit['p']:.3f}{shown}): " + "; ".join(predictions) + ".")
+    if not predictions:
+        limits = [part for part in str(fit.get("note") or "").split("; ") if part.startswith("no prediction")]
+        predictions = limits or ["no prediction"]
+    caveat = f" Warning: {FEW_POINTS_NOTE}." if FEW_POINTS_NOTE in str(fit.get("note") or "") else ""
+    return (f"Prediction (Amdahl, p = {fit['p']:.3f}{shown}): " + "; ".join(predictions) + "." + caveat)
 
 
 def group_title(values: dict) -> str:
     plain = ("framework", "model", "dataset")
     parts = [format_value(values[k]) for k in plain if k in values]
-    parts += [f"{k}={format_value(v)}" for k, v in values.items() if k not in plain]
+    # A key a group does not have (NaN: e.g. the batch of a reference log) is no part of its name.
+    parts += [f"{k}={format_value(v)}" for k, v in values.items() if k not in plain and not pd.isna(v)]
     return ", ".join(parts) or "all runs"
 
 
@@ -174,7 +234,7 @@ def findings_text(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
     for values, group in iter_groups(scaling, keys):
         row = largest_count(group)
         lines += [f"**{group_title(values)}**", "",
-                  f"- {scale_line(row)}",
+                  f"- {scale_line(row, flagged_text(group), group)}",
                   f"- {spot_line(group_spots(sweet, values))}",
                   f"- {loss_line(row)}",
                   f"- {fit_line(group_fit(fits, values))}", ""]

@@ -18,13 +18,18 @@ from scalesweep.tidy.table import status_counts
 RUN_AXES = ("framework", "model", "dataset", "gpus")
 
 
-def run_label(run: dict) -> str:
-    return " ".join(str(run[axis]) for axis in RUN_AXES[:-1]) + f" gpus={run['gpus']}"
+def run_label(run: dict, with_repeat: bool = False) -> str:
+    """'pytorch vit_tiny d gpus=2', with ' repeat=1' where the sweep has repeats: two failures of
+    one configuration would read as one."""
+    label = " ".join(str(run[axis]) for axis in RUN_AXES[:-1]) + f" gpus={run['gpus']}"
+    return label + (f" repeat={run.get('repeat')}" if with_repeat else "")
 
 
 def failed_lines(runs: pd.DataFrame) -> list:
+    repeats = "repeat" in runs and runs["repeat"].replace("", pd.NA).dropna().nunique() > 1
     failed = runs[runs["status"] != "ok"]
-    return [f"  {row['status']}: {run_label(row)}: {row.get('reason') or 'no reason recorded'} (log: {row.get('log')})"
+    return [f"  {row['status']}: {run_label(row, repeats)}: {row.get('reason') or 'no reason recorded'} "
+            f"(log: {row.get('log')})"
             for row in failed.to_dict("records")]
 
 

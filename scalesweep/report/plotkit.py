@@ -63,6 +63,7 @@ class PlotFigure:
     grid: sns.FacetGrid | None = None
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     note: str = ""
+    flagged: pd.DataFrame = field(default_factory=pd.DataFrame)  # the points ringed as flagged
 
 
 def math_free(text) -> str:
@@ -188,7 +189,14 @@ def palette_of(labels) -> dict:
     return dict(zip(ordered, sns.color_palette(palette, n_colors=max(1, len(ordered)))))
 
 
-def add_legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool = False) -> None:
+# A flagged point (the scaling table's `flags`, e.g. superlinear) is ringed, and the legend says
+# what the ring means: it is drawn, but no fit or finding rests on it.
+FLAGGED_STYLE = {"marker": "o", "ms": 13, "mfc": "none", "mec": "red", "mew": 1.6, "ls": ""}
+FLAGGED_LABEL = "flagged (see flags, note): left out of fits and findings"
+
+
+def add_legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool = False,
+               flagged: bool = False) -> None:
     """The legend right of the panels (savefig's tight bounding box keeps it in the file): the
     colours of the labels in `shown`, and with `kinds` the measured/ideal line styles. Not
     seaborn's add_legend: it renders the whole figure twice to size the legend, the costliest
@@ -201,6 +209,9 @@ def add_legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool
                     plt.Line2D([], [], color="0.3", marker="o"),
                     plt.Line2D([], [], color="0.3", marker="X", dashes=DASHES[IDEAL])]
         labels += ["kind", MEASURED, IDEAL]
+    if flagged:
+        handles += [plt.Line2D([], [], **FLAGGED_STYLE)]
+        labels += [FLAGGED_LABEL]
     title = "configuration" if title in ("series", "label") else plot_text(title)  # not a column name
     grid.figure.legend(handles, labels, title=title, loc="center left",
                        bbox_to_anchor=(1.0, 0.5), frameon=False)

@@ -51,3 +51,32 @@ def copies_report(lines: list[str]) -> list[str]:
         return []
     counted = "1 duplicate copy of a run" if len(lines) == 1 else f"{len(lines)} duplicate copies of runs"
     return [f"{counted} left out (a run read twice is counted once, by run_id):", *(f"  {line}" for line in lines)]
+
+
+# What names one configuration within a log: a requeued SLURM job appends its next attempt to
+# the same --output file, and the two attempts are one configuration, not two repeats.
+ATTEMPT_KEY = ("framework", "model", "dataset", "gpus", "nodes", "repeat", "per_gpu_batch", "precision",
+               "protocol")
+
+
+def earlier_attempts(rows: list) -> dict[int, int]:
+    """{position of an earlier attempt: position of the last attempt} over run rows in reading
+    order: an unfinished run (status not ok) followed, in the same log, by another run of the same
+    configuration (ATTEMPT_KEY) is a requeued job's killed attempt; the last one counts. Two runs
+    that both finished are two runs (one after the other: logs/invariants.py judges that)."""
+    keys = [(row.get("log"), *(str(row.get(key)) for key in ATTEMPT_KEY)) for row in rows]
+    last = {key: position for position, key in enumerate(keys)}
+    return {position: last[key] for position, key in enumerate(keys)
+            if last[key] != position and rows[position].get("status") != "ok"}
+
+
+def attempt_lines(rows: list, earlier: dict[int, int]) -> list[str]:
+    return [f"{rows[old]['log']}: run {old_rank} of the log is an earlier attempt of the same configuration as run "
+            f"{new_rank} (a requeued job appends to its log): only the last attempt counts"
+            for old, new in earlier.items()
+            for old_rank, new_rank in [(_rank_in_log(rows, old), _rank_in_log(rows, new))]]
+
+
+def _rank_in_log(rows: list, position: int) -> int:
+    """1 for the first run read from that row's log."""
+    return sum(1 for row in rows[: position + 1] if row.get("log") == rows[position].get("log"))

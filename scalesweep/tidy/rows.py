@@ -22,6 +22,7 @@ from scalesweep.logs import invariants
 from scalesweep.logs.read import parse_file
 from scalesweep.logs.run import EmptyLogError, LogFormatError, refused_summary, whole_number
 from scalesweep.tidy import copies
+from scalesweep.contract.steady import epoch_rate, steady_metrics, steady_windows
 from scalesweep.tidy.provenance import SETTINGS_KEYS, requested_batch, run_id, run_provenance, what_ran
 from scalesweep.tidy.table import (
     AXIS_COLUMNS,
@@ -88,6 +89,9 @@ def tidy_tables(items, images_per_epoch: int | None = None, peak_override: dict 
     later = copies.later_readings(ids)
     copy_lines = copies.copy_lines([run_row["log"] for run_row, _, _ in readings], ids, later)
     readings = [reading for position, reading in enumerate(readings) if position not in later]
+    earlier = copies.earlier_attempts([run_row for run_row, _, _ in readings])
+    copy_lines += copies.attempt_lines([run_row for run_row, _, _ in readings], earlier)
+    readings = [reading for position, reading in enumerate(readings) if position not in earlier]
     run_rows = [run_row for run_row, _, _ in readings]
     epoch_rows = [epoch for _, run_epochs, _ in readings for epoch in run_epochs]
     refused = [refusal for _, _, refusal in readings if refusal]
@@ -292,7 +296,7 @@ def _run_rows(run, axes: dict, path, peak_override=None) -> tuple[dict, list[dic
         row["reason"] = summary.get("reason") or f"status {row['status']} without a reason in the log"
         row["gpu_hours"] = run_gpu_hours(row)
         return row, []
-    metrics = _steady_metrics(run.epochs, row["world_size"])
+    metrics = steady_metrics(run.epochs, row["world_size"], header.get("protocol", "epochs"))
     row.update(metrics, reason=_ok_reason(summary.get("reason"), metrics, len(run.epochs)))
     for key in ("total_time_s", "memory_gb", "peak_host_rss_gb"):
         row[key] = summary.get(key)
@@ -302,18 +306,6 @@ def _run_rows(run, axes: dict, path, peak_override=None) -> tuple[dict, list[dic
     row.update(steady_energy(run.epochs, row["world_size"]), run_energy_j=summary.get("run_energy_j"))
     epoch_axes = {key: row[key] for key in row if key in AXIS_COLUMNS or key in axes}
     return row, [_epoch_row(epoch_axes, epoch) for epoch in run.epochs]
-
-
-def _steady_metrics(epochs: list[dict], world_size) -> dict:
-    steady = [epoch for epoch in epochs if epoch["epoch"] >= FIRST_STEADY_EPOCH]
-    seconds = [epoch["seconds"] for epoch in steady if _is_number(epoch.get("seconds"))]
-    rates = [rate for rate in (_epoch_rate(epoch) for epoch in steady) if _is_number(rate)]
-    throughput = statistics.median(rates) if rates else math.nan
-    return {
-        "steady_epoch_time_s": statistics.median(seconds) if seconds else math.nan,
-        "throughput_img_s": throughput,
-        "throughput_per_gpu_img_s": throughput / max(world_size or 1, 1),
-    }
 
 
 def _train_images(header: dict):
@@ -330,7 +322,7 @@ def steady_energy(epochs: list[dict], world_size) -> dict:
     """The energy columns of an ok run from its steady epochs (or timed window): their joules
     summed, per image and per GPU per second; NaN with the reason (`energy_note`) where any
     steady window has no energy (older logs say nothing: no note then)."""
-    steady = [epoch for epoch in epochs if epoch["epoch"] >= FIRST_STEADY_EPOCH]
+    steady = steady_windows(epochs)
     unknown = {"energy_j": math.nan, "joules_per_image": math.nan, "avg_power_w_per_gpu": math.nan,
                "energy_source": None}
     missing = [epoch for epoch in steady if not _is_number(epoch.get("energy_j"))]
@@ -361,7 +353,7 @@ def run_throughput_bounds(throughput, step_time_ci_pct) -> tuple[float, float]:
 def _step_interval(epochs: list[dict], summary: dict, throughput) -> dict:
     """timed_steps, step_time_ci_pct and the throughput interval of an ok run (older records
     without the summary's interval: the timed window's own, for the steps protocol)."""
-    steady = [epoch for epoch in epochs if epoch["epoch"] >= FIRST_STEADY_EPOCH]
+    steady = steady_windows(epochs)
     steps, pct = summary.get("timed_steps"), summary.get("step_time_ci_pct")
     if not _is_number(steps):
         counted = [epoch.get("steps") for epoch in steady]
@@ -429,19 +421,11 @@ def _epoch_row(axes: dict, epoch: dict) -> dict:
         "epoch": epoch["epoch"],
         "images": epoch.get("images"),
         "seconds": epoch.get("seconds"),
-        "throughput_img_s": _epoch_rate(epoch),
+        "throughput_img_s": epoch_rate(epoch),
         "loss": epoch.get("loss"),
         "accuracy": epoch.get("accuracy"),
         "steady": epoch["epoch"] >= FIRST_STEADY_EPOCH,
     }
-
-
-def _epoch_rate(epoch: dict):
-    rate = epoch.get("throughput_img_s")
-    if _is_number(rate):
-        return rate
-    images, seconds = epoch.get("images"), epoch.get("seconds")
-    return images / seconds if _is_number(images) and _is_number(seconds) and seconds > 0 else None
 
 
 def _is_number(value) -> bool:

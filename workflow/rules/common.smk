@@ -435,6 +435,10 @@ def preview_of(max_batch):
             summary = preview.plan_summary(
                 RUNS, EXCLUDED, jobs, done, max_batch=max_batch, local=runs_locally()
             )
+            print(
+                preview.config_files_line(CONFIG_FILES, workflow.overwrite_configfiles),
+                file=sys.stderr,
+            )
             print(summary, file=sys.stderr)
             PREVIEWED.append(max_batch)
         return []

@@ -2,6 +2,7 @@
 # failure's reason and log, and where the tables, figures, findings, archive and report are.
 from scalesweep import pipeline
 from scalesweep.analysis.settings import AnalysisSettings
+from scalesweep.contract import layout
 from scalesweep.plan import containers
 from scalesweep.report import outcome
 
@@ -15,8 +16,10 @@ onsuccess:
 # failed row per missing run, with SLURM's verdict where accounting has one, and rebuild the
 # scaling tables, figures and findings from exactly those rows. The next invocation runs the missing
 # configurations (each run's result is a target of rule all) and then rebuilds these tables
-# from complete results. On a full, over-quota or read-only disk the closing lines still come,
-# with the file that could not be written (pipeline.failure_outcome).
+# from complete results; with nothing left to train it still tidies again, because the failure
+# path leaves a marker that is an input of rule tidy (scalesweep/tidy/after_failure.py). On a
+# full, over-quota or read-only disk the closing lines still come, with the file that could not
+# be written (pipeline.failure_outcome).
 onerror:
     print(
         pipeline.failure_outcome(
@@ -28,6 +31,7 @@ onerror:
                 "figures_dir": rules.figures.output[0],
                 "findings_md": rules.findings.output[0],
             },
+            layout.WRITTEN_AFTER_FAILURE,
             digests=containers.sweep_digests(config["container"], IMAGES),
             peak_override=config["hardware"]["peak_tflops"],
         ),

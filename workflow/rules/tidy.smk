@@ -3,13 +3,14 @@
 from scalesweep import rulelog
 from scalesweep.contract import layout
 from scalesweep.plan import containers
-from scalesweep.tidy import rows
+from scalesweep.tidy import after_failure, rows
 
 
 rule tidy:
     input:
         logs=all_run_logs(),
         digests=image_digest_files(),
+        written_after_failure=after_failure.marker_input(layout.WRITTEN_AFTER_FAILURE),
     output:
         epochs=report(
             layout.tidy_table("epochs"),

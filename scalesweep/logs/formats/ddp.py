@@ -10,6 +10,7 @@ import re
 from scalesweep.contract import frameworks
 from scalesweep.logs.failures import UNFINISHED_CAUSES, unfinished_summary
 from scalesweep.logs.run import (
+    AmbiguousName,
     DIGITS,
     Draft,
     LogFormatError,
@@ -19,7 +20,7 @@ from scalesweep.logs.run import (
     as_number,
     registry_model,
     finished_summary,
-    gpus_from_filename,
+    shape_from_filename,
     parse_duration,
 )
 
@@ -69,12 +70,19 @@ def is_ddp_line(line: str) -> bool:
 
 
 def parse_ddp(lines, source, world_size) -> ParsedRun:
-    world = world_size if world_size is not None else gpus_from_filename(source)
+    try:
+        named_world, nodes = shape_from_filename(source)
+    except AmbiguousName as error:
+        if world_size is None:
+            raise LogFormatError(source, str(error)) from None
+        named_world, nodes = None, None  # the world size given settles it; the nodes stay unknown
+    world = world_size if world_size is not None else named_world
     if world is None or world < 1:
         raise LogFormatError(
             source,
-            "ddp-reference logs do not state the world size: pass world_size (from the manifest "
-            "or the run's config) or name the file like vit_4gpus.log / ddp-n2-g8.out",
+            "ddp-reference logs do not state the world size: give it (analyze --world-size "
+            "FILE=N, a manifest.csv world_size column, or the run's config) or name the file like "
+            "vit_4gpus.log / ddp_tiny_2nodes_4gpus.out",
         )
     draft = Draft(lines=list(lines))
     args: dict = {}
@@ -101,6 +109,8 @@ def parse_ddp(lines, source, world_size) -> ParsedRun:
             memory = as_number(match.group(1))  # `[\d.]+` also matches `1.2.3`
             final["memory_gb"] = None if memory is None else memory * to_gb
     draft.header = _ddp_header(args, world)
+    if nodes is not None:
+        draft.header["nodes"] = nodes
     draft.epochs = _ddp_epochs(epochs, draft.header.get("images_per_epoch"))
     return ParsedRun("ddp-reference", source, draft.header, draft.epochs, _ddp_summary(draft, final))
 

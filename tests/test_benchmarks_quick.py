@@ -1,0 +1,65 @@
+"""Each benchmark's quick mode runs to its end on today's checks: a benchmark whose generated
+config or logs a new check refuses fails here, not on the day someone runs `make bench`."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bench(script, *args):
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "SLURM_CONF": os.devnull})
+
+
+def figures(stdout):
+    """{name: value} of the benchmark's `name value unit` lines."""
+    return {name: float(value) for name, value, _ in
+            (line.split(maxsplit=2) for line in stdout.splitlines() if line and not line.startswith("#"))}
+
+
+@pytest.mark.slow
+def test_bench_analysis_quick_plans_every_configuration_and_analyzes_every_log():
+    # 25 configurations of the 1,000-configuration matrix (its datasets and batches), 60 logs
+    result = bench("bench_analysis.py", "--runs", "60", "--configs", "25")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {"analyze_60_runs_s", "dryrun_25_configs_s"} <= set(figures(result.stdout))
+
+
+@pytest.mark.slow
+def test_bench_analysis_dry_run_of_1000_configurations_passes_todays_checks():
+    """The full matrix: its largest global batch (256 x 16) is what a feasibility check refused."""
+    result = bench("bench_analysis.py", "--only", "dryrun")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dryrun_1000_configs_s" in figures(result.stdout)
+
+
+@pytest.mark.slow
+def test_bench_history_quick():
+    result = bench("bench_history.py", "--sweeps", "60", "--repeats", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "compare_where_6k_runs_s" in figures(result.stdout)
+
+
+# The training benchmarks at their smallest: one round of a few steps on the CPU stand-ins.
+QUICK_TRAINING = [
+    ("bench_breakdown.py", ["--rounds", "1", "--epochs", "2", "--classes", "4", "--per-class", "32", "--batch", "16"],
+     "probe_overhead_pct_2_epochs"),
+    ("bench_protocols.py", ["--rounds", "1", "--train-images", "1024", "--batch", "64", "--max-timed-steps", "40",
+                            "--target-ci-pct", "5"], "steps_protocol_throughput"),
+    ("bench_timing.py", ["--steps", "10", "--warmup-steps", "2", "--rounds", "1"], "timing_overhead_pct"),
+    ("bench_energy.py", ["--rounds", "1", "--timed-steps", "10"], "energy_read_overhead_pct"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, args, figure", QUICK_TRAINING, ids=[case[0] for case in QUICK_TRAINING])
+def test_training_benchmark_quick(script, args, figure):
+    result = bench(script, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert figure in {line.split()[0] for line in result.stdout.splitlines() if line and not line.startswith("#")}
