@@ -26,6 +26,7 @@ import measure
 import runlog
 import stepparts
 from measure import AUTO_TIMED_STEPS, PROBE_STEPS
+from scalesweep.contract import run_env
 
 # Any failure but out of memory: Snakemake marks the job failed and a rerun repeats it.
 EXIT_FAILED = 1
@@ -431,8 +432,15 @@ def header_record(args, framework: str, per_gpu_batch: int, world_size: int, ste
         "precision": args.precision,
         "compile": args.compile,
         **protocol_fields(args, global_batch, steps_per_epoch, train_images),
+        **own_env(args),
         **own,
     }
+
+
+def own_env(args) -> dict:
+    """The header's `env`, only for a run started with variables of its own: a run without
+    them keeps the header (and settings_hash) it had before the key existed."""
+    return {"env": run_env.seen(args.env_names, os.environ)} if args.env_names else {}
 
 
 def protocol_fields(args, global_batch, steps_per_epoch, train_images=None):

@@ -41,6 +41,8 @@ def common_parser(models, data_help: str) -> argparse.ArgumentParser:
     add("--compile", action="store_true", help="run the model compiled (TF: XLA, PyTorch: torch.compile)")
     add("--seed", type=int, default=0, help="random seed (default %(default)s)")
     add("--list-models", action="store_true", help="print the model names and exit")
+    add("--env-names", default="", help="comma-separated names of the run's own environment variables "
+                                        "(matrix.env), recorded in the header as this process sees them")
     add_measurement_options(parser)
     return parser
 

@@ -132,7 +132,7 @@ def schema_message(config):
          "analysis, cluster, container, site, history_dir, compare_with)"),
         (lambda c: c["training"].update(epoch=3),
          "config key 'training': unknown key 'epoch' (allowed: epochs, precision, num_workers, compile, "
-         "channels_last, seed, protocol, warmup_steps, timed_steps, target_ci_pct, max_timed_steps, oom_policy, "
+         "channels_last, env, bucket_cap_mb, gradient_as_bucket_view, static_graph, seed, protocol, warmup_steps, timed_steps, target_ci_pct, max_timed_steps, oom_policy, "
          "max_batch_limit); "
          "did you mean 'epochs'?"),
         (lambda c: c.pop("matrix"), "missing required top-level key 'matrix'"),

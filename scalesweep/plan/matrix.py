@@ -11,7 +11,7 @@ import itertools
 import math
 from collections import Counter
 
-from scalesweep.contract import frameworks
+from scalesweep.contract import frameworks, run_env
 from scalesweep.contract.records import FIRST_STEADY_EPOCH
 from scalesweep.plan.checks import (
     ConfigError,
@@ -268,7 +268,10 @@ def unread_settings(settings) -> set:
 
 
 def path_value(value) -> str:
-    """A setting as a path word: booleans as YAML writes them (compile~true)."""
+    """A setting as a path word: booleans as YAML writes them (compile~true), a mapping of
+    environment variables as env~NAME=value,... (contract/run_env.py: path_word)."""
+    if isinstance(value, dict):
+        return run_env.path_word(value)
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

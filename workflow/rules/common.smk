@@ -82,7 +82,9 @@ SETTINGS = dict(zip(RUN_PATHS, RUN_SETTINGS))
 # Missing or empty datasets and images: listed by a preview, refused by a run (submission_checks).
 PATH_PROBLEMS = site.path_problems(config, RUN_SETTINGS, WORKDIR)
 try:
-    checks.check_planned(config, SETTINGS.values(), WORKDIR)
+    checks.check_planned(
+        config, SETTINGS.values(), WORKDIR, training_defaults=TRAINING_DEFAULTS
+    )
     sides.check_compare_with(config, WORKDIR)
 except checks.ConfigError as error:
     config_sources = config_files.sources(CONFIG_FILES, workflow.config_settings.config)
