@@ -22,6 +22,7 @@ import time
 import traceback
 
 import energy
+import heartbeat
 import measure
 import runlog
 import stepparts
@@ -329,6 +330,7 @@ def train_attempt(backend: Backend, args, log: runlog.RunLog, per_gpu_batch: int
     log.header.update(attempt.header_updates)
     if args.oom_policy == "fail":
         log.open()
+    start_heartbeat(attempt.clock, log.header, args.heartbeat_s, backend.info)
     meter = WindowMeter(log, attempt.clock, attempt.global_batch, args.warmup_steps, backend.info,
                         backend.energy_counters)
     if args.protocol == "steps":
@@ -336,6 +338,13 @@ def train_attempt(backend: Backend, args, log: runlog.RunLog, per_gpu_batch: int
     else:
         attempt.fit_epochs(meter, args.epochs)
     return attempt
+
+
+def start_heartbeat(clock, header: dict, interval_s: float, say) -> None:
+    """The attempt's progress lines (scripts/heartbeat.py), from its clock's step ends."""
+    if interval_s > 0:
+        total, per_epoch, capped = heartbeat.planned_steps(header)
+        clock.after_end = heartbeat.Heartbeat(say, total, per_epoch, header["global_batch"], capped, interval_s).tick
 
 
 def train_with_oom_policy(backend: Backend, args, log: runlog.RunLog):
