@@ -102,6 +102,11 @@ class Backend:
     def teardown(self) -> None:
         """Leave the distributed world; nothing by default."""
 
+    def tracer(self, attempt, out_dir: str, first: int, steps: int, ranks: str):
+        """A profiler over steps first+1 .. first+steps of `attempt` writing into `out_dir` (an
+        object with step(steps_done)), or None on a process `ranks` ("all", or "0,1") leaves out."""
+        raise NotImplementedError(f"{self.framework}: no profiler trace")
+
     def energy_devices(self):
         """(on_gpu, local indices of the devices this process drives), whose energy counters the
         harness reads (scripts/energy.py); None where the backend reads none."""
@@ -330,7 +335,8 @@ def train_attempt(backend: Backend, args, log: runlog.RunLog, per_gpu_batch: int
     log.header.update(attempt.header_updates)
     if args.oom_policy == "fail":
         log.open()
-    start_heartbeat(attempt.clock, log.header, args.heartbeat_s, backend.info)
+    attempt.clock.after_end = step_hooks(heartbeat_hook(log.header, args.heartbeat_s, backend.info),
+                                         trace_hook(backend, attempt, args))
     meter = WindowMeter(log, attempt.clock, attempt.global_batch, args.warmup_steps, backend.info,
                         backend.energy_counters)
     if args.protocol == "steps":
@@ -340,11 +346,38 @@ def train_attempt(backend: Backend, args, log: runlog.RunLog, per_gpu_batch: int
     return attempt
 
 
-def start_heartbeat(clock, header: dict, interval_s: float, say) -> None:
-    """The attempt's progress lines (scripts/heartbeat.py), from its clock's step ends."""
-    if interval_s > 0:
-        total, per_epoch, capped = heartbeat.planned_steps(header)
-        clock.after_end = heartbeat.Heartbeat(say, total, per_epoch, header["global_batch"], capped, interval_s).tick
+def heartbeat_hook(header: dict, interval_s: float, say):
+    """The attempt's progress lines (scripts/heartbeat.py), or None with --heartbeat-s 0."""
+    if interval_s <= 0:
+        return None
+    total, per_epoch, capped = heartbeat.planned_steps(header)
+    return heartbeat.Heartbeat(say, total, per_epoch, header["global_batch"], capped, interval_s).tick
+
+
+def trace_hook(backend: Backend, attempt, args):
+    """With --trace-dir, the backend's profiler over the timed window's steps on this process
+    (None on a rank --trace-ranks leaves out)."""
+    if not args.trace_dir:
+        return None
+    tracer = backend.tracer(attempt, args.trace_dir, args.warmup_steps, args.timed_steps, args.trace_ranks)
+    return tracer.step if tracer is not None else None
+
+
+def traces_rank(ranks: str, rank: int) -> bool:
+    """Whether --trace-ranks ('all', or '0,1') names `rank`."""
+    return ranks.strip() == "all" or str(rank) in {part.strip() for part in ranks.split(",")}
+
+
+def step_hooks(*hooks):
+    """One `after_end` for a step clock calling each of `hooks` (None: none) in order."""
+    hooks = [hook for hook in hooks if hook is not None]
+    if len(hooks) <= 1:
+        return hooks[0] if hooks else None
+
+    def after_end(steps_done: int) -> None:
+        for hook in hooks:
+            hook(steps_done)
+    return after_end
 
 
 def train_with_oom_policy(backend: Backend, args, log: runlog.RunLog):

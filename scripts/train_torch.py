@@ -472,6 +472,13 @@ class TorchBackend(harness.Backend):
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, OUT_OF_MEMORY)
 
+    def tracer(self, trainer: Trainer, out_dir: str, first: int, steps: int, ranks: str):
+        if not harness.traces_rank(ranks, self.world.rank):
+            return None
+        import torch_trace
+
+        return torch_trace.TorchTracer(trainer.module, self.device, out_dir, self.world.rank, first, steps)
+
     def release_memory(self) -> None:
         release_memory(self.device, self.args.compile)
 

@@ -44,6 +44,9 @@ def common_parser(models, data_help: str) -> argparse.ArgumentParser:
     add("--list-models", action="store_true", help="print the model names and exit")
     add("--heartbeat-s", type=float, default=heartbeat.DEFAULT_INTERVAL_S,
         help="seconds between progress lines in the log (also every 10 %% of an epoch); 0 = none")
+    add("--trace-dir", help="trace the timed window of --protocol steps with the framework's profiler "
+                            "into this folder (a trace run, never a measured one)")
+    add("--trace-ranks", default="0", help="ranks traced with --trace-dir: 'all' or a comma list (default 0)")
     add("--env-names", default="", help="comma-separated names of the run's own environment variables "
                                         "(matrix.env), recorded in the header as this process sees them")
     add_measurement_options(parser)
@@ -130,6 +133,8 @@ def parse_args(parser: argparse.ArgumentParser, argv=None, check=None) -> argpar
     if args.find_max_batch and args.max_batch_limit < args.per_gpu_batch:
         parser.error(f"--max-batch-limit {args.max_batch_limit} is below the starting "
                      f"--per-gpu-batch {args.per_gpu_batch}")
+    if args.trace_dir and (args.protocol != "steps" or args.timed_steps == measure.AUTO_TIMED_STEPS):
+        parser.error("--trace-dir traces the timed window of --protocol steps with a number of --timed-steps")
     if check is not None:
         check(parser, args)
     return args

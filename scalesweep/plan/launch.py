@@ -45,6 +45,8 @@ def trainer_args(settings):
         args.append("--compile")
     if settings.get("env"):
         args += ["--env-names", run_env.names_word(settings["env"])]
+    if settings.get("trace_dir"):
+        args += ["--trace-dir", settings["trace_dir"], "--trace-ranks", settings["trace_ranks"]]
     if settings.get("find_max_batch"):
         args += ["--find-max-batch", "--max-batch-limit", settings["max_batch_limit"]]
     for option in frameworks.get(settings["framework"]).trainer_options:

@@ -323,6 +323,21 @@ def gpu_count_pattern(runs, gpus_per_node: int, multinode: bool) -> str:
     return "|".join(values) or "(?!)"
 
 
+def traced_runs(runs, trace: dict) -> list[int]:
+    """Positions of the planned runs `trace.select` picks (any entry matching, as `exclude`'s)."""
+    return [index for index, run in enumerate(runs)
+            if any(matches(run, pattern) for pattern in trace.get("select", []))]
+
+
+def trace_settings(settings, trace: dict, trace_dir: str) -> dict:
+    """The run as a trace run: the steps protocol, `trace.warmup_steps` untraced steps, then
+    `trace.steps` traced ones written to `trace_dir` by the ranks `trace.ranks` names."""
+    ranks = trace.get("ranks", [0])
+    return {**settings, "protocol": "steps", "warmup_steps": trace.get("warmup_steps", 5),
+            "timed_steps": trace.get("steps", 5), "trace_dir": trace_dir,
+            "trace_ranks": ranks if isinstance(ranks, str) else ",".join(str(rank) for rank in ranks)}
+
+
 def synthetic_options(spec: dict) -> str:
     """A `synthetic:` entry as the generator scripts' options, quoted for the shell; in key order,
     so that the same entry written in another order is the same job (Snakemake's params trigger
