@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import faults
 import make_cifar
 import make_imagefolder
 from conftest import TINY, snakemake
@@ -78,6 +79,17 @@ def test_snakemake_trace_writes_per_rank_traces_beside_the_measured_runs(tmp_pat
     assert json.loads((tf_dir / "summary.json").read_text())
     # A trace is no measured run: nothing under results/runs/ or the tidy tables.
     assert not (tmp_path / "results/runs").exists() and not (tmp_path / "results/tidy").exists()
+    assert "scalesweep: traces and their summaries under results/traces/" in done.stderr
+
+
+def test_a_failed_trace_leaves_no_trace_and_no_failed_sweep_rows(tmp_path, monkeypatch):
+    monkeypatch.setenv(faults.FAIL_INJECT_ENV, "crash")
+    done = snakemake(tmp_path, "--cores", "2", "trace", configfile=trace_config(tmp_path))
+    assert done.returncode != 0
+    assert not list((tmp_path / "results").glob("traces/*/*/*/gpus~2/*/*/summary.json"))
+    # The sweep's failure path (failed rows for every unmeasured run) is not a trace's.
+    assert not (tmp_path / "results/tidy").exists()
+    assert "scalesweep: traces and their summaries under results/traces/" in done.stderr
 
 
 def test_trace_without_a_selection_says_which_key(tmp_path):

@@ -17,7 +17,7 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep.contract import frameworks  # noqa: E402
+from scalesweep.contract import frameworks, layout  # noqa: E402
 from scalesweep.history import sides  # noqa: E402
 from scalesweep.plan import (
     checks,
@@ -412,3 +412,39 @@ if workflow.is_main_process:
     WARNINGS = matrix.config_warnings(config, EXCLUDED, SETTINGS.values())
     if WARNINGS:
         print(preview.warning_lines(WARNINGS), file=sys.stderr)
+
+
+# ------------------------------------------------------------------ `snakemake trace` (trace.smk)
+TRACED_PATHS = [RUN_PATHS[index] for index in matrix.traced_runs(RUNS, config["trace"])]
+# `snakemake trace` alone is no sweep: its end writes no failed rows into the tidy tables
+# (outcome.smk), it names where the traces are.
+TRACES_ONLY = set(getattr(workflow.dag_settings, "targets", ())) == {"trace"}
+TRACES_ONLY_LINE = (
+    f"scalesweep: traces and their summaries under {layout.TRACES}/ (docs/traces.md)"
+)
+
+
+def trace_output(framework):
+    return directory(layout.trace_dir(f"{framework}/{RUN_PATTERN}"))
+
+
+def trace_command(framework):
+    def command_of(wildcards):
+        path = run_path(framework, wildcards)
+        settings = matrix.trace_settings(
+            SETTINGS[path], config["trace"], layout.trace_dir(path)
+        )
+        return launch.job_command(
+            settings, config["container"], workflow.basedir, WORKDIR, PYTHON
+        )
+
+    return command_of
+
+
+def traced_outputs(wildcards):
+    if not TRACED_PATHS:
+        raise WorkflowError(
+            "config key 'trace.select': picks no planned configuration to trace "
+            f"({config['trace'].get('select', [])}); docs/traces.md"
+        )
+    return [layout.trace_dir(path) for path in TRACED_PATHS]

@@ -7,7 +7,10 @@ from scalesweep.report import outcome
 
 
 onsuccess:
-    print(outcome.sweep_outcome(), file=sys.stderr)
+    print(
+        TRACES_ONLY_LINE if TRACES_ONLY else outcome.sweep_outcome(),
+        file=sys.stderr,
+    )
 
 
 # After a sweep with failures the tidy rule cannot run (its inputs are incomplete), yet the
@@ -19,16 +22,20 @@ onsuccess:
 # with the file that could not be written (pipeline.failure_outcome).
 onerror:
     print(
-        pipeline.failure_outcome(
-            zip(map(best_log, RUN_PATHS), run_axes()),
-            dict(rules.tidy.output.items()),
-            {
-                "table_outputs": dict(rules.tables.output.items()),
-                "settings": AnalysisSettings.from_config(config["analysis"]),
-                "figures_dir": rules.figures.output[0],
-                "findings_md": rules.findings.output[0],
-            },
-            digests=containers.sweep_digests(config["container"], IMAGES),
+        (
+            TRACES_ONLY_LINE
+            if TRACES_ONLY
+            else pipeline.failure_outcome(
+                zip(map(best_log, RUN_PATHS), run_axes()),
+                dict(rules.tidy.output.items()),
+                {
+                    "table_outputs": dict(rules.tables.output.items()),
+                    "settings": AnalysisSettings.from_config(config["analysis"]),
+                    "figures_dir": rules.figures.output[0],
+                    "findings_md": rules.findings.output[0],
+                },
+                digests=containers.sweep_digests(config["container"], IMAGES),
+            )
         ),
         file=sys.stderr,
     )
