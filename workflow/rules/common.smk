@@ -416,9 +416,15 @@ if workflow.is_main_process:
 
 # ------------------------------------------------------------------ `snakemake trace` (trace.smk)
 TRACED_PATHS = [RUN_PATHS[index] for index in matrix.traced_runs(RUNS, config["trace"])]
+
+
 # `snakemake trace` alone is no sweep: its end writes no failed rows into the tidy tables
 # (outcome.smk), it names where the traces are.
-TRACES_ONLY = set(getattr(workflow.dag_settings, "targets", ())) == {"trace"}
+def traces_only():
+    """Whether this invocation's only target is `trace` (known once the DAG is being built)."""
+    return set(getattr(workflow.dag_settings, "targets", None) or ()) == {"trace"}
+
+
 TRACES_ONLY_LINE = (
     f"scalesweep: traces and their summaries under {layout.TRACES}/ (docs/traces.md)"
 )

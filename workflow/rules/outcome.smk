@@ -8,7 +8,7 @@ from scalesweep.report import outcome
 
 onsuccess:
     print(
-        TRACES_ONLY_LINE if TRACES_ONLY else outcome.sweep_outcome(),
+        TRACES_ONLY_LINE if traces_only() else outcome.sweep_outcome(),
         file=sys.stderr,
     )
 
@@ -24,7 +24,7 @@ onerror:
     print(
         (
             TRACES_ONLY_LINE
-            if TRACES_ONLY
+            if traces_only()
             else pipeline.failure_outcome(
                 zip(map(best_log, RUN_PATHS), run_axes()),
                 dict(rules.tidy.output.items()),
