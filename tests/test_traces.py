@@ -80,6 +80,10 @@ def test_snakemake_trace_writes_per_rank_traces_beside_the_measured_runs(tmp_pat
     # A trace is no measured run: nothing under results/runs/ or the tidy tables.
     assert not (tmp_path / "results/runs").exists() and not (tmp_path / "results/tidy").exists()
     assert "scalesweep: traces and their summaries under results/traces/" in done.stderr
+    reported = snakemake(tmp_path, "trace", "--report", "traces.html", configfile=trace_config(tmp_path))
+    assert reported.returncode == 0, reported.stderr[-3000:]
+    page = (tmp_path / "traces.html").read_text()
+    assert '"Traces"' in page and f"{torch_dir.relative_to(tmp_path)}/summary.md" in page
 
 
 def test_a_failed_trace_leaves_no_trace_and_no_failed_sweep_rows(tmp_path, monkeypatch):

@@ -431,7 +431,20 @@ TRACES_ONLY_LINE = (
 
 
 def trace_output(framework):
-    return directory(layout.trace_dir(f"{framework}/{RUN_PATTERN}"))
+    """The trace folder; its summaries go into `snakemake trace --report traces.html`."""
+    return report(
+        directory(layout.trace_dir(f"{framework}/{RUN_PATTERN}")),
+        patterns=["{name}.md"],
+        caption="../report/traces.rst",
+        category="Traces",
+        labels={
+            "framework": framework,
+            "model": "{model}",
+            "dataset": "{dataset}",
+            "gpus": "{gpus}",
+            "settings": "{settings}",
+        },
+    )
 
 
 def trace_command(framework):
