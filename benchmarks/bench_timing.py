@@ -10,12 +10,16 @@ conditions. A window's throughput is images / seconds between two device waits a
   through the trainer's prefetcher, as in a timed run.
 - `clock`: the trainer's own clock: host timers on the CPU (stepclock.StepClock), CUDA events read
   once per window on a GPU (stepclock.EventStepClock).
+- `heartbeat`: the trainer's clock with its heartbeat (scripts/heartbeat.py) at the rule a run
+  uses, the window taken as one epoch: a line every tenth of it (issue 29: what the progress
+  lines cost).
 - `synced` (CUDA only): the clock before issue 16, a device wait at each step's begin, data ready
   and end, and the batch copied on the compute stream (no prefetch).
 
 Prints `name value unit` lines: per side the median images/s (min-max over --rounds), then
 `timing_overhead_pct` = 100 x (1 - clock / none), median and min-max of the per-round ratios
-(both sides of each ratio from the same round), and on CUDA `timing_overhead_synced_pct` alike,
+(both sides of each ratio from the same round), `timing_overhead_heartbeat_pct` and on CUDA
+`timing_overhead_synced_pct` alike,
 and the event clock's median step time and data wait (a sanity check of the readings).
 
     .venv/bin/python benchmarks/bench_timing.py                       # CPU: vit_tiny, 32 px
@@ -33,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+import heartbeat  # noqa: E402
 import measure  # noqa: E402
 import stepclock  # noqa: E402
 import torch  # noqa: E402
@@ -94,8 +99,8 @@ def figure(name: str, values: list, unit: str, note: str = "", digits: int = 2) 
 class Sides:
     """The sides of one trainer, each a (clock, batches) maker."""
 
-    def __init__(self, trainer: train_torch.Trainer):
-        self.trainer = trainer
+    def __init__(self, trainer: train_torch.Trainer, steps: int):
+        self.trainer, self.steps = trainer, steps
         self.stream = iter(trainer.loader)  # one endless host stream shared by every side
         self.cuda = trainer.device.type == "cuda"
         self.device_stream = trainer._on_device(self.stream)
@@ -106,8 +111,13 @@ class Sides:
             return UntimedClock()
         if side == "synced":
             return stepclock.StepClock(lambda: torch.cuda.synchronize(device), at_begin=True)
-        return (stepclock.EventStepClock(lambda: torch.cuda.Event(enable_timing=True)) if self.cuda
-                else stepclock.StepClock())
+        clock = (stepclock.EventStepClock(lambda: torch.cuda.Event(enable_timing=True)) if self.cuda
+                 else stepclock.StepClock())
+        if side == "heartbeat":
+            steps = self.steps
+            clock.after_end = heartbeat.Heartbeat(self.trainer.console.info, steps, steps,
+                                                  self.trainer.global_batch).tick
+        return clock
 
     def batches(self, side: str):
         # The synced side is the old loop: host batches, copied on the compute stream in the step.
@@ -151,12 +161,12 @@ def main(argv=None) -> int:
         # One thread: on a CPU shared with other work, threads that wait for each other make the
         # windows' throughput swing by 10x and more, far beyond what the clock could cost.
         torch.set_num_threads(1)
-    images = (options.steps * (options.rounds * 3 + 1) + options.warmup_steps) * options.batch
+    images = (options.steps * (options.rounds * 4 + 1) + options.warmup_steps) * options.batch
     data = TrainData(SyntheticImages(images, options.resolution, 10), [str(n) for n in range(10)])
     try:
         trainer = train_torch.Trainer(args, world, device, console, data, options.batch, endless=True)
-        sides = Sides(trainer)
-        names = ["none", "clock"] + (["synced"] if sides.cuda else [])
+        sides = Sides(trainer, options.steps)
+        names = ["none", "clock", "heartbeat"] + (["synced"] if sides.cuda else [])
         sides.window("clock", options.warmup_steps)  # allocations, cuDNN's choices, loader start
         trainer.guarding_oom = False  # the steady loop, as after a run's first epoch record
         throughput = {name: [] for name in names}
@@ -175,7 +185,8 @@ def main(argv=None) -> int:
             f"{'GPU ' + torch.cuda.get_device_name(device) if sides.cuda else 'CPU'}"
     for name in names:
         print(figure(f"timing_throughput_{name}", throughput[name], "img/s", where, 1))
-    for name, key in (("clock", "timing_overhead_pct"), ("synced", "timing_overhead_synced_pct")):
+    for name, key in (("clock", "timing_overhead_pct"), ("heartbeat", "timing_overhead_heartbeat_pct"),
+                      ("synced", "timing_overhead_synced_pct")):
         if name in throughput:
             ratios = [overhead_pct(timed, untimed) for timed, untimed in zip(throughput[name], throughput["none"])]
             print(figure(key, ratios, "%", f"{options.rounds} paired rounds"))

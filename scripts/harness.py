@@ -22,10 +22,12 @@ import time
 import traceback
 
 import energy
+import heartbeat
 import measure
 import runlog
 import stepparts
 from measure import AUTO_TIMED_STEPS, PROBE_STEPS
+from scalesweep.contract import run_env
 
 # Any failure but out of memory: Snakemake marks the job failed and a rerun repeats it.
 EXIT_FAILED = 1
@@ -99,6 +101,11 @@ class Backend:
 
     def teardown(self) -> None:
         """Leave the distributed world; nothing by default."""
+
+    def tracer(self, attempt, out_dir: str, first: int, steps: int, ranks: str):
+        """A profiler over steps first+1 .. first+steps of `attempt` writing into `out_dir` (an
+        object with step(steps_done)), or None on a process `ranks` ("all", or "0,1") leaves out."""
+        raise NotImplementedError(f"{self.framework}: no profiler trace")
 
     def energy_devices(self):
         """(on_gpu, local indices of the devices this process drives), whose energy counters the
@@ -328,6 +335,8 @@ def train_attempt(backend: Backend, args, log: runlog.RunLog, per_gpu_batch: int
     log.header.update(attempt.header_updates)
     if args.oom_policy == "fail":
         log.open()
+    attempt.clock.after_end = step_hooks(heartbeat_hook(log.header, args.heartbeat_s, backend.info),
+                                         trace_hook(backend, attempt, args))
     meter = WindowMeter(log, attempt.clock, attempt.global_batch, args.warmup_steps, backend.info,
                         backend.energy_counters)
     if args.protocol == "steps":
@@ -335,6 +344,40 @@ def train_attempt(backend: Backend, args, log: runlog.RunLog, per_gpu_batch: int
     else:
         attempt.fit_epochs(meter, args.epochs)
     return attempt
+
+
+def heartbeat_hook(header: dict, interval_s: float, say):
+    """The attempt's progress lines (scripts/heartbeat.py), or None with --heartbeat-s 0."""
+    if interval_s <= 0:
+        return None
+    total, per_epoch, capped = heartbeat.planned_steps(header)
+    return heartbeat.Heartbeat(say, total, per_epoch, header["global_batch"], capped, interval_s).tick
+
+
+def trace_hook(backend: Backend, attempt, args):
+    """With --trace-dir, the backend's profiler over the timed window's steps on this process
+    (None on a rank --trace-ranks leaves out)."""
+    if not args.trace_dir:
+        return None
+    tracer = backend.tracer(attempt, args.trace_dir, args.warmup_steps, args.timed_steps, args.trace_ranks)
+    return tracer.step if tracer is not None else None
+
+
+def traces_rank(ranks: str, rank: int) -> bool:
+    """Whether --trace-ranks ('all', or '0,1') names `rank`."""
+    return ranks.strip() == "all" or str(rank) in {part.strip() for part in ranks.split(",")}
+
+
+def step_hooks(*hooks):
+    """One `after_end` for a step clock calling each of `hooks` (None: none) in order."""
+    hooks = [hook for hook in hooks if hook is not None]
+    if len(hooks) <= 1:
+        return hooks[0] if hooks else None
+
+    def after_end(steps_done: int) -> None:
+        for hook in hooks:
+            hook(steps_done)
+    return after_end
 
 
 def train_with_oom_policy(backend: Backend, args, log: runlog.RunLog):
@@ -431,8 +474,15 @@ def header_record(args, framework: str, per_gpu_batch: int, world_size: int, ste
         "precision": args.precision,
         "compile": args.compile,
         **protocol_fields(args, global_batch, steps_per_epoch, train_images),
+        **own_env(args),
         **own,
     }
+
+
+def own_env(args) -> dict:
+    """The header's `env`, only for a run started with variables of its own: a run without
+    them keeps the header (and settings_hash) it had before the key existed."""
+    return {"env": run_env.seen(args.env_names, os.environ)} if args.env_names else {}
 
 
 def protocol_fields(args, global_batch, steps_per_epoch, train_images=None):

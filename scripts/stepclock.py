@@ -25,6 +25,7 @@ class StepClock:
     def __init__(self, synchronize=None, at_begin: bool = False):
         self.synchronize = synchronize or (lambda: None)
         self.at_begin = at_begin
+        self.after_end = None  # called with the steps finished, after a step's end is read (the heartbeat)
         self.begins: list[float] = []
         self.ends: list[float] = []
         self.readies: list[float] = []
@@ -50,6 +51,8 @@ class StepClock:
         faults.inject_step_delay()  # a known slowdown inside the step, for tests; none unless set
         self.synchronize()
         self.ends.append(time.perf_counter())
+        if self.after_end is not None:
+            self.after_end(self.finished)
 
     @property
     def finished(self) -> int:
@@ -84,6 +87,7 @@ class EventStepClock:
         self.marks = {"begin": [], "ready": [], "end": []}
         self.resolved = {"begin": [], "ready": [], "end": []}
         self.host_waits = []
+        self.after_end = None  # as StepClock's
 
     def host_waited(self, seconds: float) -> None:
         """The host's own wait for this step's batch (the loader). While the device still works
@@ -110,6 +114,8 @@ class EventStepClock:
     def end(self) -> None:
         faults.inject_step_delay()  # a known slowdown inside the step, for tests; none unless set
         self._mark("end")
+        if self.after_end is not None:
+            self.after_end(self.finished)
 
     def _readings(self, kind: str) -> list[float]:
         if len(self.resolved[kind]) < len(self.marks[kind]):

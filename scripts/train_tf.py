@@ -452,6 +452,11 @@ class KerasBackend(harness.Backend):
     def error_text(self, error: BaseException) -> str:
         return error_reason(error)
 
+    def tracer(self, attempt, out_dir: str, first: int, steps: int, ranks: str):
+        import tf_trace  # one process, every replica: rank 0's trace holds them all
+
+        return tf_trace.TfTracer(out_dir, first, steps)
+
     def peak_memory_gb(self):
         visible_gpus = len(tf.config.get_visible_devices("GPU"))
         gpus = self.args.gpus

@@ -52,6 +52,7 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
 
+import ddp_options  # noqa: E402
 import flops  # noqa: E402
 import faults  # noqa: E402
 import harness  # noqa: E402
@@ -174,7 +175,9 @@ class Trainer:
         wrapped = self.module
         if self.world.distributed:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            wrapped = self.ddp = DistributedDataParallel(self.module, device_ids=device_ids)
+            wrapped = self.ddp = DistributedDataParallel(self.module, device_ids=device_ids,
+                                                         **ddp_options.asked(self.args))
+            self.header_updates = ddp_options.built_with(self.ddp)
         self.joins = torch_probes.register_join_hook(self.ddp, self.device)
         self.model = torch.compile(wrapped) if self.args.compile else wrapped
         self.optimizer = build_optimizer(self.args.optimizer, self.model.parameters(), self.lr)
@@ -393,6 +396,7 @@ def own_header_keys(args: argparse.Namespace, world: World, device: torch.device
         "nodes": args.nodes or max(1, world.world_size // world.local_world_size),
         "channels_last": args.channels_last,
         "num_workers": args.num_workers,
+        **ddp_options.asked(args),
         **facts,
     }
 
@@ -468,6 +472,13 @@ class TorchBackend(harness.Backend):
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, OUT_OF_MEMORY)
 
+    def tracer(self, trainer: Trainer, out_dir: str, first: int, steps: int, ranks: str):
+        if not harness.traces_rank(ranks, self.world.rank):
+            return None
+        import torch_trace
+
+        return torch_trace.TorchTracer(trainer.module, self.device, out_dir, self.world.rank, first, steps)
+
     def release_memory(self) -> None:
         release_memory(self.device, self.args.compile)
 
@@ -499,6 +510,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="loader worker processes per rank; 0 loads in the training process (default %(default)s)")
     add("--optimizer", choices=OPTIMIZERS, default="sgd", help="sgd (momentum 0.9) or adamw")
     add("--eval", action="store_true", help="run validation after the last epoch")
+    ddp_options.add_ddp_options(parser)
     return trainer_args.parse_args(parser, argv, _check_own_args)
 
 
@@ -509,6 +521,7 @@ def _check_own_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error(f"{flag} must be {'0 or more' if least == 0 else f'>= {least}'}, got {value}")
     if args.find_max_batch and args.eval:
         parser.error("--eval does not go with --find-max-batch: the search trains no model to validate")
+    ddp_options.check_ddp_options(parser, args)
 
 
 def main(argv=None) -> int:

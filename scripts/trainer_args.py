@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 
+import heartbeat
 import measure
 import repository  # noqa: F401  (for scalesweep.contract.records)
 from measure import (
@@ -41,6 +42,13 @@ def common_parser(models, data_help: str) -> argparse.ArgumentParser:
     add("--compile", action="store_true", help="run the model compiled (TF: XLA, PyTorch: torch.compile)")
     add("--seed", type=int, default=0, help="random seed (default %(default)s)")
     add("--list-models", action="store_true", help="print the model names and exit")
+    add("--heartbeat-s", type=float, default=heartbeat.DEFAULT_INTERVAL_S,
+        help="seconds between progress lines in the log (also every 10 %% of an epoch); 0 = none")
+    add("--trace-dir", help="trace the timed window of --protocol steps with the framework's profiler "
+                            "into this folder (a trace run, never a measured one)")
+    add("--trace-ranks", default="0", help="ranks traced with --trace-dir: 'all' or a comma list (default 0)")
+    add("--env-names", default="", help="comma-separated names of the run's own environment variables "
+                                        "(matrix.env), recorded in the header as this process sees them")
     add_measurement_options(parser)
     return parser
 
@@ -115,6 +123,8 @@ def parse_args(parser: argparse.ArgumentParser, argv=None, check=None) -> argpar
         value = getattr(args, flag[2:].replace("-", "_"))
         if value < least:
             parser.error(f"{flag} must be {'0 or more' if least == 0 else f'>= {least}'}, got {value}")
+    if not (math.isfinite(args.heartbeat_s) and args.heartbeat_s >= 0):
+        parser.error(f"--heartbeat-s must be 0 or more seconds, got {args.heartbeat_s}")
     if not math.isfinite(args.base_lr) or args.base_lr <= 0:
         parser.error(f"--base-lr must be a positive number, got {args.base_lr}")
     if args.protocol == "steps" and args.warmup_steps < 1:
@@ -123,6 +133,8 @@ def parse_args(parser: argparse.ArgumentParser, argv=None, check=None) -> argpar
     if args.find_max_batch and args.max_batch_limit < args.per_gpu_batch:
         parser.error(f"--max-batch-limit {args.max_batch_limit} is below the starting "
                      f"--per-gpu-batch {args.per_gpu_batch}")
+    if args.trace_dir and (args.protocol != "steps" or args.timed_steps == measure.AUTO_TIMED_STEPS):
+        parser.error("--trace-dir traces the timed window of --protocol steps with a number of --timed-steps")
     if check is not None:
         check(parser, args)
     return args

@@ -125,14 +125,14 @@ def schema_message(config):
     [
         (lambda c: c["matrix"].update(gpus=[1, -1]), "config key 'matrix.gpus[1]': -1 is less than the minimum of 0"),
         (lambda c: c.update(matirx={}),
-         "unknown top-level key 'matirx' (allowed: matrix, exclude, training, models, datasets, analysis, "
+         "unknown top-level key 'matirx' (allowed: matrix, trace, exclude, training, models, datasets, analysis, "
          "cluster, container, hardware, site, history_dir, compare_with); did you mean 'matrix'?"),
         (lambda c: c.update(foo=1, bar=2),
-         "unknown top-level keys 'foo', 'bar' (allowed: matrix, exclude, training, models, datasets, "
+         "unknown top-level keys 'foo', 'bar' (allowed: matrix, trace, exclude, training, models, datasets, "
          "analysis, cluster, container, hardware, site, history_dir, compare_with)"),
         (lambda c: c["training"].update(epoch=3),
          "config key 'training': unknown key 'epoch' (allowed: epochs, precision, num_workers, compile, "
-         "channels_last, seed, protocol, warmup_steps, timed_steps, target_ci_pct, max_timed_steps, oom_policy, "
+         "channels_last, env, bucket_cap_mb, gradient_as_bucket_view, static_graph, seed, protocol, warmup_steps, timed_steps, target_ci_pct, max_timed_steps, oom_policy, "
          "max_batch_limit); "
          "did you mean 'epochs'?"),
         (lambda c: c.pop("matrix"), "missing required top-level key 'matrix'"),
@@ -344,7 +344,7 @@ def test_dryrun_names_an_unknown_key_without_dumping_the_schema(tmp_path):
     result, output = dry_run(tmp_path, TINY.read_text() + "matirx: {}\n")
     assert result.returncode != 0
     assert (
-        "unknown top-level key 'matirx' (allowed: matrix, exclude, training, models, datasets, "
+        "unknown top-level key 'matirx' (allowed: matrix, trace, exclude, training, models, datasets, "
         f"analysis, cluster, container, hardware, site, history_dir, compare_with); did you mean 'matrix'? "
         f"(config files: {tmp_path / 'c.yaml'})"
     ) in output

@@ -22,7 +22,7 @@ CONTRACT = [ROOT / "scalesweep" / "__init__.py", *sorted((ROOT / "scalesweep" / 
 CONTAINER_FILES = sorted((ROOT / "scripts").glob("*.py")) + CONTRACT
 # The modules docs/trainers.md promises need nothing beyond the standard library.
 STANDARD_LIBRARY_ONLY = ("repository", "runlog", "measure", "node", "faults", "harness", "stepclock", "trainer_args",
-                         "stepparts", "run_attempt",
+                         "stepparts", "run_attempt", "heartbeat", "ddp_options",
                          *(f"scalesweep.contract.{path.stem}" for path in CONTRACT if path.stem != "__init__"))
 
 # Compiles each file in memory (no __pycache__ written into the repository); prints the failures.

@@ -145,6 +145,6 @@ def test_the_entries_say_what_the_launcher_and_the_mfu_used_to_branch_on():
     assert launch.processes_per_node({**settings, "gpus": 0}) == 1
     assert launch.processes_per_node({**settings, "framework": "tensorflow"}) == 1
     own = [option.words(settings) for option in frameworks.get("pytorch").trainer_options]
-    assert own == [["--nodes", "1"], ["--num-workers", "3"], ["--channels-last"]]
+    assert own == [["--nodes", "1"], ["--num-workers", "3"], ["--channels-last"], [], [], []]
     assert [hardware.compute_dtype(name, "fp32") for name in ("tensorflow", "pytorch", "unknown", None)] == [
         "tf32", "fp32", "fp32", "fp32"]

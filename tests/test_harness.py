@@ -16,6 +16,8 @@ TRAINING = SCHEMA["properties"]["training"]["properties"]
 # The config's epochs (3: a laptop sweep's budget) is always passed to the trainer; a trainer run
 # by hand trains the reference setups' 5. Every other shared setting has one default.
 PASSED_ALWAYS = {"epochs"}
+# The run's own variables reach the trainer as its environment, named by --env-names.
+AS_ENVIRONMENT = {"env"}
 
 
 def trainer_defaults() -> argparse.Namespace:
@@ -27,7 +29,7 @@ def trainer_defaults() -> argparse.Namespace:
     return argparse.Namespace(**{**torch_own, **shared})
 
 
-@pytest.mark.parametrize("key", sorted(k for k, v in TRAINING.items() if "default" in v and k not in PASSED_ALWAYS))
+@pytest.mark.parametrize("key", sorted(k for k, v in TRAINING.items() if "default" in v and k not in PASSED_ALWAYS | AS_ENVIRONMENT))
 def test_the_schema_default_is_the_trainers(key):
     defaults = vars(trainer_defaults())
     assert key in defaults, f"training.{key} has a schema default but no trainer option --{key.replace('_', '-')}"
@@ -37,7 +39,7 @@ def test_the_schema_default_is_the_trainers(key):
 def test_every_shared_trainer_default_has_its_schema_default_or_is_per_model():
     per_model = {"per_gpu_batch", "base_lr", "resolution"}  # the registry's, per model (scalesweep/contract/frameworks.py)
     per_run = {"model", "data", "dataset_name", "gpus", "max_train_images", "list_models", "find_max_batch",
-               "nodes", "eval_batch_size", "optimizer", "eval"}
+               "nodes", "eval_batch_size", "optimizer", "eval", "env_names", "heartbeat_s"}
     options = set(vars(trainer_defaults())) - per_model - per_run
     assert options - set(TRAINING) == set()
 

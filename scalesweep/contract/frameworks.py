@@ -25,17 +25,28 @@ LAUNCHERS = (PROCESS_PER_GPU, SINGLE_PROCESS)
 @dataclass(frozen=True)
 class TrainerOption:
     """A run setting that only this framework's trainer takes: `--flag value`, or for a
-    `switch` the bare `--flag` when the setting is true and nothing when false."""
+    `switch` the bare `--flag` when the setting is true and nothing when false. An option added
+    after runs were measured gives `unsaid_at` (its trainer's default): at that value it adds no
+    words (settings made before it, without it, are at it), so the commands of the runs already
+    measured stay the same (Snakemake reruns a job whose command changed)."""
 
     setting: str
     flag: str
     switch: bool = False
+    unsaid_at: object = None
 
     def words(self, settings) -> list:
+        if self.unsaid_at is not None and settings.get(self.setting, self.unsaid_at) == self.unsaid_at:
+            return []
         value = settings[self.setting]
         if self.switch:
             return [self.flag] if value else []
         return [self.flag, str(value)]
+
+
+# DistributedDataParallel's own default bucket size (torch.nn.parallel.DistributedDataParallel,
+# bucket_cap_mb=25 in torch 2.4 and later): the trainer's default and the schema's.
+DDP_BUCKET_CAP_MB = 25
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,11 @@ FRAMEWORKS = (
             TrainerOption("nodes", "--nodes"),
             TrainerOption("num_workers", "--num-workers"),
             TrainerOption("channels_last", "--channels-last", switch=True),
+            # DistributedDataParallel's knobs: gradient bucket size, gradients as views of the
+            # buckets, and a graph that does not change between steps.
+            TrainerOption("bucket_cap_mb", "--bucket-cap-mb", unsaid_at=DDP_BUCKET_CAP_MB),
+            TrainerOption("gradient_as_bucket_view", "--gradient-as-bucket-view", switch=True, unsaid_at=False),
+            TrainerOption("static_graph", "--static-graph", switch=True, unsaid_at=False),
         ),
         reference_log_format="ddp",
         conda_env="envs/pytorch.yaml",
@@ -170,6 +186,21 @@ def with_reference_log_format(fmt: str) -> Framework:
         if framework.reference_log_format == fmt:
             return framework
     raise UnknownFramework(f"no framework writes reference logs of format {fmt!r}")
+
+
+def trainer_only_settings() -> Tuple[str, ...]:
+    """The settings some framework's trainer takes and another's does not (`nodes` aside: every
+    run has a node count), in registry order."""
+    own = [{option.setting for option in framework.trainer_options} for framework in FRAMEWORKS]
+    everyone = set.intersection(*own) if own else set()
+    return tuple(dict.fromkeys(option.setting for framework in FRAMEWORKS
+                               for option in framework.trainer_options
+                               if option.setting not in everyone and option.setting != "nodes"))
+
+
+def takes(framework: Framework, setting: str) -> bool:
+    """Whether the framework's trainer takes `setting` as an option of its own."""
+    return any(option.setting == setting for option in framework.trainer_options)
 
 
 def all_model_names() -> Tuple[str, ...]:

@@ -156,6 +156,10 @@ HEADER = {
     "compile": flag(),
     "channels_last": flag(),
     "num_workers": count(0),
+    "bucket_cap_mb": measure(),
+    "gradient_as_bucket_view": flag(nullable=True),
+    "static_graph": flag(nullable=True),
+    "env": Rule("scalars"),
     "epochs": count(0),  # 0 for max_batch
     "images_per_epoch": count(nullable=True),
     "protocol": text(choices=(*PROTOCOLS, "max_batch")),

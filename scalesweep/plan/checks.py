@@ -19,7 +19,7 @@ import math
 import os
 from pathlib import Path
 
-from scalesweep.contract import frameworks, layout
+from scalesweep.contract import frameworks, layout, run_env
 
 
 class ConfigError(ValueError):
@@ -150,12 +150,56 @@ def check_bind_length(config) -> None:
                                              f"{MAX_ARGUMENT_BYTES:,}: bind their common parent folders")
 
 
-def check_planned(config, all_settings, workdir=".", check_paths=True) -> None:
+def check_planned(config, all_settings, workdir=".", check_paths=True, *, training_defaults) -> None:
     """What needs the planned runs (and, with check_paths, the file system). The sweep to compare
-    with needs the history: scalesweep/history/sides.py checks it (check_compare_with)."""
+    with needs the history: scalesweep/history/sides.py checks it (check_compare_with).
+    `training_defaults`: the schema's (config.training_defaults), what a trainer-only setting is
+    compared with."""
     check_steps_fit(config, all_settings)
+    check_env_path_words(config)
+    check_trainer_only_settings(config, all_settings, training_defaults)
     if check_paths:
         check_history_dir(config, workdir)
+
+
+# Linux's NAME_MAX: the longest file name (one run path folder).
+MAX_NAME_BYTES = 255
+
+
+def setting_key(config_dict, setting) -> str:
+    """Where a setting's value comes from: the matrix axis, else `training:`."""
+    return f"matrix.{setting}" if setting in config_dict["matrix"] else f"training.{setting}"
+
+
+def check_trainer_only_settings(config_dict, all_settings, defaults) -> None:
+    """A trainer-only setting off its default for a run whose framework's trainer lacks it: it
+    would measure the same thing as its neighbour at the default, under another run path."""
+    for settings in all_settings:
+        framework = frameworks.get(settings["framework"])
+        for setting in frameworks.trainer_only_settings():
+            if setting not in defaults or frameworks.takes(framework, setting):
+                continue
+            if settings.get(setting, defaults[setting]) != defaults[setting]:
+                takers = [f.name for f in frameworks.FRAMEWORKS if frameworks.takes(f, setting)]
+                raise ConfigError(
+                    setting_key(config_dict, setting),
+                    f"{settings[setting]!r} for a {framework.name} run ({settings['model']}), whose "
+                    f"trainer has no such option (only {', '.join(takers)}'s has); leave it at "
+                    f"{defaults[setting]!r} there, e.g. exclude: [{{framework: {framework.name}, "
+                    f"{setting}: {settings[setting]}}}]",
+                )
+
+
+def check_env_path_words(config_dict) -> None:
+    """Each `matrix.env` entry's run path folder `env~...` (contract/run_env.py) fits in a file name."""
+    for index, env in enumerate(config_dict["matrix"].get("env", [])):
+        word = "env~" + run_env.path_word(env)
+        if len(word.encode("utf-8")) > MAX_NAME_BYTES:
+            raise ConfigError(
+                f"matrix.env[{index}]",
+                f"its run path folder is {len(word.encode('utf-8'))} bytes, longer than a file "
+                f"name may be ({MAX_NAME_BYTES}): shorten the values ({word[:60]}...)",
+            )
 
 
 def check_history_dir(config, workdir=".") -> None:

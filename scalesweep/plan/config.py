@@ -263,7 +263,7 @@ def check_sweep(paths, site=None):
     runs, excluded = matrix.plan(config, check_paths=False)
     check_images(config, runs)
     settings = [matrix.run_settings(run, config) for run in runs]
-    checks.check_planned(config, settings, check_paths=False)
+    checks.check_planned(config, settings, check_paths=False, training_defaults=training_defaults())
     return config, runs, settings, matrix.config_warnings(config, excluded, settings)
 
 

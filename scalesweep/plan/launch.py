@@ -12,7 +12,7 @@ container options, module names) always arrives as written; only the launcher's 
 import os
 import shlex
 
-from scalesweep.contract import frameworks
+from scalesweep.contract import frameworks, run_env
 from scalesweep.plan import containers
 
 # torchrun's rendezvous port: offset by the job id so two jobs sharing a node don't collide.
@@ -43,6 +43,10 @@ def trainer_args(settings):
     ]
     if settings["compile"]:
         args.append("--compile")
+    if settings.get("env"):
+        args += ["--env-names", run_env.names_word(settings["env"])]
+    if settings.get("trace_dir"):
+        args += ["--trace-dir", settings["trace_dir"], "--trace-ranks", settings["trace_ranks"]]
     if settings.get("find_max_batch"):
         args += ["--find-max-batch", "--max-batch-limit", settings["max_batch_limit"]]
     for option in frameworks.get(settings["framework"]).trainer_options:
@@ -192,6 +196,14 @@ def omp_threads_word(processes):
     return InnerShellWord(f"OMP_NUM_THREADS=$(({share}>0?{share}:1))")
 
 
+def with_run_env(argv, settings):
+    """The launcher under `env NAME=value ...` with the run's own variables (`matrix.env`),
+    inside the container (a runtime started with --cleanenv would drop them outside), each word
+    quoted by the shell level that runs it."""
+    assignments = run_env.assignments(settings.get("env") or {})
+    return ["env", *assignments, *argv] if assignments else argv
+
+
 def with_omp_threads(argv, settings):
     """The trainer's launcher under `env OMP_NUM_THREADS=<share>` where several processes share
     the node (torchrun leaves a set value to every rank: 4 ranks x 80 threads on 80 cores would
@@ -257,7 +269,8 @@ def job_command(settings, container, repo, workdir, host_python):
     if is_multinode(settings):
         steps = multinode_steps(settings, prefix, python, repo)
     else:
-        steps = [shell_words(prefix + with_omp_threads(single_node_argv(settings, python, repo), settings))]
+        launcher = with_omp_threads(single_node_argv(settings, python, repo), settings)
+        steps = [shell_words(prefix + with_run_env(launcher, settings))]
     return " && ".join(module_load(container) + steps)
 
 
@@ -276,7 +289,7 @@ def multinode_steps(settings, prefix, python, repo):
     every option itself: the job's SLURM_* variables are cleared (see MASTER_ADDR).
     """
     nodes, gpus_per_node = settings["nodes"], settings["gpus_per_node"]
-    torchrun = with_omp_threads(multinode_torchrun_argv(settings, python, repo), settings)
+    torchrun = with_run_env(with_omp_threads(multinode_torchrun_argv(settings, python, repo), settings), settings)
     per_node = shell_words(prefix + torchrun)
     srun = [
         "srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",

@@ -11,7 +11,7 @@ import itertools
 import math
 from collections import Counter
 
-from scalesweep.contract import frameworks, layout
+from scalesweep.contract import frameworks, layout, run_env
 from scalesweep.contract.records import FIRST_STEADY_EPOCH
 from scalesweep.plan.checks import (
     ConfigError,
@@ -268,7 +268,10 @@ def unread_settings(settings) -> set:
 
 
 def path_value(value) -> str:
-    """A setting as a path word: booleans as YAML writes them (compile~true)."""
+    """A setting as a path word: booleans as YAML writes them (compile~true), a mapping of
+    environment variables as env~NAME=value,... (contract/run_env.py: path_word)."""
+    if isinstance(value, dict):
+        return run_env.path_word(value)
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -316,6 +319,21 @@ def gpu_count_pattern(runs, gpus_per_node: int, multinode: bool) -> str:
     one that matches nothing when there are none (a rule must still parse)."""
     values = sorted({str(run["gpus"]) for run in runs if (run["gpus"] > gpus_per_node) == multinode}, key=int)
     return "|".join(values) or "(?!)"
+
+
+def traced_runs(runs, trace: dict) -> list[int]:
+    """Positions of the planned runs `trace.select` picks (any entry matching, as `exclude`'s)."""
+    return [index for index, run in enumerate(runs)
+            if any(matches(run, pattern) for pattern in trace.get("select", []))]
+
+
+def trace_settings(settings, trace: dict, trace_dir: str) -> dict:
+    """The run as a trace run: the steps protocol, `trace.warmup_steps` untraced steps, then
+    `trace.steps` traced ones written to `trace_dir` by the ranks `trace.ranks` names."""
+    ranks = trace.get("ranks", [0])
+    return {**settings, "protocol": "steps", "warmup_steps": trace.get("warmup_steps", 5),
+            "timed_steps": trace.get("steps", 5), "trace_dir": trace_dir,
+            "trace_ranks": ranks if isinstance(ranks, str) else ",".join(str(rank) for rank in ranks)}
 
 
 def synthetic_options(spec: dict) -> str:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 
-from scalesweep.contract import frameworks
+from scalesweep.contract import frameworks, run_env
 
 # A sweep's own columns in the history archive (scalesweep/history/archive.py): its id, date, config,
 # where it was archived from and on which host.
@@ -46,9 +46,14 @@ SETTINGS_KEYS = (
     "framework", "model", "dataset", "resolution", "gpus", "device_kind", "world_size", "nodes",
     "per_gpu_batch", "requested_per_gpu_batch", "global_batch", "learning_rate", "precision",
     "compile", "channels_last", "num_workers", "epochs", "images_per_epoch", "protocol",
-    "warmup_steps", "timed_steps", "max_batch_limit", "oom_policy",
+    "warmup_steps", "timed_steps", "max_batch_limit", "oom_policy", "env", "bucket_cap_mb",
+    "gradient_as_bucket_view", "static_graph",
 )  # fmt: skip
 NOT_SETTINGS = frozenset({"repeat"})
+# Settings added after runs were hashed, at the value every earlier run had: left out of the hash
+# there, so a run measured before the key existed and its rerun now still share their hash.
+LATER_SETTINGS_DEFAULTS = {"env": ({}, run_env.NO_ENV), "bucket_cap_mb": (frameworks.DDP_BUCKET_CAP_MB,),
+                           "gradient_as_bucket_view": (False,), "static_graph": (False,)}
 
 def framework_version_key(framework) -> str:
     """The key of the header's `versions` holding the framework's own version; '' for a framework
@@ -113,11 +118,17 @@ def settings_hash(header: dict, axes: dict) -> str:
     configuration share their hash, and a changed setting changes it.
     """
     asked = {key: value for key, value in axes.items() if key not in NOT_SETTINGS}
-    settings = what_ran(header, asked, SETTINGS_KEYS)
+    settings = without_later_defaults(what_ran(header, asked, SETTINGS_KEYS))
     canonical = json.dumps(
         {key: _canonical(value) for key, value in settings.items()}, sort_keys=True, default=str
     )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def without_later_defaults(settings: dict) -> dict:
+    """`settings` without the LATER_SETTINGS_DEFAULTS keys at their defaults."""
+    return {key: value for key, value in settings.items()
+            if not any(_canonical(value) == default for default in LATER_SETTINGS_DEFAULTS.get(key, ()))}
 
 
 def what_ran(header: dict, axes: dict, keys) -> dict:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from scalesweep.contract import atomic, hardware, layout, records
+from scalesweep.contract import atomic, hardware, layout, records, run_env
 from scalesweep.contract.records import FIRST_STEADY_EPOCH
 from scalesweep.logs import invariants
 from scalesweep.logs.read import parse_file
@@ -255,6 +255,8 @@ def _axis_values(log_values: dict, axes: dict) -> dict:
     values = {key: contract.get(key) for key in AXIS_COLUMNS}
     values.update(what_ran(contract, axes, [key for key in SETTINGS_KEYS if key in axes]))
     values["requested_per_gpu_batch"] = requested_batch(contract, axes)
+    if "env" in values:  # one text cell per mapping: a group key and a label
+        values["env"] = run_env.env_text(values["env"])
     if values.get("gpus") is None:
         values["gpus"] = log_values.get("world_size")
     if values.get("nodes") is None:

@@ -82,7 +82,9 @@ SETTINGS = dict(zip(RUN_PATHS, RUN_SETTINGS))
 # Missing or empty datasets and images: listed by a preview, refused by a run (submission_checks).
 PATH_PROBLEMS = site.path_problems(config, RUN_SETTINGS, WORKDIR)
 try:
-    checks.check_planned(config, SETTINGS.values(), WORKDIR)
+    checks.check_planned(
+        config, SETTINGS.values(), WORKDIR, training_defaults=TRAINING_DEFAULTS
+    )
     sides.check_compare_with(config, WORKDIR)
 except checks.ConfigError as error:
     config_sources = config_files.sources(CONFIG_FILES, workflow.config_settings.config)
@@ -456,3 +458,58 @@ if workflow.is_main_process:
     )
     if WARNINGS:
         print(preview.warning_lines(WARNINGS), file=sys.stderr)
+
+
+# ------------------------------------------------------------------ `snakemake trace` (trace.smk)
+TRACED_PATHS = [RUN_PATHS[index] for index in matrix.traced_runs(RUNS, config["trace"])]
+
+
+# `snakemake trace` alone is no sweep: its end writes no failed rows into the tidy tables
+# (outcome.smk), it names where the traces are.
+def traces_only():
+    """Whether this invocation's only target is `trace` (known once the DAG is being built)."""
+    return set(getattr(workflow.dag_settings, "targets", None) or ()) == {"trace"}
+
+
+TRACES_ONLY_LINE = (
+    f"scalesweep: traces and their summaries under {layout.TRACES}/ (docs/traces.md)"
+)
+
+
+def trace_output(framework):
+    """The trace folder; its summaries go into `snakemake trace --report traces.html`."""
+    return report(
+        directory(layout.trace_dir(f"{framework}/{RUN_PATTERN}")),
+        patterns=["{name}.md"],
+        caption="../report/traces.rst",
+        category="Traces",
+        labels={
+            "framework": framework,
+            "model": "{model}",
+            "dataset": "{dataset}",
+            "gpus": "{gpus}",
+            "settings": "{settings}",
+        },
+    )
+
+
+def trace_command(framework):
+    def command_of(wildcards):
+        path = run_path(framework, wildcards)
+        settings = matrix.trace_settings(
+            SETTINGS[path], config["trace"], layout.trace_dir(path)
+        )
+        return launch.job_command(
+            settings, config["container"], workflow.basedir, WORKDIR, PYTHON
+        )
+
+    return command_of
+
+
+def traced_outputs(wildcards):
+    if not TRACED_PATHS:
+        raise WorkflowError(
+            "config key 'trace.select': picks no planned configuration to trace "
+            f"({config['trace'].get('select', [])}); docs/traces.md"
+        )
+    return [layout.trace_dir(path) for path in TRACED_PATHS]

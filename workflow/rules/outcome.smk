@@ -8,7 +8,10 @@ from scalesweep.report import outcome
 
 
 onsuccess:
-    print(outcome.sweep_outcome(), file=sys.stderr)
+    print(
+        TRACES_ONLY_LINE if traces_only() else outcome.sweep_outcome(),
+        file=sys.stderr,
+    )
 
 
 # After a sweep with failures the tidy rule cannot run (its inputs are incomplete), yet the
@@ -22,18 +25,22 @@ onsuccess:
 # be written (pipeline.failure_outcome).
 onerror:
     print(
-        pipeline.failure_outcome(
-            zip(map(best_log, RUN_PATHS), run_axes()),
-            dict(rules.tidy.output.items()),
-            {
-                "table_outputs": dict(rules.tables.output.items()),
-                "settings": AnalysisSettings.from_config(config["analysis"]),
-                "figures_dir": rules.figures.output[0],
-                "findings_md": rules.findings.output[0],
-            },
-            layout.WRITTEN_AFTER_FAILURE,
-            digests=containers.sweep_digests(config["container"], IMAGES),
-            peak_override=config["hardware"]["peak_tflops"],
+        (
+            TRACES_ONLY_LINE
+            if traces_only()
+            else pipeline.failure_outcome(
+                zip(map(best_log, RUN_PATHS), run_axes()),
+                dict(rules.tidy.output.items()),
+                {
+                    "table_outputs": dict(rules.tables.output.items()),
+                    "settings": AnalysisSettings.from_config(config["analysis"]),
+                    "figures_dir": rules.figures.output[0],
+                    "findings_md": rules.findings.output[0],
+                },
+                layout.WRITTEN_AFTER_FAILURE,
+                digests=containers.sweep_digests(config["container"], IMAGES),
+                peak_override=config["hardware"]["peak_tflops"],
+            )
         ),
         file=sys.stderr,
     )
