@@ -479,7 +479,7 @@ TRACES_ONLY_LINE = (
 def trace_output(framework):
     """The trace folder; its summaries go into `snakemake trace --report traces.html`."""
     return report(
-        directory(layout.trace_dir(f"{framework}/{RUN_PATTERN}")),
+        directory(layout.trace_dir(run_pattern(framework))),
         patterns=["{name}.md"],
         caption="../report/traces.rst",
         category="Traces",

@@ -16,7 +16,7 @@ for traced_framework in frameworks.FRAMEWORKS:
         output:
             trace_output(traced_framework.name),
         log:
-            layout.rule_log("trace", traced_framework.name, RUN_PATTERN),
+            layout.rule_log("trace", run_pattern(traced_framework.name)),
         wildcard_constraints:
             gpus=gpu_counts(multinode=False),
         threads: trainer_threads(traced_framework.name)
