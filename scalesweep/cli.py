@@ -108,6 +108,10 @@ def main(argv=None):
     analyze_cmd.add_argument("--images-per-epoch", type=positive_count, default=None, metavar="N",
                              help="training images of the logs' dataset, for Keras logs, which count "
                              "steps (default: CIFAR-10's 50,000 where the steps agree, else an estimate)")
+    analyze_cmd.add_argument("--predict", type=gpu_counts, default=None, metavar="N,N,...",
+                             help="GPU counts to predict (results/tables/predictions.csv; docs/prediction.md)")
+    analyze_cmd.add_argument("--gpus-per-node", type=positive_count, default=None, metavar="N",
+                             help="GPUs of one node, where the prediction starts to pay for the network")
     analyze_cmd.add_argument("--allow-superlinear", action="store_true", default=None,
                              help="let the sweet spot choose GPU counts flagged superlinear (> 105 %%)")
     register_history(commands)
@@ -122,7 +126,7 @@ def main(argv=None):
         settings = AnalysisSettings.from_options(
             efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
             epoch_budget=args.epoch_budget, greenest_time_bound_s=args.greenest_time_bound_s,
-            allow_superlinear=args.allow_superlinear)
+            allow_superlinear=args.allow_superlinear, predict_gpus=args.predict, gpus_per_node=args.gpus_per_node)
         refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch)
     except (ValueError, FileNotFoundError, LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
@@ -136,6 +140,11 @@ def positive_count(text):
     if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
     return value
+
+
+def gpu_counts(text):
+    """argparse type: comma-separated whole numbers >= 1, e.g. 8,16,32."""
+    return tuple(positive_count(part.strip()) for part in text.split(","))
 
 
 def register_history(commands):

@@ -32,7 +32,7 @@ import make_imagefolder  # noqa: E402
 import measure  # noqa: E402
 import runlog  # noqa: E402
 from scalesweep.contract.records import FIRST_STEADY_EPOCH  # noqa: E402
-from scalesweep.contract import frameworks  # noqa: E402
+from scalesweep.analysis.predict import steps_per_epoch  # noqa: E402
 from scalesweep.logs.read import parse_log  # noqa: E402
 from scalesweep.tidy.rows import runs_table  # noqa: E402
 from stacks import TRAINER_PYTHON_ENV, container_python, trainer_python  # noqa: E402
@@ -584,8 +584,7 @@ def test_epoch_parts_add_up_in_the_records_and_runs_csv(framework, data, devices
     _, runs = runs_table([(log, {})])
     row = runs.iloc[0]
     steady = epochs[1:]
-    entry = frameworks.get(framework)
-    assert row["steps_per_epoch"] == entry.epoch_steps(header["train_images"], devices, 16) == steady[0]["steps"]
+    assert row["steps_per_epoch"] == steps_per_epoch(header["train_images"], devices, 16) == steady[0]["steps"]
     assert row["dataset_train_images"] == header["train_images"]
     assert row["epoch_overhead_s"] == pytest.approx(statistics.median(e["epoch_overhead_s"] for e in steady))
     assert row["step_time_s"] == pytest.approx(statistics.mean(e["step_time_mean_s"] for e in steady))

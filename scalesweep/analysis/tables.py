@@ -9,12 +9,12 @@ jobsteps included) imports this module to parse the workflow.
 
 from pathlib import Path
 
-from scalesweep.analysis import scaling, sweetspot
+from scalesweep.analysis import predict, scaling, sweetspot
 from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import atomic
 from scalesweep.tidy.table import read_runs
 
-TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
+TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets", "predictions")
 
 
 def analysis_tables(runs, settings: AnalysisSettings) -> dict:
@@ -29,6 +29,7 @@ def analysis_tables(runs, settings: AnalysisSettings) -> dict:
         "acceleration": scaling.acceleration_table(runs),
         "compare_models": scaling.comparison_table(table, by="model"),
         "compare_datasets": scaling.comparison_table(table, by="dataset"),
+        "predictions": predict.prediction_table(runs, settings.predict_gpus, settings.gpus_per_node),
     }
 
 

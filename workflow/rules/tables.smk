@@ -23,7 +23,7 @@ rule tables:
         "logs/tables.log",
     localrule: True
     params:
-        **AnalysisSettings.from_config(config["analysis"]).as_params(),
+        **AnalysisSettings.from_config(config["analysis"], config.get("cluster")).as_params(),
     run:
         rulelog.run_logged(
             log[0],
