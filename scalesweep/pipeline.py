@@ -32,8 +32,8 @@ from scalesweep.tidy.rows import tidy_frames, tidy_tables, write_pair, write_tid
 from scalesweep.tidy.table import read_runs
 
 # The tables each stage after the tables stage reads, by name (tables.TABLES).
-FIGURE_TABLES = ("scaling", "fits")
-FINDINGS_TABLES = ("scaling", "fits", "sweet_spot")
+FIGURE_TABLES = ("scaling", "fits", "predictions")
+FINDINGS_TABLES = ("scaling", "fits", "sweet_spot", "predictions")
 
 
 def write_tables(runs_csv, table_outputs: dict, settings: AnalysisSettings) -> str:

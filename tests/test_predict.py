@@ -151,3 +151,35 @@ def test_the_books_chapter_12_efficiencies_are_predicted_within_2_5_points(tmp_p
             assert abs(row["efficiency_pct"] - book) <= 2.5, (dataset, gpus, row["efficiency_pct"], book)
             assert row["efficiency_low_pct"] <= book <= row["efficiency_high_pct"], (dataset, gpus, book)
             assert not math.isnan(row["throughput_low_img_s"]) and row["throughput_low_img_s"] < row["throughput_high_img_s"]
+
+
+def test_predictions_reach_the_tables_figures_and_findings(tmp_path):
+    """analysis.predict_gpus through the tables stage into predictions.csv, the speedup and
+    efficiency figures (the points drawn are the table's) and findings.md's words."""
+    from scalesweep.analysis import tables
+    from scalesweep.analysis.settings import AnalysisSettings
+    from scalesweep.report import figures, findings
+
+    runs_csv = tmp_path / "runs.csv"
+    book_runs().to_csv(runs_csv, index=False)
+    outputs = tables.outputs_in(tmp_path / "tables")
+    settings = AnalysisSettings.from_config({"predict_gpus": [8, 16]}, {"gpus_per_node": 4})
+    tables.write_tables(runs_csv, outputs, settings)
+    table = pd.read_csv(outputs["predictions"])
+    assert sorted(table[table.dataset == "micro-224"].gpus) == [4, 8, 16]  # 4: held out, measured
+    drawn = figures.build_figures(pd.read_csv(outputs["scaling"]), pd.read_csv(outputs["fits"]), table)
+    points = drawn["efficiency_all"].curves
+    points = points[points["kind"] == "predicted"].sort_values(["label", "gpus"])
+    expected = table[table.gpus > 4].sort_values(["dataset", "gpus"])
+    assert points["y"].tolist() == pytest.approx(expected["efficiency_pct"].tolist())
+    assert points["y_low"].tolist() == pytest.approx(expected["efficiency_low_pct"].tolist())
+    speedups = drawn["speedup_by_model"].curves
+    speedups = speedups[speedups["kind"] == "predicted"].sort_values(["series", "gpus"])
+    assert speedups["y"].tolist() == pytest.approx((expected["efficiency_pct"] / 100 * expected["gpus"]).tolist())
+    text = findings.findings_text(pd.read_csv(outputs["scaling"]), pd.read_csv(outputs["fits"]),
+                                  pd.read_csv(outputs["sweet_spot"]), table)
+    micro = table[(table.dataset == "micro-224") & (table.gpus == 8)].iloc[0]
+    assert (f"Predicted, not measured: 8 GPUs {micro.efficiency_pct:.1f} % efficiency (band "
+            f"{micro.efficiency_low_pct:.1f}–{micro.efficiency_high_pct:.1f} %)") in text
+    assert "Prediction checked against measurement: 4 GPUs from 1/2:" in text
+    assert text.count("Predicted, not measured") == 2

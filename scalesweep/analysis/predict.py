@@ -249,7 +249,7 @@ def steps_per_epoch(train_images: int, gpus: int, per_gpu_batch: int) -> int:
     return int(train_images) // (gpus * int(per_gpu_batch))
 
 
-def prediction_table(runs: pd.DataFrame, predict_gpus=None, gpus_per_node: int | None = None,
+def prediction_table(runs: pd.DataFrame, predict_gpus, gpus_per_node: int | None,
                      network: Network | None = None) -> pd.DataFrame:
     """results/tables/predictions.csv: per group x GPU count, the prediction with its band,
     method and inputs. The counts are `predict_gpus` (default: the next two doublings beyond the

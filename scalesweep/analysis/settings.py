@@ -29,8 +29,8 @@ class AnalysisSettings:
     allow_superlinear: bool
     # The prediction (analysis/predict.py): the GPU counts to predict (None: the next two
     # doublings beyond the largest measured) and a node's GPUs (None: the largest measured count).
-    predict_gpus: tuple | None = None
-    gpus_per_node: int | None = None
+    predict_gpus: tuple | None
+    gpus_per_node: int | None
 
     def __post_init__(self):
         if self.predict_gpus is not None:
