@@ -72,7 +72,7 @@ def report_refused(refused, stream=None):
             print(f"  {reason}", file=stream)
 
 
-def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_per_epoch=None):
+def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_per_epoch=None, network_csv=None):
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
     (already reported)."""
     out = output_folder(out)
@@ -84,7 +84,7 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
     if runs_csv is None:
         raise ValueError("no runs found in " + ", ".join(map(str, paths)))
     for line in pipeline.tables_figures_findings(runs_csv, tables.outputs_in(out / "tables"), settings,
-                                                 out / "figures", out / "findings.md"):
+                                                 out / "figures", out / "findings.md", network_csv):
         print(line)
     return refused
 
@@ -110,6 +110,8 @@ def main(argv=None):
                              "steps (default: CIFAR-10's 50,000 where the steps agree, else an estimate)")
     analyze_cmd.add_argument("--predict", type=gpu_counts, default=None, metavar="N,N,...",
                              help="GPU counts to predict (results/tables/predictions.csv; docs/prediction.md)")
+    analyze_cmd.add_argument("--network", default=None, metavar="CSV",
+                             help="the network probe's network.csv: the predictions' inter-node bandwidth")
     analyze_cmd.add_argument("--gpus-per-node", type=positive_count, default=None, metavar="N",
                              help="GPUs of one node, where the prediction starts to pay for the network")
     analyze_cmd.add_argument("--allow-superlinear", action="store_true", default=None,
@@ -127,7 +129,7 @@ def main(argv=None):
             efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
             epoch_budget=args.epoch_budget, greenest_time_bound_s=args.greenest_time_bound_s,
             allow_superlinear=args.allow_superlinear, predict_gpus=args.predict, gpus_per_node=args.gpus_per_node)
-        refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch)
+        refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch, args.network)
     except (ValueError, FileNotFoundError, LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT

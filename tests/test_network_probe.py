@@ -63,3 +63,39 @@ def test_the_probe_runs_across_the_test_clusters_two_nodes(tmp_path):
     assert (row["nodes"], row["ranks"], row["backend"], row["node_names"]) == (2, 4, "gloo", "node1 node2")
     assert row["busbw_gb_s"] > 0 and row["latency_s"] > 0 and row["bytes"] == 4 * stepparts.BUCKET_BYTES
     assert "network probe: 2 node(s), 4 ranks, gloo" in log
+
+
+def test_the_sweep_probes_only_on_a_cluster_when_it_predicts_beyond_a_node():
+    config = {"matrix": {"framework": ["pytorch"], "gpus": [1, 2, 4]}, "cluster": {"gpus_per_node": 4},
+              "analysis": {"predict_gpus": None, "gpus_per_node": None}}
+    assert launch.network_probe_wanted(config, on_cluster=True)  # 8 and 16 lie beyond a node of 4
+    assert not launch.network_probe_wanted(config, on_cluster=False)
+    assert not launch.network_probe_wanted({**config, "analysis": {"predict_gpus": [4]}}, on_cluster=True)
+    assert not launch.network_probe_wanted({**config, "cluster": {"gpus_per_node": 16}}, on_cluster=True)
+    single_node = {**config, "matrix": {"framework": ["tensorflow"], "gpus": [1, 2, 4]}}
+    assert not launch.network_probe_wanted(single_node, on_cluster=True)
+
+
+def test_a_probed_network_drives_the_communication_rule(tmp_path):
+    from scalesweep.analysis import predict
+
+    csv = tmp_path / "network.csv"
+    csv.write_text("busbw_gb_s,latency_s,nodes\n92.0,5e-06,2\n")
+    network = predict.read_network_csv(csv)
+    assert network == predict.Network(92.0, 5e-06)
+    broken = tmp_path / "broken.csv"
+    broken.write_text("busbw_gb_s,latency_s\n0,0\n")
+    with pytest.raises(ValueError, match="broken.csv: busbw_gb_s must be > 0"):
+        predict.read_network_csv(broken)
+
+
+@pytest.mark.slow
+@pytest.mark.workflow
+def test_snakemake_probe_network_writes_network_csv_locally(tmp_path):
+    from conftest import snakemake
+
+    done = snakemake(tmp_path, "probe_network", "--cores", "2", configfile=REPO / "config" / "config.yaml")
+    assert done.returncode == 0, done.stderr[-4000:]
+    row = pd.read_csv(tmp_path / "results" / "tables" / "network.csv").iloc[0]
+    assert (row["ranks"], row["backend"], row["bytes"]) == (2, "gloo", 4 * stepparts.BUCKET_BYTES)
+    assert row["busbw_gb_s"] > 0

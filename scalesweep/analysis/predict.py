@@ -68,6 +68,19 @@ class Network:
     latency_s: float = 0.0
 
 
+def read_network_csv(path) -> Network:
+    """The network probe's row (scripts/probe_network.py); ValueError naming the file when it
+    holds no positive bus bandwidth (a prediction must not rest on a broken probe)."""
+    try:
+        row = pd.read_csv(path).iloc[0]
+        busbw, latency = float(row["busbw_gb_s"]), float(row.get("latency_s", 0.0) or 0.0)
+    except (OSError, IndexError, KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise ValueError(f"{path}: cannot read the network probe's row: {error}") from error
+    if not busbw > 0:
+        raise ValueError(f"{path}: busbw_gb_s must be > 0, got {busbw}")
+    return Network(busbw, latency if math.isfinite(latency) else 0.0)
+
+
 def ring_allreduce_s(ranks: int, nbytes: float, busbw_gb_s: float, latency_s: float = 0.0) -> float:
     """Seconds of a ring all-reduce of `nbytes` over `ranks`: nccl-tests' bus bandwidth is
     algbw x 2(n-1)/n, so t = 2(n-1)/n x bytes / busbw, plus 2(n-1) latencies (alpha-beta)."""

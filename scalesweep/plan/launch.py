@@ -308,7 +308,7 @@ def network_probe_command(cluster, python, repo, out, nbytes):
     """The network probe's job (scripts/probe_network.py, docs/prediction.md): one process per
     GPU on each of two nodes, the all-reduce of `nbytes` gradient bytes, its row to `out`."""
     gpus_per_node = cluster["gpus_per_node"]
-    script = [os.path.join(str(repo), "scripts", "probe_network.py"), f"--bytes={int(nbytes)}", f"--out={out}"]
+    script = local_network_probe_argv(python, repo, out, nbytes)[5:]
     torchrun = torchrun_per_node_argv(PROBE_NODES, gpus_per_node, python, script)
     steps = srun_per_node_steps(PROBE_NODES, gpus_per_node, cluster["cpus_per_gpu"] * gpus_per_node,
                                 shell_words(torchrun))
@@ -372,3 +372,22 @@ def booked_gpu_hours(settings):
     """GPU-hours a job is charged: the GPUs it holds times its time limit (what the allocation
     books, whether the trainer uses every GPU or not)."""
     return held_gpus(settings) * settings["time_limit_min"] / 60
+
+
+def network_probe_wanted(config, on_cluster):
+    """Whether the sweep runs the network probe itself: on a cluster, when a framework that runs
+    across nodes is swept and a GPU count to predict (analysis.predict_gpus, else the next two
+    doublings beyond the largest swept) lies beyond one node."""
+    if not on_cluster:
+        return False
+    analysis, matrix = config.get("analysis") or {}, config["matrix"]
+    per_node = analysis.get("gpus_per_node") or config["cluster"]["gpus_per_node"]
+    asked = analysis.get("predict_gpus") or [4 * max(matrix["gpus"])]
+    spans_nodes = any(frameworks.get(name).multinode for name in matrix["framework"])
+    return spans_nodes and max(asked) > per_node
+
+
+def local_network_probe_argv(python, repo, out, nbytes):
+    """The probe on one machine: two processes under torchrun stand in for two nodes (gloo)."""
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={PROBE_NODES}",
+            os.path.join(str(repo), "scripts", "probe_network.py"), f"--bytes={int(nbytes)}", f"--out={out}"]

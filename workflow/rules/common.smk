@@ -17,7 +17,7 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep.contract import frameworks  # noqa: E402
+from scalesweep.contract import frameworks, layout  # noqa: E402
 from scalesweep.history import sides  # noqa: E402
 from scalesweep.plan import (
     checks,
@@ -410,3 +410,36 @@ if workflow.is_main_process:
     WARNINGS = matrix.config_warnings(config, EXCLUDED, SETTINGS.values())
     if WARNINGS:
         print(preview.warning_lines(WARNINGS), file=sys.stderr)
+
+
+# The network probe's (workflow/rules/probe.smk): four DDP buckets, since the probe measures the
+# bandwidth at the bucket size DDP all-reduces in; the bytes a step sends come from the runs' own
+# breakdown (allreduce_bytes).
+NETWORK_PROBE_BYTES = 4 * 25 * 1024 * 1024
+NETWORK_CSV = layout.table("network")
+
+
+def on_cluster():
+    executor = workflow.executor_plugin
+    return executor is not None and executor.name != "local"
+
+
+def network_probe_command():
+    if on_cluster():
+        return launch.network_probe_command(
+            config["cluster"],
+            PYTHON,
+            workflow.basedir,
+            NETWORK_CSV,
+            NETWORK_PROBE_BYTES,
+        )
+    return launch.shell_words(
+        launch.local_network_probe_argv(
+            PYTHON, workflow.basedir, NETWORK_CSV, NETWORK_PROBE_BYTES
+        )
+    )
+
+
+def network_input(wildcards):
+    """network.csv for the tables when the sweep runs the probe; none otherwise."""
+    return [NETWORK_CSV] if launch.network_probe_wanted(config, on_cluster()) else []

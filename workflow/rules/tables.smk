@@ -9,6 +9,7 @@ from scalesweep.analysis.settings import AnalysisSettings
 rule tables:
     input:
         "results/tidy/runs.csv",
+        network=network_input,
     output:
         **{
             name: report(
@@ -23,7 +24,9 @@ rule tables:
         "logs/tables.log",
     localrule: True
     params:
-        **AnalysisSettings.from_config(config["analysis"], config.get("cluster")).as_params(),
+        **AnalysisSettings.from_config(
+            config["analysis"], config.get("cluster")
+        ).as_params(),
     run:
         rulelog.run_logged(
             log[0],
@@ -31,4 +34,5 @@ rule tables:
             input[0],
             dict(output.items()),
             AnalysisSettings(**params),
+            *input.network,
         )
