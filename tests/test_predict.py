@@ -183,3 +183,22 @@ def test_predictions_reach_the_tables_figures_and_findings(tmp_path):
             f"{micro.efficiency_low_pct:.1f}–{micro.efficiency_high_pct:.1f} %)") in text
     assert "Prediction checked against measurement: 4 GPUs from 1/2:" in text
     assert text.count("Predicted, not measured") == 2
+
+
+def test_the_preview_prices_the_predicted_counts_it_saves():
+    from scalesweep.plan import preview
+
+    jobs = [{"framework": framework, "gpus": gpus, "time_limit_min": 30}
+            for framework in ("pytorch", "tensorflow") for gpus in (1, 2, 4)]
+    # PyTorch at 4 GPUs, 30 min: 8 and 16 GPUs would book 8 x 0.5 + 16 x 0.5 = 12 GPU-hours;
+    # TensorFlow stays on its node of 4: nothing to price.
+    counts, hours = preview.prediction_savings(jobs, {"predict_gpus": None, "gpus_per_node": None}, 4)
+    assert counts == (8, 16) and hours == pytest.approx(12.0)
+    line = preview.savings_line(counts, hours)
+    assert line == ("  predicted, not run: 8, 16 GPUs per configuration (results/tables/predictions.csv); "
+                    "running them would book about 12.0 GPU-hours at these time limits")
+    # On a node of 8 both frameworks may go to 8: + 8 x 0.5 for TensorFlow.
+    assert preview.prediction_savings(jobs, {"predict_gpus": [8]}, 8)[1] == pytest.approx(8.0)
+    assert preview.savings_line(*preview.prediction_savings(jobs, {"predict_gpus": [2]}, 4)) == ""
+    summary = preview.plan_summary(["a"], [], {}, set(), savings=line)
+    assert summary.endswith(line)

@@ -10,6 +10,7 @@ list below says so.
 
 from collections import Counter
 
+from scalesweep.contract import frameworks
 from scalesweep.plan.launch import booked_gpu_hours, held_gpus, holds_whole_nodes
 from scalesweep.plan.matrix import exclusion_counts
 
@@ -61,9 +62,32 @@ def warning_lines(warnings) -> str:
     return "\n".join(f"scalesweep: warning: {warning}" for warning in warnings)
 
 
-def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False):
+def prediction_savings(every_job, analysis: dict, gpus_per_node: int) -> tuple:
+    """(the GPU counts the tables will predict, the GPU-hours running them would book): per
+    configuration at the sweep's largest count, each predicted count at the same time limit, its
+    GPUs in proportion (docs/prediction.md). A framework on one node predicts no count beyond it."""
+    if not every_job:
+        return (), 0.0
+    largest = max(s["gpus"] for s in every_job)
+    counts = tuple(analysis.get("predict_gpus") or (2 * largest, 4 * largest))
+    node = analysis.get("gpus_per_node") or gpus_per_node
+    hours = sum(count * s["time_limit_min"] / 60 for s in every_job if s["gpus"] == largest
+                for count in counts if count > largest and (count <= node or frameworks.get(s["framework"]).multinode))
+    return counts, hours
+
+
+def savings_line(counts, hours: float) -> str:
+    if not hours:
+        return ""
+    listed = ", ".join(str(count) for count in counts)
+    return (f"  predicted, not run: {listed} GPUs per configuration (results/tables/predictions.csv); running "
+            f"them would book about {hours:.1f} GPU-hours at these time limits")
+
+
+def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, savings=""):
     """The preview: `jobs` maps each job's result path to its settings, `done` holds the result
-    paths that exist; `max_batch`: the jobs are maximum-batch searches, not the sweep's runs."""
+    paths that exist; `max_batch`: the jobs are maximum-batch searches, not the sweep's runs;
+    `savings`: the line on what the prediction saves (savings_line)."""
     pending = [settings for path, settings in jobs.items() if path not in done]
     measured = len(jobs) - len(pending)
     if max_batch:
@@ -72,4 +96,4 @@ def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False):
     else:
         head = (f"scalesweep: {plural(len(pending), 'configuration')} to run ({measured} already measured) "
                 f"of {len(runs)}; {left_out(excluded)}")
-    return "\n".join([head, *cost_lines(pending, list(jobs.values()))])
+    return "\n".join([head, *cost_lines(pending, list(jobs.values())), *([savings] if savings else [])])

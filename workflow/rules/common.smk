@@ -395,8 +395,16 @@ def preview_of(max_batch):
             submission_checks()
             if PATH_PROBLEMS:
                 print(site.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
+            savings = preview.prediction_savings(
+                list(jobs.values()), config["analysis"], config["cluster"]["gpus_per_node"]
+            )
             summary = preview.plan_summary(
-                RUNS, EXCLUDED, jobs, done, max_batch=max_batch
+                RUNS,
+                EXCLUDED,
+                jobs,
+                done,
+                max_batch=max_batch,
+                savings="" if max_batch else preview.savings_line(*savings),
             )
             print(summary, file=sys.stderr)
             PREVIEWED.append(max_batch)
@@ -420,8 +428,10 @@ NETWORK_CSV = layout.table("network")
 
 
 def on_cluster():
+    """Whether jobs go to a cluster. A dry run (its pseudo-executor hides the executor meant)
+    counts as local: the preview does not list the network probe's job."""
     executor = workflow.executor_plugin
-    return executor is not None and executor.name != "local"
+    return executor is not None and executor.name not in ("local", "dryrun", "touch")
 
 
 def network_probe_command():
