@@ -42,20 +42,24 @@ def parse(argv):
     return args
 
 
-def node_name() -> str:
-    """This process's node: SLURM's name for it (the test cluster's nodes share one host), else the host's."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+def node_of_process() -> tuple:
+    """(this process's node rank, its node's name): torchrun's GROUP_RANK counts the nodes even
+    where they share a host name (the test cluster's do, and a job step may inherit the batch
+    node's SLURMD_NODENAME); the name is SLURM's, else the host's."""
+    return int(os.environ.get("GROUP_RANK", "0")), os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def probe_row(seconds_per_bucket, latency_seconds, nbytes: int, names: list, backend: str, took: float) -> dict:
+def probe_row(seconds_per_bucket, latency_seconds, nbytes: int, nodes: list, backend: str, took: float) -> dict:
     """The CSV row from the timings (pure): nccl-tests' bandwidths over the step's buckets
-    (stepparts.allreduce_keys) and the latency per ring hop, 2(n-1) hops per all-reduce."""
-    ranks = len(names)
+    (stepparts.allreduce_keys) and the latency per ring hop, 2(n-1) hops per all-reduce.
+    `nodes`: every rank's (node rank, node name)."""
+    ranks = len(nodes)
+    names = [name for _, name in nodes]
     keys = stepparts.allreduce_keys(nbytes, seconds_per_bucket, ranks, {})
     hops = 2 * (ranks - 1)
     return {"busbw_gb_s": keys["busbw_gb_s"], "algbw_gb_s": keys["algbw_gb_s"], "allreduce_s": keys["allreduce_s"],
             "latency_s": statistics.median(latency_seconds) / hops if hops else None,
-            "nodes": len(set(names)), "ranks": ranks, "bytes": nbytes,
+            "nodes": len({rank for rank, _ in nodes}), "ranks": ranks, "bytes": nbytes,
             "bucket_bytes": min(nbytes, stepparts.BUCKET_BYTES), "backend": backend,
             "node_names": " ".join(sorted(set(names))), "seconds": took}
 
@@ -82,12 +86,12 @@ def main(argv=None) -> int:
     if not world.distributed:
         raise SystemExit("probe_network needs at least two processes (torchrun, one per GPU, on two nodes)")
     try:
-        names = [None] * world.world_size
-        dist.all_gather_object(names, node_name())
+        nodes = [None] * world.world_size
+        dist.all_gather_object(nodes, node_of_process())
         bucket = torch.ones(stepparts.bucket_elements(args.bytes, 4), dtype=torch.float32, device=device)
         per_bucket = timed_allreduces(bucket, device, stepparts.ALLREDUCE_WARMUP, args.repeats)
         latency = timed_allreduces(torch.ones(1, device=device), device, stepparts.ALLREDUCE_WARMUP, args.repeats)
-        row = probe_row(per_bucket, latency, args.bytes, names, dist.get_backend(), time.perf_counter() - began)
+        row = probe_row(per_bucket, latency, args.bytes, nodes, dist.get_backend(), time.perf_counter() - began)
         if world.rank == 0:
             write_row(row, args.out)
             console.info(f"network probe: {row['nodes']} node(s), {row['ranks']} ranks, {row['backend']}: busbw "

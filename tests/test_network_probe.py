@@ -23,7 +23,7 @@ def test_probe_row_is_nccl_tests_bandwidth_over_the_buckets():
     # 100 MB in 4 buckets of 25 MiB, 10 ms each: 40 ms per step; algbw = 1e8 / 0.04 = 2.5 GB/s,
     # busbw over 4 ranks x 2 x 3/4 = 3.75 GB/s; latency 60 us over 2 x 3 = 6 hops = 10 us.
     row = probe_network.probe_row([0.010, 0.010, 0.011, 0.009], [60e-6] * 3, 100_000_000,
-                                  ["node1", "node1", "node2", "node2"], "gloo", 1.5)
+                                  [(0, "node1"), (0, "node1"), (1, "node2"), (1, "node2")], "gloo", 1.5)
     assert row["allreduce_s"] == pytest.approx(0.040)
     assert row["algbw_gb_s"] == pytest.approx(2.5) and row["busbw_gb_s"] == pytest.approx(3.75)
     assert row["latency_s"] == pytest.approx(10e-6)

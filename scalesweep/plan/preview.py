@@ -10,7 +10,7 @@ list below says so.
 
 from collections import Counter
 
-from scalesweep.contract import frameworks
+from scalesweep.contract import frameworks, layout
 from scalesweep.plan.launch import booked_gpu_hours, held_gpus, holds_whole_nodes
 from scalesweep.plan.matrix import exclusion_counts
 
@@ -80,7 +80,7 @@ def savings_line(counts, hours: float) -> str:
     if not hours:
         return ""
     listed = ", ".join(str(count) for count in counts)
-    return (f"  predicted, not run: {listed} GPUs per configuration (results/tables/predictions.csv); running "
+    return (f"  predicted, not run: {listed} GPUs per configuration ({layout.table('predictions')}); running "
             f"them would book about {hours:.1f} GPU-hours at these time limits")
 
 
