@@ -387,6 +387,14 @@ def network_probe_wanted(config, on_cluster):
     return spans_nodes and max(asked) > per_node
 
 
+def network_probe_shell(cluster, python, repo, out, nbytes):
+    """The probe rule's command: across two nodes inside a SLURM allocation (the job's), two local
+    processes elsewhere. Decided when the job runs: the executor is not known when the workflow
+    is parsed, and a dry run hides it."""
+    return (f'if [ -n "${{SLURM_JOB_ID:-}}" ]; then {network_probe_command(cluster, python, repo, out, nbytes)}; '
+            f"else {shell_words(local_network_probe_argv(python, repo, out, nbytes))}; fi")
+
+
 def local_network_probe_argv(python, repo, out, nbytes):
     """The probe on one machine: two processes under torchrun stand in for two nodes (gloo)."""
     return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={PROBE_NODES}",

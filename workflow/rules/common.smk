@@ -434,22 +434,6 @@ def on_cluster():
     return executor is not None and executor.name not in ("local", "dryrun", "touch")
 
 
-def network_probe_command():
-    if on_cluster():
-        return launch.network_probe_command(
-            config["cluster"],
-            PYTHON,
-            workflow.basedir,
-            NETWORK_CSV,
-            NETWORK_PROBE_BYTES,
-        )
-    return launch.shell_words(
-        launch.local_network_probe_argv(
-            PYTHON, workflow.basedir, NETWORK_CSV, NETWORK_PROBE_BYTES
-        )
-    )
-
-
 def network_input(wildcards):
     """network.csv for the tables when the sweep runs the probe; none otherwise."""
     return [NETWORK_CSV] if launch.network_probe_wanted(config, on_cluster()) else []

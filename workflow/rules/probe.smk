@@ -22,6 +22,8 @@ rule probe_network:
         tasks_per_gpu=0,
         runtime=10,
     params:
-        command=network_probe_command(),
+        command=launch.network_probe_shell(
+            config["cluster"], PYTHON, workflow.basedir, NETWORK_CSV, NETWORK_PROBE_BYTES
+        ),
     shell:
         "({params.command}) > {log:q} 2>&1"
