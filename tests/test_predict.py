@@ -202,3 +202,14 @@ def test_the_preview_prices_the_predicted_counts_it_saves():
     assert preview.savings_line(*preview.prediction_savings(jobs, {"predict_gpus": [2]}, 4)) == ""
     summary = preview.plan_summary(["a"], [], {}, set(), savings=line)
     assert summary.endswith(line)
+
+
+def test_without_the_training_set_size_the_prediction_is_per_step():
+    # Steps-protocol runs of older trainers: no D, no t0; thr(N) = N x b / tau(N), so micro's
+    # efficiency at 8 with the log rule is (527.0 / 552.95) = 95.31 % of the 1-GPU step rate.
+    runs = book_runs().drop(columns=["dataset_train_images", "epoch_overhead_s", "steps_per_epoch"])
+    runs["throughput_img_s"] = runs["gpus"] * 128 / runs["step_time_s"]
+    row = predict.prediction_table(runs, (8,), 4).query("gpus == 8 and dataset == 'micro-224'").iloc[0]
+    assert row["method"] == predict.METHOD_MODEL and pd.isna(row["epoch_time_s"])
+    assert row["efficiency_pct"] == pytest.approx(100 * 0.5270 / 0.55295, abs=0.01)
+    assert "training-set size unknown" in row["inputs"]

@@ -21,6 +21,7 @@ is pure: the tables stage hands it the runs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -282,6 +283,14 @@ def prediction_table(runs: pd.DataFrame, predict_gpus, gpus_per_node: int | None
     return pd.DataFrame(rows, columns=[*keys, *PREDICTION_COLUMNS])
 
 
+def _steps_function(measured: Measured):
+    """S(n) from the training-set size; without it (steps-protocol logs of older trainers) one
+    step per 'epoch', so T = tau and the throughput N b / tau still follow."""
+    if measured.train_images > 0:
+        return lambda count: steps_per_epoch(measured.train_images, count, measured.per_gpu_batch)
+    return lambda count: 1
+
+
 def _row(n: int, group: pd.DataFrame, everything: Measured, node: int, network, framework) -> dict:
     measured = measured_inputs(group, below=n)
     row = {"gpus": n, "nodes": math.ceil(n / node)}
@@ -291,8 +300,17 @@ def _row(n: int, group: pd.DataFrame, everything: Measured, node: int, network, 
     if measured is None:
         return {**row, **no_prediction(f"no measured count below {n} GPUs")}
     row["measured_gpus"] = "/".join(map(str, measured.gpus))
-    steps_of = lambda count: steps_per_epoch(measured.train_images, count, measured.per_gpu_batch)  # noqa: E731
-    row.update(predict_count(n, measured, steps_of, node, network))
+    if not measured.per_gpu_batch > 0:
+        return {**row, **no_prediction("the runs give no per-GPU batch")}
+    per_step = not measured.train_images > 0
+    if per_step:  # an overhead per epoch means nothing without epochs
+        measured = dataclasses.replace(measured, epoch_overhead_s=(math.nan,) * len(measured.gpus))
+    row.update(predict_count(n, measured, _steps_function(measured), node, network))
+    if per_step and "epoch_time_s" in row:
+        # One step stands for the epoch: throughput and efficiency hold, epoch times do not.
+        row.update(dict.fromkeys(("steps_per_epoch", "epoch_time_s", "epoch_time_low_s", "epoch_time_high_s",
+                                  "time_to_solution_s")))
+        row["inputs"] += "; training-set size unknown: per step, no epoch time"
     if n in everything.gpus and "efficiency_pct" in row:
         at = everything.gpus.index(n)
         row["measured_efficiency_pct"] = efficiency_pct(everything.throughput_img_s[at], n, measured.throughput_img_s[0],
