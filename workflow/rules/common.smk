@@ -396,7 +396,9 @@ def preview_of(max_batch):
             if PATH_PROBLEMS:
                 print(site.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
             savings = preview.prediction_savings(
-                list(jobs.values()), config["analysis"], config["cluster"]["gpus_per_node"]
+                list(jobs.values()),
+                config["analysis"],
+                config["cluster"]["gpus_per_node"],
             )
             summary = preview.plan_summary(
                 RUNS,

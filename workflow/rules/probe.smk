@@ -23,7 +23,11 @@ rule probe_network:
         runtime=10,
     params:
         command=launch.network_probe_shell(
-            config["cluster"], PYTHON, workflow.basedir, NETWORK_CSV, NETWORK_PROBE_BYTES
+            config["cluster"],
+            PYTHON,
+            workflow.basedir,
+            NETWORK_CSV,
+            NETWORK_PROBE_BYTES,
         ),
     shell:
         "({params.command}) > {log:q} 2>&1"
