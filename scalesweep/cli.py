@@ -76,7 +76,7 @@ def report_refused(refused, stream=None):
 
 
 def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_per_epoch=None,
-            world_sizes=None):
+            world_sizes=None, network_csv=None):
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
     (already reported). `world_sizes`: {log file: GPUs} (--world-size)."""
     out = output_folder(out)
@@ -91,7 +91,8 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
     table_outputs = tables.outputs_in(layout.in_results(out, layout.TABLES))
     for line in pipeline.tables_figures_findings(runs_csv, table_outputs, settings,
                                                  Path(layout.in_results(out, layout.FIGURES)),
-                                                 Path(layout.in_results(out, layout.FINDINGS))):
+                                                 Path(layout.in_results(out, layout.FINDINGS)),
+                                                 network_csv):
         print(line)
     return refused
 
@@ -118,6 +119,12 @@ def main(argv=None):
     analyze_cmd.add_argument("--world-size", type=file_count, action="append", default=[],
                              metavar="FILE=N", help="GPUs of the run logged in FILE, for logs that do "
                              "not print it (the course's DDP script); repeat per file")
+    analyze_cmd.add_argument("--predict", type=gpu_counts, default=None, metavar="N,N,...",
+                             help="GPU counts to predict (results/tables/predictions.csv; docs/prediction.md)")
+    analyze_cmd.add_argument("--network", default=None, metavar="CSV",
+                             help="the network probe's network.csv: the predictions' inter-node bandwidth")
+    analyze_cmd.add_argument("--gpus-per-node", type=positive_count, default=None, metavar="N",
+                             help="GPUs of one node, where the prediction starts to pay for the network")
     analyze_cmd.add_argument("--allow-superlinear", action="store_true", default=None,
                              help="let the sweet spot choose GPU counts flagged superlinear (> 105 %%)")
     register_history(commands)
@@ -133,9 +140,9 @@ def main(argv=None):
         settings = AnalysisSettings.from_options(
             efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
             epoch_budget=args.epoch_budget, greenest_time_bound_s=args.greenest_time_bound_s,
-            allow_superlinear=args.allow_superlinear)
+            allow_superlinear=args.allow_superlinear, predict_gpus=args.predict, gpus_per_node=args.gpus_per_node)
         refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch,
-                          dict(args.world_size))
+                          dict(args.world_size), args.network)
     except (ValueError, FileNotFoundError, LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT
@@ -156,6 +163,11 @@ def positive_count(text):
     if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
     return value
+
+
+def gpu_counts(text):
+    """argparse type: comma-separated whole numbers >= 1, e.g. 8,16,32."""
+    return tuple(positive_count(part.strip()) for part in text.split(","))
 
 
 def register_history(commands):

@@ -34,14 +34,14 @@ from scalesweep.tidy.rows import tidy_frames, tidy_tables, write_pair, write_tid
 from scalesweep.tidy.table import read_runs
 
 # The tables each stage after the tables stage reads, by name (tables.TABLES).
-FIGURE_TABLES = ("scaling", "fits")
-FINDINGS_TABLES = ("scaling", "fits", "sweet_spot")
+FIGURE_TABLES = ("scaling", "fits", "predictions")
+FINDINGS_TABLES = ("scaling", "fits", "sweet_spot", "predictions")
 
 
-def write_tables(runs_csv, table_outputs: dict, settings: AnalysisSettings) -> str:
-    """The tables stage: runs.csv -> every table of tables.TABLES at table_outputs[name]; the log
-    line."""
-    return tables.write_tables(runs_csv, table_outputs, settings)
+def write_tables(runs_csv, table_outputs: dict, settings: AnalysisSettings, network_csv=None) -> str:
+    """The tables stage: runs.csv (+ the network probe's network.csv) -> every table of
+    tables.TABLES at table_outputs[name]; the log line."""
+    return tables.write_tables(runs_csv, table_outputs, settings, network_csv)
 
 
 def write_figures(table_files: dict, figures_dir) -> str:
@@ -59,9 +59,9 @@ def write_findings(table_files: dict, findings_md) -> str:
 
 
 def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSettings, figures_dir,
-                            findings_md):
+                            findings_md, network_csv=None):
     """Every stage after the tidy tables, in order: yields each stage's log line as it ends."""
-    yield write_tables(runs_csv, table_outputs, settings)
+    yield write_tables(runs_csv, table_outputs, settings, network_csv)
     yield write_figures(table_outputs, figures_dir)
     yield write_findings(table_outputs, findings_md)
 

@@ -189,6 +189,8 @@ class WindowMeter:
         record.update(energy.energy_keys([None if value is None else value * share for value in joules],
                                          reason, self.counters.source))
         record["energy_read_s"] = self.energy_start.cost_s + self.energy_end.cost_s
+        if phase is None:  # a whole epoch; a steps-protocol window has no epoch boundary
+            record["epoch_overhead_s"] = measure.epoch_overhead(trained, self.durations())
         waits = self.clock.data_waits[self.first_step:]
         self.log.epoch(record, measure.timed_durations(self.durations(), self.first_step, self.warmup_steps),
                        measure.timed_durations(waits, self.first_step, self.warmup_steps))

@@ -59,6 +59,16 @@ def window_timing(begins, ends, first_step: int, steps: int, warmup_steps: int =
     durations = [ends[index] - begins[index] for index in range(first_step, last + 1)]
     return {"seconds": end - start, **step_statistics(durations, first_step, warmup_steps)}
 
+def epoch_overhead(seconds: float, durations) -> float | None:
+    """What an epoch spent outside its steps: its wall `seconds` less the sum of its steps'
+    `durations` (loader start, evaluation, barriers, logging). It does not shrink as GPUs are
+    added, which is why the scaling prediction (scalesweep/analysis/predict.py) keeps it apart
+    from the time per step. None without steps."""
+    if not durations:
+        return None
+    return seconds - sum(durations)
+
+
 def percentile(values, fraction: float) -> float:
     """The `fraction` quantile (0..1) with linear interpolation between order statistics.
 

@@ -168,7 +168,15 @@ def allreduce_probe(module: torch.nn.Module, device: torch.device, world_size: i
     element = next(p for p in module.parameters() if p.requires_grad).element_size()
     buffer = torch.ones(stepparts.bucket_elements(grads, element), device=device,
                         dtype=next(module.parameters()).dtype)
-    for index in range(stepparts.ALLREDUCE_WARMUP + stepparts.ALLREDUCE_REPEATS):
+    probe["allreduce"] = timed_allreduces(buffer, device, stepparts.ALLREDUCE_WARMUP, stepparts.ALLREDUCE_REPEATS)
+    return probe
+
+
+def timed_allreduces(buffer: torch.Tensor, device: torch.device, warmup: int, repeats: int) -> list:
+    """Seconds of `repeats` all-reduces of `buffer` after `warmup` untimed ones, each started
+    together on every rank (a barrier) and timed to its end on the device."""
+    seconds = []
+    for index in range(warmup + repeats):
         dist.barrier()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -176,9 +184,9 @@ def allreduce_probe(module: torch.nn.Module, device: torch.device, world_size: i
         dist.all_reduce(buffer)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        if index >= stepparts.ALLREDUCE_WARMUP:
-            probe["allreduce"].append(time.perf_counter() - began)
-    return probe
+        if index >= warmup:
+            seconds.append(time.perf_counter() - began)
+    return seconds
 
 
 def join_hook(state, bucket):

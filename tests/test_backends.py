@@ -19,6 +19,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +32,9 @@ import make_imagefolder  # noqa: E402
 import measure  # noqa: E402
 import runlog  # noqa: E402
 from scalesweep.contract.records import FIRST_STEADY_EPOCH  # noqa: E402
-from scalesweep.logs.read import parse_log
+from scalesweep.analysis.predict import steps_per_epoch  # noqa: E402
+from scalesweep.logs.read import parse_log  # noqa: E402
+from scalesweep.tidy.rows import runs_table  # noqa: E402
 from stacks import TRAINER_PYTHON_ENV, container_python, trainer_python  # noqa: E402
 
 FRAMEWORKS = ("tensorflow", "pytorch")
@@ -556,3 +559,33 @@ def test_adaptive_window_stops_on_its_target_or_at_its_cap(framework, data):
         assert summary["wall_time_s"] > timed["seconds"]
         line = "target 50 % reached" if reason == "target" else "NOT reached, stopped at the step cap"
         assert line in done.stdout
+
+
+# ---------------------------------------------------------------- the epoch cut for the prediction
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [1, 2])
+def test_epoch_parts_add_up_in_the_records_and_runs_csv(framework, data, devices, tmp_path):
+    """Every whole epoch is its steps plus its overhead (docs/prediction.md), and runs.csv carries
+    S, tau, t0 and D from them: 1 and 2 stand-in GPUs, on the pinned and the container stacks."""
+    done = launch(framework, data, devices, "--epochs", 3, "--per-gpu-batch", 16, "--warmup-steps", 0)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = parse_records(done.stdout)
+    header, _ = assert_finished_run(records, epochs=3)
+    epochs = records[1:-1]
+    for epoch in epochs:
+        # No warm-up step: the mean is over every step the overhead leaves out.
+        steps_seconds = epoch["steps"] * epoch["step_time_mean_s"]
+        assert epoch["epoch_overhead_s"] == pytest.approx(epoch["seconds"] - steps_seconds, abs=1e-9)
+        assert 0 <= epoch["epoch_overhead_s"] < epoch["seconds"]
+    log = tmp_path / "run.log"
+    log.write_text(done.stdout)
+    _, runs = runs_table([(log, {})])
+    row = runs.iloc[0]
+    steady = epochs[1:]
+    assert row["steps_per_epoch"] == steps_per_epoch(header["train_images"], devices, 16) == steady[0]["steps"]
+    assert row["dataset_train_images"] == header["train_images"]
+    assert row["epoch_overhead_s"] == pytest.approx(statistics.median(e["epoch_overhead_s"] for e in steady))
+    assert row["step_time_s"] == pytest.approx(statistics.mean(e["step_time_mean_s"] for e in steady))
+    assert pd.isna(row["epoch_parts_note"])

@@ -96,7 +96,7 @@ def test_findings_md_numbers_are_the_tables(tmp_path):
     runs = tmp_path / "runs.csv"
     laptop_runs().to_csv(runs, index=False)
     tables.write_tables(runs, outputs, DEFAULTS)
-    findings.write_findings(outputs["scaling"], outputs["fits"], outputs["sweet_spot"],
+    findings.write_findings(outputs["scaling"], outputs["fits"], outputs["sweet_spot"], outputs["predictions"],
                             tmp_path / "findings.md")
     text = (tmp_path / "findings.md").read_text()
     scaling = pd.read_csv(outputs["scaling"])

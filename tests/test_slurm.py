@@ -109,6 +109,19 @@ def test_two_node_run_spans_node1_and_node2_with_world_size_two(first_sweep):
     assert header["world_size"] == 2 and header["nodes"] == 2
 
 
+def test_the_sweep_probes_the_network_across_both_nodes_for_its_predictions(first_sweep):
+    """The sweep predicts beyond its node of one GPU, so it runs the network probe as a 2-node
+    job (docs/prediction.md)."""
+    workdir, _, output = first_sweep
+    jobs = submissions(output)
+    probes = [j for j, where in jobs.items() if where.startswith("rule_probe_network")]
+    assert len(probes) == 1, output[-3000:]
+    assert sacct(probes)[probes[0]] == ("COMPLETED", "node[1-2]")
+    network = pd.read_csv(workdir / "results/tables/network.csv").iloc[0]
+    # Two node ranks; the names may both read node1 (the job step inherits the batch node's).
+    assert (network["nodes"], network["ranks"], network["backend"]) == (2, 2, "gloo")
+
+
 def test_two_node_run_measures_where_its_steps_go(first_sweep):
     """The step breakdown across nodes: the parts add up to the step, the all-reduce probe ran
     between the two nodes' processes, and the human line with `other` is in the log."""

@@ -40,6 +40,15 @@ def test_sweep_leaves_tidy_tables_and_figures(tiny_sweep):
     two = scaling[scaling.gpus == 2].set_index("framework")
     one = scaling[scaling.gpus == 1].set_index("framework")
     assert two.speedup.to_dict() == pytest.approx((one.time_s / two.time_s).to_dict())
+    # The prediction (docs/prediction.md): the next two doublings, 4 and 8 GPUs, from 1-2; every
+    # run carries its epoch cut T = t0 + S x tau.
+    assert runs.epoch_overhead_s.notna().all() and (runs.step_time_s > 0).all() and (runs.steps_per_epoch > 0).all()
+    predictions = pd.read_csv(tiny_sweep / "results/tables/predictions.csv")
+    torch_rows = predictions[predictions.framework == "pytorch"].set_index("gpus")
+    assert sorted(torch_rows.index) == [4, 8]
+    assert (torch_rows.method == "step model (t0 + S x tau, log growth)").all(), torch_rows.inputs.tolist()
+    assert (torch_rows.efficiency_low_pct <= torch_rows.efficiency_pct).all()
+    assert (torch_rows.efficiency_pct <= torch_rows.efficiency_high_pct).all()
     # Every run measured where its steps go: the parts add up, the line with `other` is in its log.
     parts = runs[["data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s"]].sum(axis=1)
     assert parts.tolist() == pytest.approx(runs.breakdown_step_s.tolist())

@@ -27,8 +27,18 @@ class AnalysisSettings:
     epoch_budget: float  # training epochs the projections stand for
     greenest_time_bound_s: float | None  # sweet spot 'greenest'; None: no bound
     allow_superlinear: bool
+    # The prediction (analysis/predict.py): the GPU counts to predict (None: the next two
+    # doublings beyond the largest measured) and a node's GPUs (None: the largest measured count).
+    predict_gpus: tuple | None
+    gpus_per_node: int | None
 
     def __post_init__(self):
+        if self.predict_gpus is not None:
+            object.__setattr__(self, "predict_gpus", tuple(self.predict_gpus))
+            if not self.predict_gpus or not all(isinstance(n, int) and n >= 1 for n in self.predict_gpus):
+                raise ValueError(f"predict_gpus must be GPU counts >= 1, got {self.predict_gpus!r}")
+        if self.gpus_per_node is not None and not (isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1):
+            raise ValueError(f"gpus_per_node must be a count >= 1 or None, got {self.gpus_per_node!r}")
         for name, unit in (("gpu_hour_budget", "GPU-hours or None"), ("epoch_budget", "epochs"),
                            ("greenest_time_bound_s", "seconds or None")):
             value = getattr(self, name)
@@ -36,9 +46,12 @@ class AnalysisSettings:
                 raise ValueError(f"{name} must be > 0 {unit}, got {value!r}")
 
     @classmethod
-    def from_config(cls, analysis: Mapping | None = None) -> AnalysisSettings:
-        """From a config's `analysis:` section; a setting it leaves out takes the schema's default."""
+    def from_config(cls, analysis: Mapping | None = None, cluster: Mapping | None = None) -> AnalysisSettings:
+        """From a config's `analysis:` section; a setting it leaves out takes the schema's default.
+        A node's GPUs, unless the section says, are the `cluster:` section's."""
         given = {**section_defaults("analysis"), **(analysis or {})}
+        if given.get("gpus_per_node") is None and cluster:
+            given["gpus_per_node"] = cluster.get("gpus_per_node")
         return cls(**{field.name: given[CONFIG_KEYS.get(field.name, field.name)]
                       for field in dataclasses.fields(cls)})
 

@@ -9,16 +9,17 @@ jobsteps included) imports this module to parse the workflow.
 
 from pathlib import Path
 
-from scalesweep.analysis import scaling, sweetspot
+from scalesweep.analysis import predict, scaling, sweetspot
 from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import atomic, layout
 from scalesweep.tidy.table import read_runs
 
-TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets")
+TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets", "predictions")
 
 
-def analysis_tables(runs, settings: AnalysisSettings) -> dict:
-    """Every table of the analysis, by name (TABLES), from a runs table."""
+def analysis_tables(runs, settings: AnalysisSettings, network: predict.Network | None = None) -> dict:
+    """Every table of the analysis, by name (TABLES), from a runs table (and the network probe's
+    inter-node all-reduce, for the predictions beyond one node)."""
     from scalesweep.analysis import fits
 
     table = scaling.scaling_table(runs, settings.epoch_budget)
@@ -29,12 +30,15 @@ def analysis_tables(runs, settings: AnalysisSettings) -> dict:
         "acceleration": scaling.acceleration_table(runs),
         "compare_models": scaling.comparison_table(table, by="model"),
         "compare_datasets": scaling.comparison_table(table, by="dataset"),
+        "predictions": predict.prediction_table(runs, settings.predict_gpus, settings.gpus_per_node, network),
     }
 
 
-def write_tables(runs_csv, outputs: dict, settings: AnalysisSettings) -> str:
-    """runs.csv -> every table of TABLES at outputs[name]; the log line."""
-    tables = analysis_tables(read_runs(runs_csv), settings)
+def write_tables(runs_csv, outputs: dict, settings: AnalysisSettings, network_csv=None) -> str:
+    """runs.csv (and network.csv of the network probe, when given) -> every table of TABLES at
+    outputs[name]; the log line."""
+    network = predict.read_network_csv(network_csv) if network_csv else None
+    tables = analysis_tables(read_runs(runs_csv), settings, network)
     for name, table in tables.items():
         path = Path(outputs[name])
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,8 @@ class Framework:
     that gives the framework's version; `fp32_dtype`: the peak an fp32 run's MFU is measured
     against (contract/hardware.py); `model_aliases`: the reference logs' model names -> ours;
     `reference_log_format`: the scalesweep/logs/formats/ module reading this framework's reference
-    logs, if any; `single_node_reason`: why a framework that does not run across nodes stops at one
+    logs, if any; `shards_before_batching`: the trainer splits the images over the ranks before
+    batching (epoch_steps); `single_node_reason`: why a framework that does not run across nodes stops at one
     (the matrix's `<name>-single-node` exclusion says it); `conda_env`: the rule's conda
     environment file, relative to the repository."""
 
@@ -73,6 +74,7 @@ class Framework:
     reference_log_format: Optional[str] = None
     single_node_reason: str = ""
     conda_env: Optional[str] = None
+    shards_before_batching: bool = False
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -95,6 +97,15 @@ class Framework:
     @property
     def one_process_per_gpu(self) -> bool:
         return self.launcher == PROCESS_PER_GPU
+
+    def epoch_steps(self, train_images: int, world_size: int, per_gpu_batch: int) -> int:
+        """Optimizer steps of one epoch; both trainers drop the last partial batch. A sharding
+        trainer (`shards_before_batching`: DDP's DistributedSampler, then each rank's loader)
+        drops the tail that does not split over the ranks first, then each rank's partial batch;
+        the others batch the whole set globally."""
+        if self.shards_before_batching:
+            return (train_images // world_size) // per_gpu_batch
+        return train_images // (world_size * per_gpu_batch)
 
 
 # The ResNet/ViT-H batches are safe starting points for 40-80 GB cards; the course book's
@@ -151,6 +162,7 @@ FRAMEWORKS = (
         ),
         reference_log_format="ddp",
         conda_env="envs/pytorch.yaml",
+        shards_before_batching=True,
     ),
 )
 

@@ -206,6 +206,7 @@ EPOCH = {
     "timed_steps_rule": text(choices=("fixed", "auto")),
     "target_ci_pct": measure(),
     "stop_reason": text(choices=("fixed", "target", "cap")),
+    "epoch_overhead_s": number(),  # may dip below 0 by clock resolution
     **ENERGY,
     "energy_j": number(0),
     "energy_j_per_rank": Rule("numbers"),

@@ -228,16 +228,21 @@ def single_node_argv(settings, python, repo):
 def multinode_torchrun_argv(settings, python, repo):
     """torchrun for one node of a multi-node run; $SLURM_NODEID and $MASTER_ADDR stay unexpanded
     for the per-node shell that srun starts."""
+    return torchrun_per_node_argv(settings["nodes"], settings["gpus_per_node"], python,
+                                  [trainer_script(settings["framework"], repo), *trainer_args(settings)])
+
+
+def torchrun_per_node_argv(nodes, processes_per_node, python, script_argv):
+    """torchrun on one node of `nodes`, running `script_argv` in `processes_per_node` processes."""
     return [
         python, "-m", "torch.distributed.run",
-        f"--nnodes={settings['nodes']}",
-        f"--nproc-per-node={settings['gpus_per_node']}",
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={processes_per_node}",
         NODE_RANK,
         RENDEZVOUS_ID,
         "--rdzv-backend=c10d",
         RENDEZVOUS_ENDPOINT,
-        trainer_script(settings["framework"], repo),
-        *trainer_args(settings),
+        *script_argv,
     ]
 
 
@@ -288,12 +293,17 @@ def multinode_steps(settings, prefix, python, repo):
     per-node line is quoted for the per-node shell, then as one word for this one. srun gets
     every option itself: the job's SLURM_* variables are cleared (see MASTER_ADDR).
     """
-    nodes, gpus_per_node = settings["nodes"], settings["gpus_per_node"]
     torchrun = with_run_env(with_omp_threads(multinode_torchrun_argv(settings, python, repo), settings), settings)
-    per_node = shell_words(prefix + torchrun)
+    return srun_per_node_steps(settings["nodes"], settings["gpus_per_node"], settings["cpus_per_task"],
+                               shell_words(prefix + torchrun))
+
+
+def srun_per_node_steps(nodes, gpus_per_node, cpus_per_task, per_node):
+    """The job's steps that run the shell line `per_node` once on each of its `nodes`, with the
+    rendezvous address and port exported for it."""
     srun = [
         "srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-        f"--gres=gpu:{gpus_per_node}", f"--cpus-per-task={settings['cpus_per_task']}",
+        f"--gres=gpu:{gpus_per_node}", f"--cpus-per-task={cpus_per_task}",
         "--kill-on-bad-exit=1",
     ]
     return [
@@ -302,6 +312,20 @@ def multinode_steps(settings, prefix, python, repo):
         "export MASTER_ADDR MASTER_PORT",
         shlex.join([*srun, "bash", "-c", per_node]),
     ]
+
+
+PROBE_NODES = 2
+
+
+def network_probe_command(cluster, python, repo, out, nbytes):
+    """The network probe's job (scripts/probe_network.py, docs/prediction.md): one process per
+    GPU on each of two nodes, the all-reduce of `nbytes` gradient bytes, its row to `out`."""
+    gpus_per_node = cluster["gpus_per_node"]
+    script = local_network_probe_argv(python, repo, out, nbytes)[5:]
+    torchrun = torchrun_per_node_argv(PROBE_NODES, gpus_per_node, python, script)
+    steps = srun_per_node_steps(PROBE_NODES, gpus_per_node, cluster["cpus_per_gpu"] * gpus_per_node,
+                                shell_words(torchrun))
+    return " && ".join(steps)
 
 
 def gres_gpus_per_node(settings):
@@ -361,3 +385,30 @@ def booked_gpu_hours(settings):
     """GPU-hours a job is charged: the GPUs it holds times its time limit (what the allocation
     books, whether the trainer uses every GPU or not)."""
     return held_gpus(settings) * settings["time_limit_min"] / 60
+
+
+def network_probe_wanted(config, on_cluster):
+    """Whether the sweep runs the network probe itself: on a cluster, when a framework that runs
+    across nodes is swept and a GPU count to predict (analysis.predict_gpus, else the next two
+    doublings beyond the largest swept) lies beyond one node."""
+    if not on_cluster:
+        return False
+    analysis, matrix = config.get("analysis") or {}, config["matrix"]
+    per_node = analysis.get("gpus_per_node") or config["cluster"]["gpus_per_node"]
+    asked = analysis.get("predict_gpus") or [4 * max(matrix["gpus"])]
+    spans_nodes = any(frameworks.get(name).multinode for name in matrix["framework"])
+    return spans_nodes and max(asked) > per_node
+
+
+def network_probe_shell(cluster, python, repo, out, nbytes):
+    """The probe rule's command: across two nodes inside a SLURM allocation (the job's), two local
+    processes elsewhere. Decided when the job runs: the executor is not known when the workflow
+    is parsed, and a dry run hides it."""
+    return (f'if [ -n "${{SLURM_JOB_ID:-}}" ]; then {network_probe_command(cluster, python, repo, out, nbytes)}; '
+            f"else {shell_words(local_network_probe_argv(python, repo, out, nbytes))}; fi")
+
+
+def local_network_probe_argv(python, repo, out, nbytes):
+    """The probe on one machine: two processes under torchrun stand in for two nodes (gloo)."""
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={PROBE_NODES}",
+            os.path.join(str(repo), "scripts", "probe_network.py"), f"--bytes={int(nbytes)}", f"--out={out}"]

@@ -16,6 +16,7 @@ import contextlib
 import io
 from collections import Counter
 
+from scalesweep.contract import frameworks, layout
 from scalesweep.plan.launch import booked_gpu_hours, held_gpus, holds_whole_nodes, processes_per_node
 from scalesweep.plan.matrix import exclusion_counts
 
@@ -104,10 +105,33 @@ def warning_lines(warnings) -> str:
     return "\n".join(f"scalesweep: warning: {warning}" for warning in warnings)
 
 
-def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, local=False):
+def prediction_savings(every_job, analysis: dict, gpus_per_node: int) -> tuple:
+    """(the GPU counts the tables will predict, the GPU-hours running them would book): per
+    configuration at the sweep's largest count, each predicted count at the same time limit, its
+    GPUs in proportion (docs/prediction.md). A framework on one node predicts no count beyond it."""
+    if not every_job:
+        return (), 0.0
+    largest = max(s["gpus"] for s in every_job)
+    counts = tuple(analysis.get("predict_gpus") or (2 * largest, 4 * largest))
+    node = analysis.get("gpus_per_node") or gpus_per_node
+    hours = sum(count * s["time_limit_min"] / 60 for s in every_job if s["gpus"] == largest
+                for count in counts if count > largest and (count <= node or frameworks.get(s["framework"]).multinode))
+    return counts, hours
+
+
+def savings_line(counts, hours: float) -> str:
+    if not hours:
+        return ""
+    listed = ", ".join(str(count) for count in counts)
+    return (f"  predicted, not run: {listed} GPUs per configuration ({layout.table('predictions')}); running "
+            f"them would book about {hours:.1f} GPU-hours at these time limits")
+
+
+def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, local=False, savings=""):
     """The preview: `jobs` maps each job's result path to its settings, `done` holds the result
     paths that exist; `max_batch`: the jobs are maximum-batch searches, not the sweep's runs;
-    `local`: they run on this machine (local_cost_lines), not as SLURM jobs."""
+    `local`: they run on this machine (local_cost_lines), not as SLURM jobs; `savings`: the line
+    on the GPU-hours the prediction saves (savings_line), shown for cluster runs only."""
     pending = [settings for path, settings in jobs.items() if path not in done]
     measured = len(jobs) - len(pending)
     if max_batch:
@@ -117,7 +141,8 @@ def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, local=F
         head = (f"scalesweep: {plural(len(pending), 'configuration')} to run ({measured} already measured) "
                 f"of {len(runs)}; {left_out(excluded)}")
     costs = local_cost_lines if local else cost_lines
-    return "\n".join([head, *costs(pending, list(jobs.values()))])
+    extra = [savings] if savings and not local else []
+    return "\n".join([head, *costs(pending, list(jobs.values())), *extra])
 
 
 def config_files_line(files_used, cli_files) -> str:

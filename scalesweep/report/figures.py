@@ -22,6 +22,7 @@ from matplotlib.patches import Patch
 from scalesweep.analysis import breakdown
 from scalesweep.analysis.fits import N_DOUBLINGS, predicted_speedup
 from scalesweep.analysis.scaling import NO_BASELINE_NOTE, SINGLE_COUNT_NOTE, format_value
+from scalesweep.report.prediction import draw_predictions
 from scalesweep.report.plotkit import (
     BANDS,
     DASHES,
@@ -391,14 +392,21 @@ def speedup_label(data: pd.DataFrame) -> str:
     return "Speedup, per group's basis (×)"
 
 
-def build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None = None
-                  ) -> dict[str, PlotFigure]:
-    """Every figure of the scaling table (and fit table), keyed by file stem."""
+def build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
+                  predictions: pd.DataFrame | None = None) -> dict[str, PlotFigure]:
+    """Every figure of the scaling table (and fit table; the predictions drawn on the speedup
+    and efficiency figures), keyed by file stem."""
     if scaling.empty:
         message = "no GPU runs in the scaling table"
         return {name: placeholder(name, message) for name in FIGURE_NAMES}
     with plt.rc_context(STYLE):
-        return _build_figures(scaling, fits)
+        figures = _build_figures(scaling, fits)
+        data = with_step_times(plot_table(scaling)[0])
+        for name, y in (("speedup", "speedup"), ("efficiency", "efficiency_pct")):
+            for by_model, suffix in ((True, "by_model"), (False, "all")):
+                drawn = draw_predictions(figures[f"{name}_{suffix}"], data, predictions, y, by_model)
+                figures[f"{name}_{suffix}"].curves = pd.concat([figures[f"{name}_{suffix}"].curves, drawn.assign(kind="predicted")]) if len(drawn) else figures[f"{name}_{suffix}"].curves
+        return figures
 
 
 def _build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None) -> dict[str, PlotFigure]:
@@ -541,13 +549,14 @@ def bus_bandwidth_figure(data: pd.DataFrame, note: str) -> PlotFigure:
 
 
 def plot_scaling(scaling: pd.DataFrame, outdir, fits: pd.DataFrame | None = None,
-                 dpi: int = 120) -> list[Path]:
+                 dpi: int = 120, predictions: pd.DataFrame | None = None) -> list[Path]:
     """Write every figure of `build_figures` as `<outdir>/<name>.png`; returns the paths."""
-    return save_figures(build_figures(scaling, fits), outdir, dpi)
+    return save_figures(build_figures(scaling, fits, predictions), outdir, dpi)
 
 
-def write_figures(scaling_csv, fits_csv, outdir) -> str:
-    """The figures stage (rule `figures`): scaling.csv (+ fits.csv for the fitted curves) ->
-    outdir/*.png; the log line."""
-    written = plot_scaling(pd.read_csv(scaling_csv), outdir, fits=pd.read_csv(fits_csv))
+def write_figures(scaling_csv, fits_csv, predictions_csv, outdir) -> str:
+    """The figures stage (rule `figures`): scaling.csv (+ fits.csv for the fitted curves,
+    predictions.csv for the predicted points) -> outdir/*.png; the log line."""
+    written = plot_scaling(pd.read_csv(scaling_csv), outdir, fits=pd.read_csv(fits_csv),
+                           predictions=pd.read_csv(predictions_csv))
     return f"{len(written)} figures: " + " ".join(Path(path).name for path in written)

@@ -25,6 +25,7 @@ from scalesweep.analysis.fits import FEW_POINTS_NOTE, N_DOUBLINGS, predicted_spe
 from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_usable
 from scalesweep.contract import atomic
 from scalesweep.tidy.table import iter_groups, table_group_keys
+from scalesweep.report.prediction import group_predictions, prediction_lines
 
 TITLE = "**Findings: how far each configuration scales, where to stop, and why**"
 # The loss columns in words, the words of the step breakdown (docs/metrics.md).
@@ -225,7 +226,7 @@ def group_title(values: dict) -> str:
 
 
 def findings_text(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
-                  sweet: pd.DataFrame | None = None) -> str:
+                  sweet: pd.DataFrame | None = None, predictions: pd.DataFrame | None = None) -> str:
     """The findings of the tables as Markdown (also valid reStructuredText)."""
     lines = [TITLE, ""]
     if scaling.empty:
@@ -237,14 +238,15 @@ def findings_text(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
                   f"- {scale_line(row, flagged_text(group), group)}",
                   f"- {spot_line(group_spots(sweet, values))}",
                   f"- {loss_line(row)}",
-                  f"- {fit_line(group_fit(fits, values))}", ""]
+                  f"- {fit_line(group_fit(fits, values))}",
+                  *(f"- {line}" for line in prediction_lines(group_predictions(predictions, values))), ""]
     return "\n".join(lines)
 
 
-def write_findings(scaling_csv, fits_csv, sweet_spot_csv, output) -> str:
-    """The findings stage: the three tables -> `output` (Markdown); the log line."""
+def write_findings(scaling_csv, fits_csv, sweet_spot_csv, predictions_csv, output) -> str:
+    """The findings stage: the four tables -> `output` (Markdown); the log line."""
     text = findings_text(pd.read_csv(scaling_csv), pd.read_csv(fits_csv),
-                         pd.read_csv(sweet_spot_csv))
+                         pd.read_csv(sweet_spot_csv), pd.read_csv(predictions_csv))
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(text, output)
     return f"findings for {text.count('- Scaling:')} group(s) in {output}"

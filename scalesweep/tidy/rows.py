@@ -23,6 +23,7 @@ from scalesweep.logs.read import parse_file
 from scalesweep.logs.run import EmptyLogError, LogFormatError, refused_summary, whole_number
 from scalesweep.tidy import copies
 from scalesweep.contract.steady import epoch_rate, steady_metrics, steady_windows
+from scalesweep.tidy.epoch_parts import EPOCH_PART_COLUMNS, epoch_parts
 from scalesweep.tidy.provenance import SETTINGS_KEYS, requested_batch, run_id, run_provenance, what_ran
 from scalesweep.tidy.table import (
     AXIS_COLUMNS,
@@ -48,7 +49,7 @@ from scalesweep.tidy.table import (
 RESERVED_KEYS = frozenset(
     {"status", "reason", "log", "log_format", *METRIC_COLUMNS, *INTERVAL_COLUMNS, *COST_COLUMNS,
      *ENERGY_COLUMNS, *ENERGY_TEXT_COLUMNS, *SLURM_ENERGY_COLUMNS, *BREAKDOWN_COLUMNS,
-     *PEAK_COLUMNS, *PEAK_TEXT_COLUMNS, *EPOCH_RESULT_COLUMNS}
+     *PEAK_COLUMNS, *PEAK_TEXT_COLUMNS, *EPOCH_RESULT_COLUMNS, *EPOCH_PART_COLUMNS}
 )
 NO_LOG_REASON = "no log"
 NO_STEADY_REASON = "only epoch 1 finished: no steady-state epoch (epoch >= 2) to measure"
@@ -99,7 +100,7 @@ def tidy_tables(items, images_per_epoch: int | None = None, peak_override: dict 
     runs = pd.DataFrame(run_rows, columns=axis_columns + [c for c in RUN_RESULT_COLUMNS if c not in axis_columns])
     epochs = pd.DataFrame(epoch_rows, columns=axis_columns + [c for c in EPOCH_RESULT_COLUMNS if c not in axis_columns])
     float_columns = (METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + ENERGY_COLUMNS + ["slurm_energy_j"]
-                     + FLOAT_BREAKDOWN_COLUMNS + PEAK_COLUMNS)
+                     + FLOAT_BREAKDOWN_COLUMNS + PEAK_COLUMNS + ["step_time_s", "epoch_overhead_s"])
     return TidyTables(_typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, float_columns), refused, copy_lines)
 
 
@@ -306,6 +307,7 @@ def _run_rows(run, axes: dict, path, peak_override=None) -> tuple[dict, list[dic
     row["gpu_hours"] = run_gpu_hours(row)
     row.update(breakdown_fields(header, summary, row, peak_override))
     row.update(steady_energy(run.epochs, row["world_size"]), run_energy_j=summary.get("run_energy_j"))
+    row.update(epoch_parts(run.epochs, row["train_images"], row.get("protocol"), run.format))
     epoch_axes = {key: row[key] for key in row if key in AXIS_COLUMNS or key in axes}
     return row, [_epoch_row(epoch_axes, epoch) for epoch in run.epochs]
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.contract.records import BREAKDOWN_PARTS, STATUSES
+from scalesweep.tidy.epoch_parts import EPOCH_PART_COLUMNS, EPOCH_PART_NOTE_COLUMN
 from scalesweep.tidy.provenance import PROVENANCE_COLUMNS, SWEEP_COLUMNS
 
 AXIS_COLUMNS = ["framework", "model", "dataset", "gpus", "nodes", "repeat"]
@@ -78,6 +79,8 @@ RUN_RESULT_COLUMNS = [
     *BREAKDOWN_COLUMNS,
     *PEAK_COLUMNS,
     *PEAK_TEXT_COLUMNS,
+    *EPOCH_PART_COLUMNS,
+    EPOCH_PART_NOTE_COLUMN,
     # provenance, after the contract's columns
     "device_kind",
     "images_per_epoch",
@@ -102,7 +105,7 @@ TEXT_COLUMNS = (*NAME_COLUMNS, *(c for c in PROVENANCE_COLUMNS if c not in ("loa
 COUNT_COLUMNS = (
     "gpus", "nodes", "repeat", "per_gpu_batch", "requested_per_gpu_batch", "global_batch", "world_size", "epochs",
     "images_per_epoch", "train_images", "timed_steps", "breakdown_steps", "allreduce_bytes",
-    "epoch", "images",
+    "epoch", "images", "steps_per_epoch", "dataset_train_images",
 )  # fmt: skip
 
 # Every runs.csv column but the configuration is a measurement, bookkeeping or provenance, never

@@ -331,7 +331,8 @@ def result_of(trainer_rule):
 
 def reported_result(trainer_rule):
     """A training rule's result, and for the sweep's runs (not the maximum-batch search) its
-    entry in the HTML report: every finished run's log, labelled by its configuration."""
+    entry in the HTML report: every finished run's log, labelled by its configuration.
+    """
     path = result_of(trainer_rule)(run_pattern(trainer_rule.framework.name))
     if trainer_rule.max_batch:
         return path
@@ -434,8 +435,19 @@ def preview_of(max_batch):
             submission_checks()
             if PATH_PROBLEMS:
                 print(site.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
+            savings = preview.prediction_savings(
+                list(jobs.values()),
+                config["analysis"],
+                config["cluster"]["gpus_per_node"],
+            )
             summary = preview.plan_summary(
-                RUNS, EXCLUDED, jobs, done, max_batch=max_batch, local=runs_locally()
+                RUNS,
+                EXCLUDED,
+                jobs,
+                done,
+                max_batch=max_batch,
+                local=runs_locally(),
+                savings="" if max_batch else preview.savings_line(*savings),
             )
             print(
                 preview.config_files_line(CONFIG_FILES, workflow.overwrite_configfiles),
@@ -513,3 +525,22 @@ def traced_outputs(wildcards):
             f"({config['trace'].get('select', [])}); docs/traces.md"
         )
     return [layout.trace_dir(path) for path in TRACED_PATHS]
+
+
+# The network probe's (workflow/rules/probe.smk): four DDP buckets, since the probe measures the
+# bandwidth at the bucket size DDP all-reduces in; the bytes a step sends come from the runs' own
+# breakdown (allreduce_bytes).
+NETWORK_PROBE_BYTES = 4 * 25 * 1024 * 1024
+NETWORK_CSV = layout.table("network")
+
+
+def on_cluster():
+    """Whether jobs go to a cluster. A dry run (its pseudo-executor hides the executor meant)
+    counts as local: the preview does not list the network probe's job."""
+    executor = workflow.executor_plugin
+    return executor is not None and executor.name not in ("local", "dryrun", "touch")
+
+
+def network_input(wildcards):
+    """network.csv for the tables when the sweep runs the probe; none otherwise."""
+    return [NETWORK_CSV] if launch.network_probe_wanted(config, on_cluster()) else []

@@ -33,7 +33,9 @@ onerror:
                 dict(rules.tidy.output.items()),
                 {
                     "table_outputs": dict(rules.tables.output.items()),
-                    "settings": AnalysisSettings.from_config(config["analysis"]),
+                    "settings": AnalysisSettings.from_config(
+                        config["analysis"], config.get("cluster")
+                    ),
                     "figures_dir": rules.figures.output[0],
                     "findings_md": rules.findings.output[0],
                 },

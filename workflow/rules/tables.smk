@@ -10,6 +10,7 @@ from scalesweep.analysis.settings import AnalysisSettings
 rule tables:
     input:
         layout.tidy_table("runs"),
+        network=network_input,
     output:
         **{
             name: report(
@@ -24,7 +25,9 @@ rule tables:
         layout.rule_log("tables"),
     localrule: True
     params:
-        **AnalysisSettings.from_config(config["analysis"]).as_params(),
+        **AnalysisSettings.from_config(
+            config["analysis"], config.get("cluster")
+        ).as_params(),
     run:
         rulelog.run_logged(
             log[0],
@@ -32,4 +35,5 @@ rule tables:
             input[0],
             dict(output.items()),
             AnalysisSettings(**params),
+            *input.network,
         )

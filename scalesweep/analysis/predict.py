@@ -1,0 +1,319 @@
+"""Predict before you spend: a group's epoch time, throughput and efficiency at GPU counts it has
+not measured, from the counts it has (docs/prediction.md, issue 26).
+
+An epoch is T(N) = t0 + S(N) x tau(N): t0 the epoch overhead (runs.csv `epoch_overhead_s`, the
+median over the measured counts: it does not shrink with N), S(N) the steps of an epoch (both trainers
+drop the last partial batch: `steps_per_epoch`), tau(N) the time per step. tau is measured up to the
+largest count; beyond it three growth rules bound it:
+
+- flat: no growth (optimistic, the band's high end);
+- log: the growth per doubling measured (least squares of tau over log2 N), continued (the point
+  estimate);
+- comm: the all-reduce of the gradient bytes with no overlap, alpha-beta ring model, over the
+  inter-node bus bandwidth the network probe measured (or the intra-node one inside a node);
+  without bandwidths, twice the measured growth per doubling (pessimistic, the band's low end).
+
+The band is then widened by the run-to-run noise of the measured points (repeats, else the runs'
+own step-time intervals). Without step times, or with one GPU count, the prediction falls back to
+the Amdahl fit of the measured speedups (labelled) or says why there is none. Every function here
+is pure: the tables stage hands it the runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from scalesweep.contract import frameworks
+from scalesweep.tidy.table import group_keys, iter_groups
+
+METHOD_MODEL = "step model (t0 + S x tau, log growth)"
+METHOD_AMDAHL = "amdahl fit (no step times): speedups only, no communication term"
+METHOD_NONE = "none"
+STEEP_FACTOR = 2.0  # the comm rule without bandwidths: this many times the measured growth per doubling
+
+PREDICTION_COLUMNS = (
+    "gpus", "nodes", "measured_gpus", "steps_per_epoch", "step_time_s", "epoch_overhead_s",
+    "epoch_time_s", "epoch_time_low_s", "epoch_time_high_s",
+    "throughput_img_s", "throughput_low_img_s", "throughput_high_img_s",
+    "efficiency_pct", "efficiency_low_pct", "efficiency_high_pct",
+    "time_to_solution_s", "measured_efficiency_pct", "error_pts", "method", "inputs",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One group's measured counts, per count (ascending): what the prediction rests on."""
+
+    gpus: tuple
+    step_time_s: tuple  # tau(N), s; NaN where unknown
+    epoch_overhead_s: tuple  # t0 per count, s; NaN where unknown
+    throughput_img_s: tuple
+    noise: float  # relative run-to-run spread of the throughput (0.01 = 1 %)
+    train_images: float
+    per_gpu_batch: float
+    epochs: float
+    allreduce_bytes: float = math.nan
+    intra_busbw_gb_s: float = math.nan  # at the largest measured count
+
+
+@dataclass(frozen=True)
+class Network:
+    """The inter-node all-reduce the network probe measured (results/tables/network.csv)."""
+
+    busbw_gb_s: float
+    latency_s: float = 0.0
+
+
+def read_network_csv(path) -> Network:
+    """The network probe's row (scripts/probe_network.py); ValueError naming the file when it
+    holds no positive bus bandwidth (a prediction must not rest on a broken probe)."""
+    try:
+        row = pd.read_csv(path).iloc[0]
+        busbw, latency = float(row["busbw_gb_s"]), float(row.get("latency_s", 0.0) or 0.0)
+    except (OSError, IndexError, KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise ValueError(f"{path}: cannot read the network probe's row: {error}") from error
+    if not busbw > 0:
+        raise ValueError(f"{path}: busbw_gb_s must be > 0, got {busbw}")
+    return Network(busbw, latency if math.isfinite(latency) else 0.0)
+
+
+def ring_allreduce_s(ranks: int, nbytes: float, busbw_gb_s: float, latency_s: float = 0.0) -> float:
+    """Seconds of a ring all-reduce of `nbytes` over `ranks`: nccl-tests' bus bandwidth is
+    algbw x 2(n-1)/n, so t = 2(n-1)/n x bytes / busbw, plus 2(n-1) latencies (alpha-beta)."""
+    if ranks <= 1:
+        return 0.0
+    return 2.0 * (ranks - 1) / ranks * nbytes / (busbw_gb_s * 1e9) + 2 * (ranks - 1) * latency_s
+
+
+def growth_per_doubling(gpus, step_times) -> float:
+    """Least-squares slope of tau over log2 N (s per doubling), never below 0 (a faster step at
+    more GPUs is noise, not a trend); 0 with one count."""
+    x, y = np.log2(np.asarray(gpus, float)), np.asarray(step_times, float)
+    if len(x) < 2:
+        return 0.0
+    return max(0.0, float(np.polyfit(x, y, 1)[0]))
+
+
+def step_time_rules(n: int, measured: Measured, gpus_per_node: int, network: Network | None) -> dict:
+    """tau(n) under each growth rule: {"flat", "log", "comm"} (s) and what "comm" rests on."""
+    last_n, last_tau = measured.gpus[-1], measured.step_time_s[-1]
+    growth = growth_per_doubling(measured.gpus, measured.step_time_s)
+    doublings = math.log2(n / last_n)
+    rules = {"flat": last_tau, "log": last_tau + growth * doublings}
+    comm, basis = None, None
+    has_bytes = measured.allreduce_bytes > 0 and measured.intra_busbw_gb_s > 0
+    if has_bytes and n <= gpus_per_node:
+        inside = [ring_allreduce_s(k, measured.allreduce_bytes, measured.intra_busbw_gb_s) for k in (n, last_n)]
+        comm, basis = last_tau + inside[0] - inside[1], f"all-reduce at {measured.intra_busbw_gb_s:.3g} GB/s in the node"
+    elif has_bytes and network is not None:
+        across = ring_allreduce_s(n, measured.allreduce_bytes, network.busbw_gb_s, network.latency_s)
+        inside = ring_allreduce_s(last_n, measured.allreduce_bytes, measured.intra_busbw_gb_s)
+        comm, basis = last_tau + across - inside, f"all-reduce at {network.busbw_gb_s:.3g} GB/s across nodes, no overlap"
+    if comm is None:
+        comm, basis = last_tau + STEEP_FACTOR * growth * doublings, f"{STEEP_FACTOR:g} x the growth per doubling"
+    rules["comm"] = max(comm, rules["log"])
+    return {**rules, "comm_basis": basis, "growth_s": growth}
+
+
+def epoch_time(t0: float, steps: int, tau: float) -> float:
+    return t0 + steps * tau
+
+
+def efficiency_pct(throughput: float, gpus: int, base_throughput: float, base_gpus: int) -> float:
+    """Throughput over the baseline's, per GPU added (scaling.csv's definition)."""
+    return 100.0 * (throughput / base_throughput) / (gpus / base_gpus)
+
+
+def predict_model(n: int, measured: Measured, steps_of, gpus_per_node: int, network: Network | None) -> dict:
+    """The step model's prediction at `n` GPUs; `steps_of(n)` is S(n)."""
+    t0_values = [v for v in measured.epoch_overhead_s if not math.isnan(v)]
+    t0 = float(np.median(t0_values)) if t0_values else 0.0
+    steps = steps_of(n)
+    if steps < 1:
+        return no_prediction(f"{measured.train_images:.0f} images give no full step at {n} GPUs")
+    rules = step_time_rules(n, measured, gpus_per_node, network)
+    batch = n * measured.per_gpu_batch
+    times = {rule: epoch_time(t0, steps, rules[rule]) for rule in ("flat", "log", "comm")}
+    rates = {rule: batch * steps / seconds for rule, seconds in times.items()}
+    base_gpus, base_rate = measured.gpus[0], measured.throughput_img_s[0]
+    eff = {rule: efficiency_pct(rate, n, base_rate, base_gpus) for rule, rate in rates.items()}
+    low, high = 1.0 - measured.noise, 1.0 + measured.noise
+    taus = "/".join(f"{1000 * tau:.1f}" for tau in measured.step_time_s)
+    counts = "/".join(str(g) for g in measured.gpus)
+    t0_note = f"t0 {t0:.3f} s (median over {counts} GPUs)" if t0_values else "t0 not measured: taken as 0"
+    inputs = (f"{t0_note}; tau {taus} ms at {counts} GPUs, +{1000 * rules['growth_s']:.2f} ms per doubling; "
+              f"S({n}) = {steps} of {measured.train_images:.0f} images; low end: {rules['comm_basis']}; "
+              f"noise +/-{100 * measured.noise:.1f} %; node of {gpus_per_node} GPUs")
+    return {
+        "steps_per_epoch": steps, "step_time_s": rules["log"], "epoch_overhead_s": t0,
+        "epoch_time_s": times["log"], "epoch_time_low_s": times["flat"] / high, "epoch_time_high_s": times["comm"] / low,
+        "throughput_img_s": rates["log"], "throughput_low_img_s": rates["comm"] * low,
+        "throughput_high_img_s": rates["flat"] * high,
+        "efficiency_pct": eff["log"], "efficiency_low_pct": eff["comm"] * low, "efficiency_high_pct": eff["flat"] * high,
+        "time_to_solution_s": measured.epochs * times["log"] if measured.epochs > 0 else math.nan,
+        "method": METHOD_MODEL, "inputs": inputs,
+    }
+
+
+def predict_amdahl(n: int, measured: Measured) -> dict:
+    """The fallback: the Amdahl fit of the measured speedups, projected (labelled as such);
+    Gustafson's projection is the band's high end, Amdahl's lower bound at p's low stderr its low."""
+    from scalesweep.analysis import fits
+
+    if len(measured.gpus) < 2:
+        return no_prediction("one measured GPU count: nothing to fit a growth to")
+    base_gpus, base_rate = measured.gpus[0], measured.throughput_img_s[0]
+    scale = np.asarray(measured.gpus, float) / base_gpus
+    speedups = np.asarray(measured.throughput_img_s, float) / base_rate
+    amdahl = fits.fit_law("amdahl", scale, speedups)
+    gustafson = fits.fit_law("gustafson", scale, speedups)
+    speedup = float(fits.predicted_speedup("amdahl", amdahl.p, n, base_gpus))
+    high = float(fits.predicted_speedup("gustafson", gustafson.p, n, base_gpus))
+    low_p = max(0.0, amdahl.p - (amdahl.p_stderr if math.isfinite(amdahl.p_stderr) else 0.0))
+    low = float(fits.predicted_speedup("amdahl", low_p, n, base_gpus))
+    noise_low, noise_high = 1.0 - measured.noise, 1.0 + measured.noise
+    per_gpu = 100.0 * base_gpus / n
+    return {
+        "throughput_img_s": speedup * base_rate, "throughput_low_img_s": low * base_rate * noise_low,
+        "throughput_high_img_s": max(high, speedup) * base_rate * noise_high,
+        "efficiency_pct": speedup * per_gpu, "efficiency_low_pct": low * per_gpu * noise_low,
+        "efficiency_high_pct": max(high, speedup) * per_gpu * noise_high,
+        "method": METHOD_AMDAHL,
+        "inputs": f"Amdahl p {amdahl.p:.4f} over {'/'.join(map(str, measured.gpus))} GPUs; high end Gustafson p {gustafson.p:.4f}",
+    }
+
+
+def no_prediction(reason: str) -> dict:
+    return {"method": METHOD_NONE, "inputs": reason}
+
+
+def predict_count(n: int, measured: Measured, steps_of, gpus_per_node: int, network: Network | None) -> dict:
+    """The prediction at `n` GPUs by the best method the inputs allow."""
+    if not all(tau > 0 for tau in measured.step_time_s):
+        return predict_amdahl(n, measured)
+    return predict_model(n, measured, steps_of, gpus_per_node, network)
+
+
+def default_counts(measured_gpus) -> list[int]:
+    """The next two doublings beyond the largest measured count."""
+    top = int(max(measured_gpus))
+    return [2 * top, 4 * top]
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+
+def _median(rows: pd.DataFrame, column: str) -> float:
+    if column not in rows:
+        return math.nan
+    values = pd.to_numeric(rows[column], errors="coerce").dropna()
+    return float(values.median()) if len(values) else math.nan
+
+
+def run_noise(rows: pd.DataFrame) -> float:
+    """Relative run-to-run noise of a group's measured points: the largest half-range of the
+    repeats' throughputs over their median, else of the runs' own throughput intervals."""
+    spreads = []
+    for _, count in rows.groupby("gpus"):
+        rates = pd.to_numeric(count["throughput_img_s"], errors="coerce").dropna()
+        if len(rates) >= 2:
+            spreads.append((rates.max() - rates.min()) / 2 / rates.median())
+        elif {"throughput_ci_low_img_s", "throughput_ci_high_img_s"} <= set(count.columns) and len(rates):
+            low, high = _median(count, "throughput_ci_low_img_s"), _median(count, "throughput_ci_high_img_s")
+            if math.isfinite(low) and math.isfinite(high):
+                spreads.append((high - low) / 2 / rates.median())
+    return float(max(spreads)) if spreads else 0.0
+
+
+def measured_inputs(rows: pd.DataFrame, below: int | None = None) -> Measured | None:
+    """A group's Measured from its ok runs (those at fewer than `below` GPUs when given)."""
+    ok = rows[(rows["status"] == "ok") & (pd.to_numeric(rows["gpus"], errors="coerce") >= 1)]
+    ok = ok[pd.to_numeric(ok["throughput_img_s"], errors="coerce") > 0]
+    if below is not None:
+        ok = ok[ok["gpus"] < below]
+    if ok.empty:
+        return None
+    counts = sorted(int(g) for g in ok["gpus"].unique())
+    per = {g: ok[ok["gpus"] == g] for g in counts}
+    images = _median(ok, "dataset_train_images")
+    if math.isnan(images):
+        images = _median(ok, "train_images")
+    top = per[counts[-1]]
+    return Measured(
+        gpus=tuple(counts),
+        step_time_s=tuple(_median(per[g], "step_time_s") for g in counts),
+        epoch_overhead_s=tuple(_median(per[g], "epoch_overhead_s") for g in counts),
+        throughput_img_s=tuple(_median(per[g], "throughput_img_s") for g in counts),
+        noise=run_noise(ok), train_images=images,
+        per_gpu_batch=_median(ok, "per_gpu_batch"), epochs=_median(ok, "epochs"),
+        allreduce_bytes=_median(top, "allreduce_bytes"), intra_busbw_gb_s=_median(top, "busbw_gb_s"),
+    )
+
+
+def steps_per_epoch(train_images: int, gpus: int, per_gpu_batch: int) -> int:
+    """S(N): both trainers drop the last partial batch (DDP's sampler drops the tail that does not
+    split over the ranks, each rank's loader its partial batch; Keras' dataset batches globally),
+    and floor(floor(D / N) / b) = floor(D / (N b)): one formula for both."""
+    return int(train_images) // (gpus * int(per_gpu_batch))
+
+
+def prediction_table(runs: pd.DataFrame, predict_gpus, gpus_per_node: int | None,
+                     network: Network | None = None) -> pd.DataFrame:
+    """results/tables/predictions.csv: per group x GPU count, the prediction with its band,
+    method and inputs. The counts are `predict_gpus` (default: the next two doublings beyond the
+    largest measured) and every measured count above the second, each predicted from the counts
+    below it only: `measured_efficiency_pct` and `error_pts` then say how well the method did."""
+    keys = group_keys(runs)
+    rows = []
+    for values, group in iter_groups(runs, keys):
+        everything = measured_inputs(group)
+        if everything is None:
+            continue
+        node = gpus_per_node or everything.gpus[-1]
+        asked = list(predict_gpus) if predict_gpus else default_counts(everything.gpus)
+        held_out = list(everything.gpus[2:])
+        for n in sorted(set(asked) | set(held_out)):
+            rows.append({**values, **_row(n, group, everything, node, network, values.get("framework"))})
+    return pd.DataFrame(rows, columns=[*keys, *PREDICTION_COLUMNS])
+
+
+def _steps_function(measured: Measured):
+    """S(n) from the training-set size; without it (steps-protocol logs of older trainers) one
+    step per 'epoch', so T = tau and the throughput N b / tau still follow."""
+    if measured.train_images > 0:
+        return lambda count: steps_per_epoch(measured.train_images, count, measured.per_gpu_batch)
+    return lambda count: 1
+
+
+def _row(n: int, group: pd.DataFrame, everything: Measured, node: int, network, framework) -> dict:
+    measured = measured_inputs(group, below=n)
+    row = {"gpus": n, "nodes": math.ceil(n / node)}
+    entry = frameworks.get(framework) if framework in frameworks.NAMES else None
+    if entry is not None and n > node and not entry.multinode:
+        return {**row, **no_prediction(f"{framework}: {entry.single_node_reason}")}
+    if measured is None:
+        return {**row, **no_prediction(f"no measured count below {n} GPUs")}
+    row["measured_gpus"] = "/".join(map(str, measured.gpus))
+    if not measured.per_gpu_batch > 0:
+        return {**row, **no_prediction("the runs give no per-GPU batch")}
+    per_step = not measured.train_images > 0
+    if per_step:  # an overhead per epoch means nothing without epochs
+        measured = dataclasses.replace(measured, epoch_overhead_s=(math.nan,) * len(measured.gpus))
+    row.update(predict_count(n, measured, _steps_function(measured), node, network))
+    if per_step and "epoch_time_s" in row:
+        # One step stands for the epoch: throughput and efficiency hold, epoch times do not.
+        row.update(dict.fromkeys(("steps_per_epoch", "epoch_time_s", "epoch_time_low_s", "epoch_time_high_s",
+                                  "time_to_solution_s")))
+        row["inputs"] += "; training-set size unknown: per step, no epoch time"
+    if n in everything.gpus and "efficiency_pct" in row:
+        at = everything.gpus.index(n)
+        row["measured_efficiency_pct"] = efficiency_pct(everything.throughput_img_s[at], n, measured.throughput_img_s[0],
+                                                        measured.gpus[0])
+        row["error_pts"] = row["efficiency_pct"] - row["measured_efficiency_pct"]
+    return row

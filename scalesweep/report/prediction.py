@@ -1,0 +1,115 @@
+"""The prediction (results/tables/predictions.csv, scalesweep/analysis/predict.py) drawn beside the
+measured points of the speedup and efficiency figures: open diamonds on a dotted line from the
+last measured count, a vertical bar for the band, labelled "predicted" in the figure's note, so a
+reader never takes it for a measurement. Only counts beyond the measured ones are drawn (a
+held-out prediction at a measured count is a number in the table, not a point to confuse with it).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from scalesweep.analysis.scaling import format_value
+from scalesweep.report.plotkit import PLOT_VALUE_COLUMNS, PlotFigure, axes_by_panel, colouring, log2_gpu_axes, palette_of, plot_text, rows_of_panel
+from scalesweep.tidy.table import table_group_keys
+
+PREDICTED_LABEL = ("open diamonds, dotted: predicted, not measured\n"
+                   "(predictions.csv; bar: its band)")
+# What each figure's y is, from a prediction's efficiency (%) at `gpus` over the baseline count.
+METRICS = {
+    "efficiency_pct": lambda eff, gpus, base: eff,
+    "speedup": lambda eff, gpus, base: eff / 100.0 * gpus / base,
+}
+
+
+def predicted_points(data: pd.DataFrame, predictions: pd.DataFrame, y: str) -> pd.DataFrame:
+    """Per plotted group, its predicted counts beyond the measured ones: model, series, label,
+    gpus, y, y_low, y_high, and the last measured (gpus, y) the dotted line starts from."""
+    columns = ["model", "series", "label", "gpus", "y", "y_low", "y_high", "from_gpus", "from_y"]
+    if predictions is None or predictions.empty or y not in METRICS:
+        return pd.DataFrame(columns=columns)
+    keys = [k for k in table_group_keys(data, PLOT_VALUE_COLUMNS) if k in predictions.columns and k != "gpus"]
+    drawable = predictions[pd.to_numeric(predictions["efficiency_pct"], errors="coerce").notna()].copy()
+    if "model" in drawable:
+        drawable["model"] = drawable["model"].map(format_value).map(plot_text)
+    rows = []
+    for values, measured in (data.groupby(keys, dropna=False) if keys else [((), data)]):
+        values = values if isinstance(values, tuple) else (values,)
+        mine = drawable
+        for key, value in zip(keys, values):
+            mine = mine[(mine[key] == value) | (mine[key].isna() & pd.isna(value))]
+        mine = mine[mine["gpus"] > measured["gpus"].max()]
+        if mine.empty:
+            continue
+        last = measured.loc[measured["gpus"].idxmax()]
+        base = measured["gpus"].min()
+        convert = METRICS[y]
+        for _, row in mine.iterrows():
+            rows.append({"model": last["model"], "series": last["series"], "label": last["label"],
+                         "gpus": row["gpus"], "y": convert(row["efficiency_pct"], row["gpus"], base),
+                         "y_low": convert(row["efficiency_low_pct"], row["gpus"], base),
+                         "y_high": convert(row["efficiency_high_pct"], row["gpus"], base),
+                         "from_gpus": last["gpus"], "from_y": last[y]})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def draw_predictions(result: PlotFigure, data: pd.DataFrame, predictions: pd.DataFrame | None, y: str,
+                     by_model: bool) -> pd.DataFrame:
+    """Draw the predicted points of `y` on `result`'s panels; returns what it drew."""
+    points = predicted_points(data, predictions, y)
+    if points.empty or result.grid is None or result.data.empty:
+        return points
+    colour = colouring(data, by_model)
+    colors = palette_of(colour.labels)
+    colour_of = dict(zip(data[colour.units], colour.labels))
+    for panel, ax in axes_by_panel(result.grid, by_model).items():
+        for unit, part in rows_of_panel(points, panel, by_model).groupby(colour.units):
+            color = colors[colour_of[unit]]
+            part = part.sort_values("gpus")
+            ax.plot([part["from_gpus"].iloc[0], *part["gpus"]], [part["from_y"].iloc[0], *part["y"]],
+                    ls=":", lw=1, color=color, marker="D", mfc="none", markevery=list(range(1, len(part) + 1)))
+            ax.vlines(part["gpus"], part["y_low"], part["y_high"], color=color, lw=2, alpha=0.4)
+        ax.text(0.99, 0.01, PREDICTED_LABEL, transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
+    log2_gpu_axes(result.grid.axes.flat, [*data["gpus"], *points["gpus"]])
+    return points
+
+
+# ---------------------------------------------------------------------------------------------
+# In words (findings.md)
+
+
+def group_predictions(predictions: pd.DataFrame | None, values: dict) -> pd.DataFrame:
+    """The prediction rows of one group of the findings (matched on the keys both tables have)."""
+    if predictions is None or predictions.empty:
+        return pd.DataFrame()
+    rows = predictions
+    for key, value in values.items():
+        if key in rows:
+            rows = rows[rows[key].map(format_value) == format_value(value)]
+    return rows
+
+
+def prediction_lines(rows: pd.DataFrame) -> list[str]:
+    """findings.md's lines of one group's predictions: the counts not measured, "predicted, not
+    measured", with the band and what they rest on; then the held-out check at measured counts."""
+    if rows.empty:
+        return []
+    lines = []
+    ahead = rows[rows["measured_efficiency_pct"].isna()]
+    told = [f"{row.gpus:.0f} GPUs {row.efficiency_pct:.1f} % efficiency (band {row.efficiency_low_pct:.1f}–"
+            f"{row.efficiency_high_pct:.1f} %), {row.throughput_img_s:,.0f} img/s"
+            for row in ahead.itertuples() if pd.notna(row.efficiency_pct)]
+    if told:
+        first = ahead[ahead["efficiency_pct"].notna()].iloc[0]
+        lines.append(f"Predicted, not measured: {'; '.join(told)}. Method: {first['method']}; it rests on "
+                     f"{first['inputs']} (docs/prediction.md).")
+    refused = ahead[ahead["efficiency_pct"].isna()]
+    if len(refused):
+        counts = ", ".join(f"{gpus:.0f}" for gpus in refused["gpus"])
+        lines.append(f"No prediction at {counts} GPUs: {refused['inputs'].iloc[0]}.")
+    checked = rows[rows["measured_efficiency_pct"].notna()]
+    if len(checked):
+        parts = [f"{row.gpus:.0f} GPUs from {row.measured_gpus}: {row.efficiency_pct:.1f} % predicted, "
+                 f"{row.measured_efficiency_pct:.1f} % measured ({row.error_pts:+.1f} points)" for row in checked.itertuples()]
+        lines.append("Prediction checked against measurement: " + "; ".join(parts) + ".")
+    return lines
