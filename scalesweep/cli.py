@@ -120,7 +120,7 @@ def main(argv=None):
                              metavar="FILE=N", help="GPUs of the run logged in FILE, for logs that do "
                              "not print it (the course's DDP script); repeat per file")
     analyze_cmd.add_argument("--predict", type=gpu_counts, default=None, metavar="N,N,...",
-                             help="GPU counts to predict (results/tables/predictions.csv; docs/prediction.md)")
+                             help=f"GPU counts to predict ({layout.table('predictions')}; docs/prediction.md)")
     analyze_cmd.add_argument("--network", default=None, metavar="CSV",
                              help="the network probe's network.csv: the predictions' inter-node bandwidth")
     analyze_cmd.add_argument("--gpus-per-node", type=positive_count, default=None, metavar="N",

@@ -39,7 +39,8 @@ def test_the_schema_default_is_the_trainers(key):
 def test_every_shared_trainer_default_has_its_schema_default_or_is_per_model():
     per_model = {"per_gpu_batch", "base_lr", "resolution"}  # the registry's, per model (scalesweep/contract/frameworks.py)
     per_run = {"model", "data", "dataset_name", "gpus", "max_train_images", "list_models", "find_max_batch",
-               "nodes", "eval_batch_size", "optimizer", "eval", "env_names", "heartbeat_s"}
+               "nodes", "eval_batch_size", "optimizer", "eval", "env_names", "heartbeat_s",
+               "trace_dir", "trace_ranks"}  # trace_*: set by the trace rules from the trace: section
     options = set(vars(trainer_defaults())) - per_model - per_run
     assert options - set(TRAINING) == set()
 

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import OptimizeWarning, curve_fit
 
-from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, group_basis, is_usable, scaling_table
+from scalesweep.analysis.scaling import (SCALING_COLUMNS, SUPERLINEAR_FLAG, flagged_gpus, group_basis, is_usable,
+                                         scaling_table)
 from scalesweep.contract import frameworks
 from scalesweep.tidy.table import check_runs, iter_groups, key_tuple, table_group_keys
 
@@ -261,13 +262,6 @@ def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0,
         for law, target in FITS:
             rows.append({**values, **_fit_row(law, target, group, group_runs, n_bootstrap, seed)})
     return pd.DataFrame(rows, columns=[*keys, *FIT_COLUMNS])
-
-
-def flagged_gpus(group: pd.DataFrame) -> list:
-    """GPU counts of the group whose point the scaling table flags (superlinear): a measurement
-    suspected wrong is no evidence for a law."""
-    flags = group["flags"].fillna("").astype(str) if "flags" in group else pd.Series("", index=group.index)
-    return sorted(int(g) for g in group.loc[flags.str.contains(SUPERLINEAR_FLAG), "gpus"])
 
 
 def single_node_limit(group: pd.DataFrame) -> tuple[int | None, str]:

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from scalesweep.analysis.scaling import flagged_gpus
 from scalesweep.contract import frameworks
-from scalesweep.tidy.table import group_keys, iter_groups
+from scalesweep.tidy.table import group_keys, iter_groups, key_tuple
 
 METHOD_MODEL = "step model (t0 + S x tau, log growth)"
 METHOD_AMDAHL = "amdahl fit (no step times): speedups only, no communication term"
@@ -264,14 +265,18 @@ def steps_per_epoch(train_images: int, gpus: int, per_gpu_batch: int) -> int:
 
 
 def prediction_table(runs: pd.DataFrame, predict_gpus, gpus_per_node: int | None,
-                     network: Network | None = None) -> pd.DataFrame:
+                     network: Network | None = None, scaling: pd.DataFrame | None = None) -> pd.DataFrame:
     """results/tables/predictions.csv: per group x GPU count, the prediction with its band,
     method and inputs. The counts are `predict_gpus` (default: the next two doublings beyond the
     largest measured) and every measured count above the second, each predicted from the counts
-    below it only: `measured_efficiency_pct` and `error_pts` then say how well the method did."""
+    below it only: `measured_efficiency_pct` and `error_pts` then say how well the method did.
+    The counts the scaling table flags (superlinear: a measurement suspected wrong) are neither
+    inputs nor checks."""
     keys = group_keys(runs)
+    flagged = flagged_by_group(scaling, keys)
     rows = []
     for values, group in iter_groups(runs, keys):
+        group = group[~group["gpus"].isin(flagged.get(key_tuple(values, keys), []))]
         everything = measured_inputs(group)
         if everything is None:
             continue
@@ -281,6 +286,13 @@ def prediction_table(runs: pd.DataFrame, predict_gpus, gpus_per_node: int | None
         for n in sorted(set(asked) | set(held_out)):
             rows.append({**values, **_row(n, group, everything, node, network, values.get("framework"))})
     return pd.DataFrame(rows, columns=[*keys, *PREDICTION_COLUMNS])
+
+
+def flagged_by_group(scaling: pd.DataFrame | None, keys: list[str]) -> dict:
+    """{group key: its flagged GPU counts} of a scaling table (none without one)."""
+    if scaling is None or scaling.empty or not set(keys) <= set(scaling.columns):
+        return {}
+    return {key_tuple(values, keys): flagged_gpus(rows) for values, rows in iter_groups(scaling, keys)}
 
 
 def _steps_function(measured: Measured):

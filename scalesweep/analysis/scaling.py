@@ -604,3 +604,10 @@ def _determined_by(table: pd.DataFrame, by: str, key: str) -> bool:
     if table[key].nunique(dropna=False) <= 1:
         return False
     return bool((table.groupby(by, dropna=False)[key].nunique(dropna=False) <= 1).all())
+
+
+def flagged_gpus(group: pd.DataFrame) -> list:
+    """GPU counts of the group whose point the scaling table flags (superlinear): a measurement
+    suspected wrong is no evidence for a law."""
+    flags = group["flags"].fillna("").astype(str) if "flags" in group else pd.Series("", index=group.index)
+    return sorted(int(g) for g in group.loc[flags.str.contains(SUPERLINEAR_FLAG), "gpus"])

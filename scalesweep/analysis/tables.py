@@ -30,7 +30,7 @@ def analysis_tables(runs, settings: AnalysisSettings, network: predict.Network |
         "acceleration": scaling.acceleration_table(runs),
         "compare_models": scaling.comparison_table(table, by="model"),
         "compare_datasets": scaling.comparison_table(table, by="dataset"),
-        "predictions": predict.prediction_table(runs, settings.predict_gpus, settings.gpus_per_node, network),
+        "predictions": predict.prediction_table(runs, settings.predict_gpus, settings.gpus_per_node, network, table),
     }
 
 

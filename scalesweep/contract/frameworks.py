@@ -218,3 +218,9 @@ def takes(framework: Framework, setting: str) -> bool:
 def all_model_names() -> Tuple[str, ...]:
     """Every framework's models, sorted."""
     return tuple(sorted({model for framework in FRAMEWORKS for model in framework.models}))
+
+
+def network_probe_framework() -> Framework:
+    """The framework whose environment runs the network probe: scripts/probe_network.py
+    all-reduces with torch.distributed, whichever framework the sweep's runs use."""
+    return get("pytorch")

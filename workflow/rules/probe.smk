@@ -11,7 +11,7 @@ rule probe_network:
     log:
         layout.rule_log("probe_network"),
     conda:
-        conda_env(frameworks.get("pytorch"))
+        conda_env(frameworks.network_probe_framework())
     resources:
         nodes=2,
         tasks=2,
