@@ -67,8 +67,10 @@ def test_the_probe_runs_across_the_test_clusters_two_nodes(tmp_path):
 
 def test_the_sweep_probes_only_on_a_cluster_when_it_predicts_beyond_a_node():
     config = {"matrix": {"framework": ["pytorch"], "gpus": [1, 2, 4]}, "cluster": {"gpus_per_node": 4},
-              "analysis": {"predict_gpus": None, "gpus_per_node": None}}
+              "analysis": {"predict_gpus": [8, 16], "gpus_per_node": None}}
     assert launch.network_probe_wanted(config, on_cluster=True)  # 8 and 16 lie beyond a node of 4
+    # The default counts (next two doublings) book no 2-node job the user did not ask for.
+    assert not launch.network_probe_wanted({**config, "analysis": {"predict_gpus": None}}, on_cluster=True)
     assert not launch.network_probe_wanted(config, on_cluster=False)
     assert not launch.network_probe_wanted({**config, "analysis": {"predict_gpus": [4]}}, on_cluster=True)
     assert not launch.network_probe_wanted({**config, "cluster": {"gpus_per_node": 16}}, on_cluster=True)

@@ -336,7 +336,7 @@ def test_screenshot_shows_the_figure_drawn(report, driven):
 
 
 FINDING = re.compile(r"(\w+), (\w+), ([\w-]+)(?:, \S+)*\s+Scaling: measured up to (\d+) GPUs?, "
-                     r"speedup ([\d.]+)× at ([\d.]+) % efficiency")
+                     r"speedup ([\d.]+)×(?: \(95 % [\d.]+–[\d.]+\))? at ([\d.]+) % efficiency")
 
 
 def front_page_html(page):

@@ -82,7 +82,11 @@ def first_sweep(cluster, tmp_path_factory):
     # folder yet: its run fails in the trainer.
     (workdir / "data" / "late-folder").mkdir(parents=True)
     (workdir / "data" / "late-folder" / "COPYING-IN-PROGRESS").write_text("")
-    result, output = sweep(workdir)
+    # Asked to predict 4 GPUs, beyond its nodes of one: the sweep runs the network probe.
+    config = yaml.safe_load((REPO / "tests/configs/slurm.yaml").read_text())
+    config["analysis"] = {"predict_gpus": [4]}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    result, output = sweep(workdir, config=workdir / "config.yaml")
     return workdir, result, output
 
 
@@ -155,7 +159,7 @@ def test_rerun_submits_exactly_the_failed_configuration(first_sweep):
     fixed = workdir / "data" / "late-folder"
     shutil.rmtree(fixed)
     shutil.copytree(workdir / "resources/datasets/imagefolder/synth-folder", fixed)
-    result, output = sweep(workdir)
+    result, output = sweep(workdir, config=workdir / "config.yaml")  # the same command again
     assert result.returncode == 0, output[-3000:]
     jobs = submissions(output)
     assert list(jobs.values()) == [LATE_FOLDER_JOB], jobs

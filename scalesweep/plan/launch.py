@@ -389,13 +389,14 @@ def booked_gpu_hours(settings):
 
 def network_probe_wanted(config, on_cluster):
     """Whether the sweep runs the network probe itself: on a cluster, when a framework that runs
-    across nodes is swept and a GPU count to predict (analysis.predict_gpus, else the next two
-    doublings beyond the largest swept) lies beyond one node."""
-    if not on_cluster:
-        return False
+    across nodes is swept and a GPU count the config asks to predict (analysis.predict_gpus)
+    lies beyond one node. The default counts (the next two doublings) book no 2-node job the
+    user did not ask for: `snakemake probe_network` runs it alone."""
     analysis, matrix = config.get("analysis") or {}, config["matrix"]
+    asked = analysis.get("predict_gpus")
+    if not on_cluster or not asked:
+        return False
     per_node = analysis.get("gpus_per_node") or config["cluster"]["gpus_per_node"]
-    asked = analysis.get("predict_gpus") or [4 * max(matrix["gpus"])]
     spans_nodes = any(frameworks.get(name).multinode for name in matrix["framework"])
     return spans_nodes and max(asked) > per_node
 

@@ -331,8 +331,8 @@ def karp_flatt_figure(data: pd.DataFrame, note: str) -> PlotFigure:
     for ax in grid.axes.flat:
         ax.axhline(0.0, color="grey", lw=0.8, ls=":")
     # e lies in 0-1 only when 1 <= S <= N: below 0 is a superlinear point, above 1 a slowdown.
-    finish_panels(grid, "Karp-Flatt serial fraction e\n(< 0 superlinear, > 1 slower than N_min)", data["gpus"],
-                  join_notes(colour.note(BANDS), note))
+    finish_panels(grid, "Karp-Flatt serial fraction e", data["gpus"],
+                  join_notes(colour.note(BANDS), "e < 0: superlinear; e > 1: slower than at N_min", note))
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
 
 
