@@ -252,5 +252,6 @@ def test_a_crowded_folder_is_found(tmp_path):
     assert crowded_folders(root) == [f"scalesweep/plan: {MAX_MODULES_PER_FOLDER + 1} modules"]
 
 
+@pytest.mark.slow
 def test_the_probe_sees_a_heavy_library_a_module_loads():
     assert "matplotlib" in heavy_imports(["scalesweep.report.plotkit"])

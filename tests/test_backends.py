@@ -290,6 +290,7 @@ def parsed(framework: str) -> tuple:
     return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.slow
 def test_measurement_options_parse_alike_with_the_shared_defaults(framework):
     # One command builder (scalesweep/plan/launch.py) drives both trainers: same names, same defaults,
     # the defaults defined once (scripts/runlog.py).
@@ -317,6 +318,7 @@ def test_bad_command_lines_are_refused(framework, index, message):
     assert message in refused["error"]
 
 
+@pytest.mark.slow
 def test_a_bad_command_line_exits_before_any_record(framework, data):
     done = launch(framework, data, 1, "--oom-policy", "retry")
     assert done.returncode == 2 and "invalid choice: 'retry'" in done.stderr

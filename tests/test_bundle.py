@@ -303,6 +303,7 @@ def test_install_refuses_a_folder_whose_path_snakemake_would_split(tmp_path, nam
     assert not list(tmp_path.rglob("made"))
 
 
+@pytest.mark.slow
 def test_a_failed_install_leaves_no_venv_behind(tmp_path):
     folder = fake_bundle(tmp_path / "b", "3.12")  # a wheelhouse without its wheels
     shutil.copytree(REPO / "envs", folder / "envs")

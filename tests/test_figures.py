@@ -51,6 +51,7 @@ def lines_xy(ax):
     return [(tuple(line.get_xdata()), tuple(line.get_ydata())) for line in ax.get_lines()]
 
 
+@pytest.mark.slow
 def test_every_figure_is_a_png(tmp_path, tables):
     scaling, fits = tables
     paths = plot_scaling(scaling, tmp_path, fits=fits)
@@ -60,6 +61,7 @@ def test_every_figure_is_a_png(tmp_path, tables):
     assert plt.get_fignums() == []  # written figures are closed
 
 
+@pytest.mark.slow
 def test_time_all_plots_the_table_medians(figures, tables):
     scaling, _ = tables
     figure = figures["time_all"]
@@ -132,6 +134,7 @@ def test_derived_figures_plot_the_table_values(figures, tables):
     assert "(%)" in figures["efficiency_all"].grid.ax.get_ylabel()
 
 
+@pytest.mark.slow
 def test_single_gpu_count_still_writes_every_figure_with_a_note(tmp_path):
     runs = runs_table().query("gpus == 2 and model == 'resnet50v2'")
     scaling = scaling_table(runs)
@@ -143,6 +146,7 @@ def test_single_gpu_count_still_writes_every_figure_with_a_note(tmp_path):
     assert len(paths) == len(FIGURE_NAMES) and all(p.stat().st_size > 0 for p in paths)
 
 
+@pytest.mark.slow
 def test_nan_rows_and_an_empty_table_do_not_crash(tmp_path):
     runs = runs_table()
     runs.loc[runs["gpus"] == 2, "status"] = "failed"
@@ -172,6 +176,7 @@ def test_many_series_share_colours_and_keep_every_series_in_the_data():
     assert "40 series, coloured by model" in " ".join(t.get_text() for t in figure.figure.texts)
 
 
+@pytest.mark.slow
 def test_an_amdahl_fit_that_explains_nothing_is_not_drawn():
     """Time to solution growing with the GPU count (1000, 1500, 2800 s: speedups 1, 0.67, 0.36):
     Amdahl cannot go below 1, its best fit is flat at 1 and explains nothing (R² <= 0), so the

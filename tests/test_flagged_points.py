@@ -13,6 +13,9 @@ from scalesweep.analysis import tables
 from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.report.plotkit import FLAGGED_LABEL
 
+# Each test reads a sweep analysed once per module, seconds of figures: the full suite's.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def analysed(tmp_path_factory):

@@ -25,6 +25,7 @@ def three_sweeps(folder, runs, factors=(1.0, 1.1, 0.9)):
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_runs", [laptop_runs, mn5_runs])
 def test_three_sweeps_give_one_dated_point_per_sweep_and_count(tmp_path, monkeypatch, make_runs):
     runs = make_runs()
@@ -64,6 +65,7 @@ def test_one_sweep_says_there_is_nothing_over_time(tmp_path):
     plt.close(empty.figure)
 
 
+@pytest.mark.slow
 def test_names_that_look_like_math_or_are_100_kb_long_give_the_history_figure(tmp_path):
     """A model `$x^2$` (mathtext) and a dataset named by 100 kB: the figure is written, its panel
     titles show the names escaped (plotkit.plot_text) and cut to LABEL_LIMIT characters."""

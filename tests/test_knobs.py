@@ -189,6 +189,7 @@ def crafted_log(path, gpus, seconds, env, bucket):
     return path
 
 
+@pytest.mark.slow
 def test_new_axes_are_group_keys_of_the_tables_and_labels_of_the_figures(tmp_path):
     items = []
     for env in ({}, {"NCCL_ALGO": "Ring"}):

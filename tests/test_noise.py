@@ -38,6 +38,7 @@ def sweep(folder, spread, busy=False):
     return amdahl, (folder / "findings.md").read_text(), pd.read_csv(outputs["scaling"])
 
 
+@pytest.mark.slow
 def test_the_same_medians_with_a_larger_spread_give_a_wider_fit_band(tmp_path):
     narrow, _, narrow_scaling = sweep(tmp_path / "narrow", 0.02)
     wide, text, wide_scaling = sweep(tmp_path / "wide", 0.20)
@@ -51,6 +52,7 @@ def test_the_same_medians_with_a_larger_spread_give_a_wider_fit_band(tmp_path):
     assert "Warning: fitted through 3 points" in text
 
 
+@pytest.mark.slow
 def test_findings_give_the_speedup_with_its_interval_and_say_the_node_was_busy(tmp_path):
     _, text, scaling = sweep(tmp_path / "busy", 0.10, busy=True)
     top = scaling.set_index("gpus").loc[4]

@@ -97,6 +97,7 @@ def test_a_dataset_size_the_steps_contradict_is_refused_naming_the_log():
         parse_file(KERAS3_LOG, images_per_epoch=1000)
 
 
+@pytest.mark.slow
 def test_analyze_takes_images_per_epoch(tmp_path, capsys):
     assert cli.main(["analyze", str(KERAS3_LOG), "--out", str(tmp_path), "--images-per-epoch", "1100"]) == 0
     runs = read_runs(tmp_path / "tidy" / "runs.csv")

@@ -32,6 +32,7 @@ def test_superlinear_rows_are_flagged_and_left_out_of_the_sweet_spot(tmp_path):
     assert "left out as superlinear: 2 GPUs" in spot.loc["efficient", "note"]
 
 
+@pytest.mark.slow
 def test_allow_superlinear_lets_the_sweet_spot_choose_them(tmp_path):
     tables = analyze(tmp_path, {1: 10.0, 2: 3.3, 4: 3.5}, "--allow-superlinear")
     spot = tables["sweet_spot"].set_index("intent")
@@ -78,6 +79,7 @@ def steps_log(path, gpus, stop_reason, ci_pct):
     path.write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 def test_a_window_that_hit_its_step_cap_gets_a_note(tmp_path):
     steps_log(tmp_path / "logs" / "g1.log", 1, "target", 0.9)
     steps_log(tmp_path / "logs" / "g2.log", 2, "cap", 2.4)

@@ -112,6 +112,7 @@ def trainer_with_trace(python, script, data, out, *options):
     return subprocess.run(command, capture_output=True, text=True, timeout=400, cwd=out.parent)
 
 
+@pytest.mark.slow
 @pytest.mark.stacks
 def test_the_torch_2_4_stack_writes_a_chrome_trace(tmp_path):
     python = stack_python(STACKS["pytorch"])
@@ -127,6 +128,7 @@ def test_the_torch_2_4_stack_writes_a_chrome_trace(tmp_path):
     assert_torch_step_is_traced(event_names(tmp_path / "t" / "rank1.pt.trace.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.stacks
 def test_the_tensorflow_2_11_stack_writes_a_tensorboard_profile(tmp_path):
     python = stack_python(STACKS["tensorflow"])

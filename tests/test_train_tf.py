@@ -219,6 +219,7 @@ def test_endless_datasets_pass_by_pass_and_as_a_stream():
     assert [sorted(ids[start : start + 10]) for start in range(0, 100, 10)] == [list(range(10))] * 10
 
 
+@pytest.mark.slow
 def test_dataset_rejects_an_unknown_repeat_mode():
     result = tf_probe(
         """
@@ -234,6 +235,7 @@ def test_dataset_rejects_an_unknown_repeat_mode():
     assert "repeat must be one of" in result["error"] and "'forever'" in result["error"]
 
 
+@pytest.mark.slow
 def test_xla_over_several_cpu_replicas_is_refused_with_the_reason(cifar_256):
     done = run_trainer(cifar_256, "--model", "cnn_small", "--gpus", 2, "--resolution", 32, "--compile")
     assert done.returncode != 0
@@ -243,6 +245,7 @@ def test_xla_over_several_cpu_replicas_is_refused_with_the_reason(cifar_256):
     assert summary["reason"].startswith("DeviceError: --compile over 2 CPU replicas: XLA cannot reach variables")
 
 
+@pytest.mark.slow
 def test_a_sync_delay_under_xla_is_refused_not_ignored(cifar_256):
     env = {**os.environ, faults.SYNC_DELAY_ENV: "0.05"}
     command = [sys.executable, str(TRAINER), "--data", str(cifar_256), "--model", "cnn_small", "--gpus", "1",
@@ -433,6 +436,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stack", ["this", "tensorflow"])
 def test_tf_compat_behaves_alike_on_every_stack(stack):
     """tf_compat's functions on this interpreter and on the TensorFlow container stack's
@@ -449,6 +453,7 @@ def test_tf_compat_behaves_alike_on_every_stack(stack):
     assert found["read_devices"] == 1 and found["refused_none"] is True
 
 
+@pytest.mark.slow
 def test_graph_flops_count_the_ops_the_graph_runs():
     """A convolution (8x8 output, 4 channels, 3x3x3 taps: 6,912 multiply-adds) and a 4x8 @ 8x16
     matmul (512) feed the output: 2 x 7,424 = 14,848 FLOPs. An unused 4x8 @ 8x32 matmul is

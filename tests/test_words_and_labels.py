@@ -2,10 +2,14 @@
 tests/test_flagged_points.py."""
 
 import pandas as pd
+import pytest
 
 from scalesweep.report import outcome
 from scalesweep.report.findings import group_title
 from test_flagged_points import analysed  # noqa: F401  (the fixture)
+
+# Each test reads a sweep analysed once per module, seconds of figures: the full suite's.
+pytestmark = pytest.mark.slow
 
 
 def test_fastest_says_what_it_minimised(analysed):  # noqa: F811
