@@ -18,7 +18,7 @@ import yaml
 from scalesweep import pipeline
 from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis.tables import TABLES
-from scalesweep.contract import frameworks, run_env
+from scalesweep.contract import frameworks, layout, run_env
 from scalesweep.plan import checks, launch, matrix
 from scalesweep.plan import config as config_files
 from scalesweep.report import plotkit
@@ -60,7 +60,7 @@ def test_env_axis_gives_a_run_per_mapping_at_its_own_path():
 def test_shell_syntax_in_a_value_is_an_inert_path_word():
     word = run_env.path_word({"NCCL_ALGO": "Ring", "X": SHELL_SYNTAX, "P": "a/b~c+d%e"})
     assert word == "NCCL_ALGO=Ring,P=a+2Fb+7Ec+2Bd+25e,X=+24+28touch+20x+29"
-    assert re.fullmatch(matrix.SETTINGS_WILDCARD, f"/env~{word}")
+    assert re.fullmatch(layout.SETTINGS_WILDCARD, f"/env~{word}")
 
 
 def test_env_words_are_quoted_for_the_shell_and_named_for_the_trainer():

@@ -21,9 +21,6 @@ from pathlib import Path
 
 from scalesweep.contract import atomic, layout
 
-# contract/layout.py spells both folders; these names stay for the rules and tests that use them.
-CONTAINERS = layout.CONTAINERS
-LOCAL_DIGESTS = layout.LOCAL_IMAGE_DIGESTS
 # What a file name may hold: a config's image text can hold anything (`$(...)`, spaces, quotes).
 UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 CHUNK = 8 << 20

@@ -239,10 +239,6 @@ def run_settings(run, config):
 # and a config that moves away from a default (protocol: steps) and back finds its old results.
 # The defaults are the schema's and the framework registry's, not the config's: a config's own values are the
 # settings a run is known by.
-# contract/layout.py spells the path; these names stay for the rules and tests that use them.
-RUN_PATTERN = layout.RUN_PATTERN
-SETTINGS_WILDCARD = layout.SETTINGS_WILDCARD
-
 # Training settings that do not change what a run measures: the ceiling of the maximum-batch
 # search (its own target), not of the sweep's runs.
 UNMEASURED = ("max_batch_limit",)
@@ -287,7 +283,7 @@ def settings_segments(settings, defaults) -> str:
 
 def run_path(settings, training_defaults) -> str:
     """<framework>/model~M/dataset~D/gpus~N[/key~value...]: the run's place under results/runs/
-    and logs/train/ (the workflow's output pattern is <framework>/RUN_PATTERN)."""
+    and logs/train/ (the workflow's output pattern is layout.RUN_PATTERN)."""
     framework, model = settings["framework"], settings["model"]
     defaults = measured_defaults(framework, model, training_defaults)
     return layout.run_path(framework, model, settings["dataset"], settings["gpus"],
