@@ -1,6 +1,7 @@
 """Figures: files written, and the plotted data is the table's."""
 
 import math
+from xml.etree import ElementTree
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -14,6 +15,7 @@ from scalesweep.report.figures import FIGURE_NAMES, build_figures, plot_scaling
 from scalesweep.report.plotkit import save_figures
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SVG_NAMESPACE = "http://www.w3.org/2000/svg"
 
 
 def runs_table():
@@ -52,13 +54,44 @@ def lines_xy(ax):
 
 
 @pytest.mark.slow
-def test_every_figure_is_a_png(tmp_path, tables):
-    scaling, fits = tables
-    paths = plot_scaling(scaling, tmp_path, fits=fits)
-    assert [p.name for p in paths] == [f"{name}.png" for name in FIGURE_NAMES]
-    for path in paths:
-        assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 5_000, path.name
-    assert plt.get_fignums() == []  # written figures are closed
+def shown_text_lines(figure):
+    """The lines of text a reader sees on a figure: panel titles, axis labels, notes and marks."""
+    texts = [text for ax in figure.axes for text in (ax.get_title(), ax.get_xlabel(), ax.get_ylabel())]
+    texts += [text.get_text() for text in [*figure.texts, *(t for ax in figure.axes for t in ax.texts)]]
+    return {line for text in texts for line in text.splitlines() if line.strip()}
+
+
+def svg_text(path):
+    """The text elements of an SVG in document order, one space apart (parsed as XML: a broken
+    file raises); a line wrapped when drawn is split over elements, its words still in order."""
+    root = ElementTree.parse(path).getroot()
+    assert root.tag == f"{{{SVG_NAMESPACE}}}svg", path
+    return " ".join(" ".join("".join(element.itertext()).split()) for element in root.iter(f"{{{SVG_NAMESPACE}}}text"))
+
+
+def assert_png_and_svg_with_the_same_text(built, folder):
+    lines = {name: shown_text_lines(figure.figure) for name, figure in built.items()}
+    paths = save_figures(built, folder)
+    assert [p.name for p in paths] == [f"{name}.{suffix}" for name in built for suffix in ("png", "svg")]
+    for name in built:
+        png = folder / f"{name}.png"
+        assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 5_000, name
+        shown = svg_text(folder / f"{name}.svg")
+        assert lines[name] and all(" ".join(line.split()) in shown for line in lines[name]), name
+    assert not set(plt.get_fignums()) & {figure.figure.number for figure in built.values()}  # closed
+
+
+def test_a_figure_is_a_png_and_an_svg_with_the_same_text(tmp_path, figures):
+    # A panel figure and a figure whose only text is a note wrapped when drawn.
+    assert_png_and_svg_with_the_same_text(
+        {name: figures[name] for name in ("time_by_model", "step_breakdown")}, tmp_path)
+
+
+@pytest.mark.slow
+def test_every_figure_is_a_png_and_an_svg_with_the_same_text(tmp_path, tables):
+    built = build_figures(*tables)
+    assert list(built) == list(FIGURE_NAMES)
+    assert_png_and_svg_with_the_same_text(built, tmp_path)
 
 
 @pytest.mark.slow
@@ -143,7 +176,7 @@ def test_single_gpu_count_still_writes_every_figure_with_a_note(tmp_path):
     assert any("single GPU count: no scaling" in t for t in texts)
     assert "no doubling" in figures["marginal_gain"].note
     paths = save_figures(figures, tmp_path)
-    assert len(paths) == len(FIGURE_NAMES) and all(p.stat().st_size > 0 for p in paths)
+    assert len(paths) == 2 * len(FIGURE_NAMES) and all(p.stat().st_size > 0 for p in paths)
 
 
 @pytest.mark.slow
@@ -155,7 +188,7 @@ def test_nan_rows_and_an_empty_table_do_not_crash(tmp_path):
     assert set(figures["time_all"].data["gpus"]) == {1, 4}
     plt.close("all")
     empty = plot_scaling(scaling_table(runs.iloc[:0]), tmp_path / "empty")
-    assert len(empty) == len(FIGURE_NAMES) and all(p.stat().st_size > 0 for p in empty)
+    assert len(empty) == 2 * len(FIGURE_NAMES) and all(p.stat().st_size > 0 for p in empty)
 
 
 @pytest.mark.slow
@@ -238,7 +271,8 @@ def test_names_that_look_like_math_or_are_100_kb_long_still_give_every_figure(tm
     assert any(label.startswith("resnet50v2, " + "d" * 10) and len(label) == LABEL_LIMIT for label in legend)
     assert r"\$x^2\$" in set(figures["speedup_by_model"].curves["model"])  # fits still matched
     paths = save_figures(figures, tmp_path)
-    assert [p.name for p in paths] == [f"{name}.png" for name in FIGURE_NAMES]
-    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in paths)
+    assert [p.name for p in paths[::2]] == [f"{name}.png" for name in FIGURE_NAMES]
+    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in paths[::2])
+    assert all(svg_text(p) for p in paths[1::2])
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
     assert grown_kib < 1 << 20  # 1 GiB

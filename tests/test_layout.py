@@ -14,6 +14,7 @@ from layout_check import checking_savefig, layout_problems  # noqa: E402
 from layout_data import DATA_SETS  # noqa: E402
 from scalesweep.analysis.fits import fit_table  # noqa: E402
 from scalesweep.analysis.scaling import scaling_table  # noqa: E402
+from scalesweep.contract.layout import figure_names  # noqa: E402
 from scalesweep.history import compare  # noqa: E402
 from scalesweep.report import compare_figure
 from scalesweep.report.figures import FIGURE_NAMES, plot_scaling  # noqa: E402
@@ -98,7 +99,7 @@ def test_every_scaling_figure_passes_the_layout_check(data_set, tmp_path, monkey
     name, _, scaling, fits = data_set
     problems = checking_savefig(monkeypatch, write=False)
     plot_scaling(scaling, tmp_path, fits=fits)
-    assert sorted(problems) == sorted(f"{figure}.png" for figure in FIGURE_NAMES)
+    assert sorted(problems) == sorted(name for figure in FIGURE_NAMES for name in figure_names(figure))
     found = {figure: found for figure, found in problems.items() if found}
     assert not found, f"{name}: " + "\n".join(
         f"{figure}: {problem}" for figure, lines in found.items() for problem in lines[:5])

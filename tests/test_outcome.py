@@ -30,14 +30,14 @@ def test_the_outcome_lists_failures_with_reason_and_log_and_what_exists(tmp_path
     (results / "tables").mkdir()
     (results / "tables" / "scaling.csv").write_text("gpus\n1\n")
     (results / "figures").mkdir()
-    for name in ("a.png", "b.png"):
+    for name in ("a.png", "b.png", "a.svg"):
         (results / "figures" / name).write_bytes(b"")
     lines = outcome.sweep_outcome(results).splitlines()
     assert lines[0] == f"scalesweep: 3 runs: 1 ok, 1 oom, 1 failed ({results / 'tidy' / 'runs.csv'})"
     assert "  oom: pytorch vit_tiny d gpus=2: out of memory at batch 64 (log: x.log)" in lines
     assert "  failed: pytorch vit_tiny d gpus=4: RuntimeError: boom (log: logs/train/g4.log)" in lines
     assert f"  tables:   {results / 'tables'}/ (scaling.csv)" in lines
-    assert f"  figures:  {results / 'figures'}/ (2 PNG)" in lines
+    assert f"  figures:  {results / 'figures'}/ (2 PNG, 1 SVG)" in lines
     assert not any(line.strip().startswith("findings") for line in lines)  # none written
     assert lines[-1] == "  the same command again runs only the 1 configuration(s) without a result"
 

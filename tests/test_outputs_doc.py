@@ -9,6 +9,7 @@ import re
 import pytest
 
 from conftest import REPO, snakemake
+from scalesweep.contract import layout
 from scalesweep.history import sides
 from scalesweep.report import figures
 
@@ -34,9 +35,9 @@ def sweep_wide(entries):
 
 def test_outputs_doc_lists_every_figure_and_says_how_many():
     _, names, block = outputs_listing()
-    assert sorted(names) == sorted(f"{name}.png" for name in figures.FIGURE_NAMES)
+    assert sorted(names) == sorted(figures.FIGURE_NAMES)
     assert len(names) == len(set(names)) == 17
-    assert f"{len(names)} figures (PNG)" in block
+    assert f"{len(names)} figures, each as <name>.png and <name>.svg" in block
 
 
 def test_outputs_doc_lists_the_comparison_files_of_compare_with():
@@ -64,7 +65,8 @@ def test_outputs_doc_lists_the_files_a_sweep_writes(tiny_sweep):
     written = {str(path.relative_to(results)) for path in results.rglob("*")
                if path.is_file() and not path.name.startswith(".")}
     entries, names, _ = outputs_listing()
-    assert {path for path in written if path.startswith("figures/")} == {f"figures/{n}" for n in names}
+    assert {path for path in written if path.startswith("figures/")} == {
+        f"figures/{file}" for name in names for file in layout.figure_names(name)}
     archived = [path for path in written if path.startswith("history/")]
     assert len(archived) == 1 and re.fullmatch(r"history/sweep-\d{8}T\d{6}Z-[0-9a-f]{12}\.parquet", archived[0])
     sweep_files = {path for path in written if not path.startswith((PER_RUN, "figures/", "history/"))}

@@ -21,9 +21,11 @@ import pytest
 from PIL import Image
 
 from conftest import snakemake
+from scalesweep.contract.layout import FIGURE_FORMATS
 from scalesweep.analysis.tables import TABLES
 from scalesweep.report.figures import FIGURE_NAMES
 from scalesweep.tidy.table import group_keys
+from test_figures import svg_text
 
 HERE = Path(__file__).resolve().parent
 ENSURE_CHROMIUM = HERE / "report" / "ensure-chromium.sh"
@@ -237,7 +239,7 @@ def driven(report, browser, tmp_path_factory):
 @pytest.mark.slow
 def test_report_embeds_every_figure_and_table_from_the_results(report):
     results, workdir = report["results"], report["workdir"]
-    expected = {f"results/figures/{name}.png" for name in FIGURE_NAMES}
+    expected = {f"results/figures/{name}.{suffix}" for name in FIGURE_NAMES for suffix in FIGURE_FORMATS}
     expected |= {f"results/tables/{name}.csv" for name in TABLES}
     expected |= {"results/tidy/runs.csv", "results/tidy/epochs.csv", "results/findings.md",
                  "results/throughput_history.png"}
@@ -265,12 +267,25 @@ def test_report_embeds_every_figure_and_table_from_the_results(report):
 def test_every_figure_has_its_own_caption(report):
     for name in FIGURE_NAMES:
         entry = report["results"][f"results/figures/{name}.png"]
-        assert entry["labels"] == {"figure": name}
+        assert entry["labels"] == {"figure": name, "format": "png"}
         caption = text_of(entry["caption"])
         # docutils puts rst errors into the HTML; an unrendered Jinja tag would show as {{ / {%
         assert "System Message" not in caption and "{" not in caption, (name, caption)
         assert caption.startswith(figure_topic(name)), (name, caption)
         assert "GPU" in caption
+
+
+@pytest.mark.slow
+def test_every_figure_is_also_in_the_report_as_svg_with_the_png_caption(report):
+    """Snakemake's report offers a label with two values, each on half the entries, as a toggle:
+    one row per figure, PNG or SVG at a click."""
+    for name in FIGURE_NAMES:
+        path = f"results/figures/{name}.svg"
+        entry, png = report["results"][path], report["results"][f"results/figures/{name}.png"]
+        assert entry["labels"] == {"figure": name, "format": "svg"}
+        assert entry["mime_type"] == "image/svg+xml" and entry["data_uri"].startswith("data:image/svg+xml")
+        assert svg_text(report["workdir"] / path), name  # XML, its text kept as text
+        assert entry["caption"] == png["caption"]
 
 
 @pytest.mark.slow

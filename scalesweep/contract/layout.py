@@ -25,6 +25,11 @@ MAX_BATCH_RUNS = f"{RESULTS}/max_batch"
 TIDY = f"{RESULTS}/tidy"
 TABLES = f"{RESULTS}/tables"
 FIGURES = f"{RESULTS}/figures"
+# Each figure of the figures stage is written in both: a PNG for slides and a quick look, an SVG
+# for print and zoom (vector, its text searchable); the report offers both (docs/outputs.md).
+FIGURE_FORMATS = ("png", "svg")
+# A figure's file name with wildcards (the report's pattern): {name} the figure, {suffix} the format.
+FIGURE_FILE_PATTERN = "{name}.{suffix,%s}" % "|".join(FIGURE_FORMATS)
 TRACES = f"{RESULTS}/traces"
 COMPARE = f"{RESULTS}/compare"
 FINDINGS = f"{RESULTS}/findings.md"
@@ -139,6 +144,11 @@ def results_table(results_dir: str, name: str) -> str:
 def archived_marker() -> str:
     """The file naming where the history rule archived this sweep."""
     return f"{TABLES}/archived.json"
+
+
+def figure_names(name: str) -> list:
+    """The file names of one figure, one per FIGURE_FORMATS, in whichever folder it is written."""
+    return [f"{name}.{suffix}" for suffix in FIGURE_FORMATS]
 
 
 def trace_dir(run_path: str) -> str:

@@ -550,13 +550,14 @@ def bus_bandwidth_figure(data: pd.DataFrame, note: str) -> PlotFigure:
 
 def plot_scaling(scaling: pd.DataFrame, outdir, fits: pd.DataFrame | None = None,
                  dpi: int = 120, predictions: pd.DataFrame | None = None) -> list[Path]:
-    """Write every figure of `build_figures` as `<outdir>/<name>.png`; returns the paths."""
+    """Write every figure of `build_figures` as `<outdir>/<name>.png` and `.svg`
+    (layout.figure_names); returns the paths."""
     return save_figures(build_figures(scaling, fits, predictions), outdir, dpi)
 
 
 def write_figures(scaling_csv, fits_csv, predictions_csv, outdir) -> str:
     """The figures stage (rule `figures`): scaling.csv (+ fits.csv for the fitted curves,
-    predictions.csv for the predicted points) -> outdir/*.png; the log line."""
+    predictions.csv for the predicted points) -> outdir/*.png and *.svg; the log line."""
     written = plot_scaling(pd.read_csv(scaling_csv), outdir, fits=pd.read_csv(fits_csv),
                            predictions=pd.read_csv(predictions_csv))
-    return f"{len(written)} figures: " + " ".join(Path(path).name for path in written)
+    return f"{len(written)} figure files: " + " ".join(Path(path).name for path in written)

@@ -42,9 +42,10 @@ def where_lines(results: Path) -> list:
     tables = sorted(p.name for p in tables_dir.glob("*.csv"))
     if tables:
         lines.append(f"  tables:   {tables_dir}/ ({', '.join(tables)})")
-    figures = list(figures_dir.glob("*.png"))
-    if figures:
-        lines.append(f"  figures:  {figures_dir}/ ({len(figures)} PNG)")
+    counts = {suffix: len(list(figures_dir.glob(f"*.{suffix}"))) for suffix in layout.FIGURE_FORMATS}
+    if any(counts.values()):
+        written = ", ".join(f"{count} {suffix.upper()}" for suffix, count in counts.items() if count)
+        lines.append(f"  figures:  {figures_dir}/ ({written})")
     if findings.exists():
         lines.append(f"  findings: {findings}")
     if archived.exists():

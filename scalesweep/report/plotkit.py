@@ -31,7 +31,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
 
 from scalesweep.analysis.scaling import SCALING_COLUMNS, format_value  # noqa: E402
-from scalesweep.contract import atomic  # noqa: E402
+from scalesweep.contract import atomic, layout  # noqa: E402
 from scalesweep.tidy.table import table_group_keys  # noqa: E402
 
 GPUS_LABEL = "GPUs"
@@ -290,21 +290,31 @@ def placeholder(name: str, message: str) -> PlotFigure:
 
 
 def save_figures(figures: dict[str, PlotFigure], outdir, dpi: int = 120) -> list[Path]:
-    """PNG per figure, then close it (pyplot keeps every open figure alive)."""
+    """Every figure in each of layout.FIGURE_FORMATS (layout.figure_names), then closed (pyplot
+    keeps every open figure alive); the paths written, figure by figure."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, figure in figures.items():
-        path = outdir / f"{name}.png"
-        save_png(figure.figure, path, dpi)
-        paths.append(path)
+        files = [outdir / file_name for file_name in layout.figure_names(name)]
+        save_each_format(figure.figure, files, dpi)
+        paths.extend(files)
     return paths
 
 
 def save_png(figure, path, dpi: int) -> None:
     """`figure` as a PNG replaced whole (a full disk keeps the figure there was), then closed."""
+    save_each_format(figure, [Path(path)], dpi)
+
+
+def save_each_format(figure, paths: list[Path], dpi: int) -> None:
+    """`figure` into each of `paths`, in the format its suffix names, each replaced whole; then
+    closed. The SVG's text stays text (svg.fonttype none): searchable, and the same strings as the
+    PNG's."""
     try:
-        with atomic.replaced_whole(path) as temporary:
-            figure.savefig(temporary, format="png", dpi=dpi, bbox_inches="tight")
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
+            for path in paths:
+                with atomic.replaced_whole(path) as temporary:
+                    figure.savefig(temporary, format=path.suffix[1:], dpi=dpi, bbox_inches="tight")
     finally:
         plt.close(figure)

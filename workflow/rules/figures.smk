@@ -1,5 +1,6 @@
-# The figures stage: the scaling and fits tables -> seaborn figures (PNG), per model and with all
-# models combined, by scalesweep/report/figures.py.
+# The figures stage: the scaling and fits tables -> seaborn figures, per model and with all models
+# combined, by scalesweep/report/figures.py; each as PNG and SVG (layout.FIGURE_FORMATS), both in
+# the report: the SVG stays sharp at any zoom and in print, the PNG goes into slides.
 from scalesweep import pipeline, rulelog
 from scalesweep.contract import layout
 
@@ -10,10 +11,10 @@ rule figures:
     output:
         report(
             directory(layout.FIGURES),
-            patterns=["{name}.png"],
+            patterns=[layout.FIGURE_FILE_PATTERN],
             caption="../report/figures.rst",
             category="Figures",
-            labels={"figure": "{name}"},
+            labels={"figure": "{name}", "format": "{suffix}"},
         ),
     log:
         layout.rule_log("figures"),
