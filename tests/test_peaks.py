@@ -24,6 +24,8 @@ PEAK_ROWS = [
     ("NVIDIA H200", "H200 SXM", {"bf16": 989.0, "fp16": 989.0, "tf32": 495.0, "fp32": 67.0}),
     ("NVIDIA H200 NVL", "H200 NVL", {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0}),
     ("NVIDIA GH200 480GB", "GH200", {"bf16": 990.0, "fp16": 990.0, "tf32": 494.0, "fp32": 67.0}),
+    ("NVIDIA GH200 120GB", "GH200", {"bf16": 990.0, "fp16": 990.0, "tf32": 494.0, "fp32": 67.0}),
+    ("NVIDIA GH200 144G HBM3e", "GH200", {"bf16": 990.0, "fp16": 990.0, "tf32": 494.0, "fp32": 67.0}),
     ("NVIDIA A100-SXM4-40GB", "A100 SXM4 40 GB", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
     ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80 GB", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
     ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40 GB", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
@@ -50,6 +52,7 @@ def test_every_part_of_the_table_is_checked_above():
     ("nvidia  h100   pcie", "H100 PCIe"),  # case and spacing are not the name
     ("NVIDIA H200 NVL", "H200 NVL"),
     ("Tesla V100-PCIE-32GB", "V100 PCIe"),  # any "v100" used to be an SXM2
+    ("A100-SXM-80GB", "A100 SXM4 80 GB"),  # the R450 drivers' name, no vendor prefix
     ("NVIDIA A100-SXM-80GB", "A100 SXM4 80 GB"),
 ])
 def test_a_part_is_matched_by_its_whole_name(driver_name, label):

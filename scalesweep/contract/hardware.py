@@ -51,7 +51,8 @@ PARTS = (
     Part("GH200", ("NVIDIA GH200 480GB", "NVIDIA GH200 120GB", "NVIDIA GH200 144G HBM3e"),
          {"bf16": 990.0, "fp16": 990.0, "tf32": 494.0, "fp32": 67.0}),
     Part("A100 SXM4 40 GB", ("NVIDIA A100-SXM4-40GB",), _AMPERE_A100),
-    Part("A100 SXM4 80 GB", ("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM-80GB"), _AMPERE_A100),
+    # "A100-SXM-80GB": the same part under the R450 drivers, which put no "NVIDIA " before it.
+    Part("A100 SXM4 80 GB", ("NVIDIA A100-SXM4-80GB", "A100-SXM-80GB"), _AMPERE_A100),
     Part("A100 PCIe 40 GB", ("NVIDIA A100-PCIE-40GB",), _AMPERE_A100),
     Part("A100 PCIe 80 GB", ("NVIDIA A100 80GB PCIe",), _AMPERE_A100),
     Part("V100 SXM2", ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"), {"fp16": 125.0, "fp32": 15.7}),
