@@ -41,6 +41,7 @@ history_place.refuse_owned_history(
 # Every run's result is a target itself: Snakemake does not rerun a missing intermediate file
 # whose consumers are up to date, and a missing run must always be run again.
 # The preview (and the site's refusals) first: nothing asks SLURM for a plan it would refuse.
+# The traces `snakemake trace` made join only the report (reported_traces).
 rule all:
     input:
         preview_of(max_batch=False),
@@ -54,3 +55,4 @@ rule all:
         layout.archived_marker(),
         layout.HISTORY_FIGURE,
         sides.comparison_outputs(config["compare_with"], layout.COMPARE),
+        reported_traces,

@@ -319,6 +319,19 @@ def test_browser_shows_every_figure_at_its_size_with_its_caption(report, driven)
 
 
 @pytest.mark.slow
+def test_browser_shows_every_figure_as_svg_at_the_format_switch(report, driven):
+    record = driven["record"]
+    assert record["error"] is None, record["error"]
+    assert set(record["svgFigures"]) == set(FIGURE_NAMES)
+    for name, image in record["svgFigures"].items():
+        assert image["src"].startswith("data:image/svg+xml;") and f"filename={name}.svg;" in image["src"]
+        with Image.open(report["workdir"] / f"results/figures/{name}.png") as png:
+            # The same figure: matplotlib sizes the SVG in points, 72 per inch, which a browser
+            # shows at 96 CSS pixels per inch; the PNG has 120 pixels per inch.
+            assert image["width"] == pytest.approx(png.size[0] * 96 / 120, rel=0.05), name
+
+
+@pytest.mark.slow
 def test_browser_offers_every_table_for_download_with_its_caption(report, driven):
     record = driven["record"]
     assert record["error"] is None, record["error"]

@@ -17,6 +17,7 @@ from conftest import TINY, snakemake
 from scalesweep.logs import traces
 from scalesweep.plan import matrix
 from stacks import STACKS, stack_python
+from test_report import decode_data_uri, report_variable
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,6 +85,45 @@ def test_snakemake_trace_writes_per_rank_traces_beside_the_measured_runs(tmp_pat
     assert reported.returncode == 0, reported.stderr[-3000:]
     page = (tmp_path / "traces.html").read_text()
     assert '"Traces"' in page and f"{torch_dir.relative_to(tmp_path)}/summary.md" in page
+
+
+def reported(workdir, name, configfile):
+    """`snakemake --report <name>` of the sweep (target all) in `workdir`: the report's results
+    ({path: entry}) and those in its category Traces."""
+    made = snakemake(workdir, "--report", name, configfile=configfile)
+    assert made.returncode == 0, made.stderr[-3000:]
+    page = (workdir / name).read_text()
+    results = report_variable(page, "results")
+    in_traces = {path for paths in report_variable(page, "categories").get("Traces", {}).values() for path in paths}
+    return results, {path: results[path] for path in in_traces}
+
+
+@pytest.mark.slow
+def test_the_sweep_report_shows_the_traces_made_and_only_then(sweep_copy, tmp_path):
+    config = trace_config(tmp_path)
+    before, no_traces = reported(sweep_copy, "before.html", config)
+    assert not no_traces  # nothing promised
+    done = snakemake(sweep_copy, "--cores", "2", "trace", configfile=config)
+    assert done.returncode == 0, done.stderr[-4000:]
+    results, traces = reported(sweep_copy, "report.html", config)
+    torch_dir = "results/traces/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16"
+    tf_dir = "results/traces/tensorflow/model~cnn_small/dataset~synth-cifar/gpus~2/epochs~2/per_gpu_batch~16"
+    (xplane,) = (sweep_copy / tf_dir).glob("plugins/profile/*/*.xplane.pb")
+    xplane = str(xplane.relative_to(sweep_copy))
+    assert set(traces) == {f"{torch_dir}/summary.md", f"{torch_dir}/rank0.pt.trace.json",
+                           f"{torch_dir}/rank1.pt.trace.json", f"{tf_dir}/summary.md", xplane}
+    for path, entry in traces.items():  # each file itself, to download from the report
+        assert decode_data_uri(entry["data_uri"]) == (sweep_copy / path).read_bytes(), path
+    rank1 = traces[f"{torch_dir}/rank1.pt.trace.json"]
+    assert rank1["labels"] == {"framework": "pytorch", "model": "vit_tiny", "dataset": "synth-folder",
+                               "gpus": "2", "settings": "/epochs~2/per_gpu_batch~16",
+                               "file": "rank1.pt.trace.json"}
+    assert "Perfetto" in rank1["caption"] and "top operations" in traces[f"{tf_dir}/summary.md"]["caption"]
+    assert "TensorBoard" in traces[xplane]["caption"]
+    # The sweep's own results are all still there, and the sweep reruns no trace.
+    assert set(before) <= set(results)
+    again = snakemake(sweep_copy, "--cores", "2", "-n", configfile=config)
+    assert again.returncode == 0 and "trace_" not in again.stdout + again.stderr, again.stdout[-3000:]
 
 
 def test_a_failed_trace_leaves_no_trace_and_no_failed_sweep_rows(tmp_path, monkeypatch):

@@ -155,6 +155,17 @@ def trace_dir(run_path: str) -> str:
     return f"{TRACES}/{run_path}"
 
 
+# In a trace folder: the summaries scalesweep/logs/traces.py writes beside the profilers' files
+# (rank<R>.pt.trace.json of scripts/torch_trace.py, plugins/profile/<run>/<host>.xplane.pb of
+# scripts/tf_trace.py).
+TRACE_SUMMARY_JSON = "summary.json"
+TRACE_SUMMARY_MD = "summary.md"
+# The files of a trace folder the report shows, as its pattern: the summary and each trace file.
+TRACE_REPORT_PATTERN = (
+    r"{file,summary\.md|rank\d+\.pt\.trace\.json|plugins/profile/[^/]+/[^/]+\.xplane\.pb}"
+)
+
+
 def dataset_dir(dataset_format: str, name: str) -> str:
     """A generated dataset's folder."""
     return f"{DATASETS}/{dataset_format}/{name}"

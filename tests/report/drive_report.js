@@ -32,8 +32,10 @@
     }
 
     function resultRows() {
-        // The listing of a category; a result's info view has a table of its own, inside a list.
-        return Array.from(document.querySelectorAll("#app nav div.p-3 > table > tbody > tr"));
+        // The listing of a category, below its toggles if it has any (a div around both); a
+        // result's info view has a table of its own, inside a list.
+        return Array.from(document.querySelectorAll(
+            "#app nav div.p-3 > table > tbody > tr, #app nav div.p-3 > div > table > tbody > tr"));
     }
 
     async function click(element) {
@@ -114,6 +116,20 @@
         return seen;
     }
 
+    async function readFiguresAs(format) {
+        // Each figure shown in the other format: the listing's toggle (a label with two values,
+        // each on half the entries) set to it after the category opens, which resets it.
+        const seen = {};
+        const names = (await openCategory("Figures")).map((r) => r.cells[0].textContent.trim());
+        for (const name of names) {
+            await openCategory("Figures");
+            await click(await until(() => document.getElementById("toggle-format-" + format),
+                                    "the format toggle " + format));
+            seen[name] = await showImage(rowNamed(resultRows(), name));
+        }
+        return seen;
+    }
+
     function firstScreen() {
         // Where the findings' title is laid out before any scroll or click, and the window's size.
         const title = Array.from(document.querySelectorAll("#app strong"))
@@ -135,6 +151,7 @@
         out.front = app.innerText;
         out.firstScreen = firstScreen();
         out.figures = await readCategory("Figures", true);
+        out.svgFigures = await readFiguresAs("svg");
         out.tables = await readCategory("Tables", false);
         const row = rowNamed(await openCategory("Figures"), showFigure);
         await showImage(row);
@@ -150,7 +167,7 @@
     }
 
     window.addEventListener("load", function () {
-        const out = { front: "", figures: {}, tables: {}, error: null };
+        const out = { front: "", figures: {}, svgFigures: {}, tables: {}, error: null };
         drive(out, document.querySelector("#render-driver").dataset.showFigure)
             .catch((error) => { out.error = String(error); })
             .finally(() => report(out));

@@ -489,10 +489,11 @@ TRACES_ONLY_LINE = (
 
 
 def trace_output(framework):
-    """The trace folder; its summaries go into `snakemake trace --report traces.html`."""
+    """The trace folder; its summary and trace files go into the report, category Traces: that of
+    `snakemake trace --report traces.html` and the sweep's (reported_traces)."""
     return report(
         directory(layout.trace_dir(run_pattern(framework))),
-        patterns=["{name}.md"],
+        patterns=[layout.TRACE_REPORT_PATTERN],
         caption="../report/traces.rst",
         category="Traces",
         labels={
@@ -501,8 +502,30 @@ def trace_output(framework):
             "dataset": "{dataset}",
             "gpus": "{gpus}",
             "settings": "{settings}",
+            "file": "{file}",
         },
     )
+
+
+def trace_summaries(trace_folder):
+    """The summary files of a trace folder: JSON, then Markdown."""
+    return [
+        f"{trace_folder}/{layout.TRACE_SUMMARY_JSON}",
+        f"{trace_folder}/{layout.TRACE_SUMMARY_MD}",
+    ]
+
+
+def reported_traces(wildcards):
+    """The trace folders of planned configurations that `snakemake trace` made, for the sweep's
+    report to show; none otherwise. Only while a report is made (Snakemake runs no executor
+    then): a sweep never reruns a trace, which would change no measured number."""
+    if workflow.executor_plugin is not None:
+        return []
+    return [
+        layout.trace_dir(path)
+        for path in RUN_PATHS
+        if os.path.isdir(layout.trace_dir(path))
+    ]
 
 
 def trace_command(framework):

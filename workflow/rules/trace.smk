@@ -29,11 +29,7 @@ for traced_framework in frameworks.FRAMEWORKS:
                 "mkdir -p {output:q} && ({params.command}) > {output:q}/trace.log 2>&1"
             )
             rulelog.run_logged(
-                log[0],
-                traces.write_summary,
-                output[0],
-                f"{output[0]}/summary.json",
-                f"{output[0]}/summary.md",
+                log[0], traces.write_summary, output[0], *trace_summaries(output[0])
             )
 
 
