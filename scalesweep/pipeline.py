@@ -45,7 +45,8 @@ def write_tables(runs_csv, table_outputs: dict, settings: AnalysisSettings, netw
 
 
 def write_figures(table_files: dict, figures_dir) -> str:
-    """The figures stage: the FIGURE_TABLES of `table_files` ({name: path}) -> figures_dir/*.png, *.svg."""
+    """The figures stage: the FIGURE_TABLES of `table_files` ({name: path}) -> figures_dir/*.png
+    and *.svg."""
     from scalesweep.report import figures  # matplotlib and seaborn
 
     return figures.write_figures(*(table_files[name] for name in FIGURE_TABLES), figures_dir)

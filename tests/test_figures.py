@@ -66,7 +66,8 @@ def svg_text(path):
     file raises); a line wrapped when drawn is split over elements, its words still in order."""
     root = ElementTree.parse(path).getroot()
     assert root.tag == f"{{{SVG_NAMESPACE}}}svg", path
-    return " ".join(" ".join("".join(element.itertext()).split()) for element in root.iter(f"{{{SVG_NAMESPACE}}}text"))
+    texts = ("".join(element.itertext()) for element in root.iter(f"{{{SVG_NAMESPACE}}}text"))
+    return " ".join(" ".join(text.split()) for text in texts)
 
 
 def assert_png_and_svg_with_the_same_text(built, folder):

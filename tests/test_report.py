@@ -306,29 +306,21 @@ def test_every_table_caption_names_every_column(report):
 # ----------------------------------------------------------------------------- in the browser
 
 @pytest.mark.slow
-def test_browser_shows_every_figure_at_its_size_with_its_caption(report, driven):
+def test_browser_shows_every_figure_as_png_and_svg_at_its_size_with_its_caption(report, driven):
     record = driven["record"]
     assert record["error"] is None, record["error"]
-    assert set(record["figures"]) == set(FIGURE_NAMES)
+    assert set(record["figures"]) == set(record["svgFigures"]) == set(FIGURE_NAMES)
     for name, seen in record["figures"].items():
+        svg = record["svgFigures"][name]  # the same row, its format switch at svg
         with Image.open(report["workdir"] / f"results/figures/{name}.png") as png:
             assert (seen["image"]["width"], seen["image"]["height"]) == png.size, name
+            # matplotlib sizes the SVG in points, 72 per inch, which a browser shows at 96 CSS
+            # pixels per inch; the PNG has 120 pixels per inch.
+            assert svg["width"] == pytest.approx(png.size[0] * 96 / 120, rel=0.05), name
         assert seen["image"]["src"].startswith("data:image/png;")
         assert f"filename={name}.png;" in seen["image"]["src"]
+        assert svg["src"].startswith("data:image/svg+xml;") and f"filename={name}.svg;" in svg["src"]
         assert " ".join(seen["caption"].split()).startswith(figure_topic(name)), name
-
-
-@pytest.mark.slow
-def test_browser_shows_every_figure_as_svg_at_the_format_switch(report, driven):
-    record = driven["record"]
-    assert record["error"] is None, record["error"]
-    assert set(record["svgFigures"]) == set(FIGURE_NAMES)
-    for name, image in record["svgFigures"].items():
-        assert image["src"].startswith("data:image/svg+xml;") and f"filename={name}.svg;" in image["src"]
-        with Image.open(report["workdir"] / f"results/figures/{name}.png") as png:
-            # The same figure: matplotlib sizes the SVG in points, 72 per inch, which a browser
-            # shows at 96 CSS pixels per inch; the PNG has 120 pixels per inch.
-            assert image["width"] == pytest.approx(png.size[0] * 96 / 120, rel=0.05), name
 
 
 @pytest.mark.slow

@@ -94,7 +94,8 @@ def reported(workdir, name, configfile):
     assert made.returncode == 0, made.stderr[-3000:]
     page = (workdir / name).read_text()
     results = report_variable(page, "results")
-    in_traces = {path for paths in report_variable(page, "categories").get("Traces", {}).values() for path in paths}
+    listed = report_variable(page, "categories").get("Traces", {})
+    in_traces = {path for paths in listed.values() for path in paths}
     return results, {path: results[path] for path in in_traces}
 
 
