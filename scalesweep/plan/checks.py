@@ -127,8 +127,8 @@ def unexpanded_path_problem(path: str) -> str | None:
         return (f"'{path}' starts with '~', which is not expanded here: write the full path "
                 f"({os.path.expanduser(path)})")
     if "$" in path:
-        return (f"'{path}' holds '$', which is not expanded here (no environment variable is): "
-                f"write the full path ({os.path.expandvars(path)})")
+        return (f"'{path}' holds '$', which is not expanded here: write the full path "
+                f"({os.path.expandvars(path)})")
     return None
 
 
