@@ -118,6 +118,10 @@ def read_utf8(path) -> str:
     refusal = not_a_file_refusal(path, "a config file")
     if refusal:
         raise ConfigFileError(refusal)
+    size = Path(path).stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigFileError(f"{path}: {size:,} bytes; a config is a few kilobytes, and one over "
+                              f"{MAX_CONFIG_BYTES:,} bytes is refused before it is parsed")
     raw = Path(path).read_bytes()
     try:
         return raw.decode("utf-8")
@@ -127,6 +131,9 @@ def read_utf8(path) -> str:
                               "save the file as UTF-8") from None
 
 
+# A config is a few kilobytes. The YAML parser composes a megabyte of values in about a minute
+# (10^6 list items measured here: 64 s), long before MAX_CONFIG_VALUES below can refuse them.
+MAX_CONFIG_BYTES = 1_000_000
 # A config is a few hundred values; YAML aliases can make a few hundred bytes stand for billions
 # (each alias repeats a node that may itself hold aliases), which nothing that walks the config
 # would finish.
