@@ -17,6 +17,7 @@ import pytest
 
 from scalesweep.history import archive
 from test_history import sweep_runs
+from test_history_place import tmpfs_at
 
 REPO = Path(__file__).resolve().parents[1]
 LOGS = REPO / "tests" / "data" / "logs"
@@ -243,17 +244,10 @@ def test_a_damaged_history_is_named_and_skipped_never_a_traceback_never_deleted(
 @pytest.fixture
 def read_only_history(tmp_path):
     """Two archived sweeps on a file system then remounted read-only (root: a tmpfs)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a read-only file system needs root")
-    history = tmp_path / "history"
-    history.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(history)], check=True)
-    try:
+    with tmpfs_at(tmp_path / "history", "size=4m") as history:
         ids = two_sweeps(history)
         subprocess.run(["mount", "-o", "remount,ro", str(history)], check=True)
         yield history, ids
-    finally:
-        subprocess.run(["umount", str(history)], check=True)
 
 
 def test_a_read_only_history_is_listed_and_compared(tmp_path, read_only_history):

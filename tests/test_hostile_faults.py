@@ -14,17 +14,10 @@ import subprocess
 import pytest
 
 from conftest import LOCAL_ENV
-from processes import default_signal_actions, processes_in, wait_for
-from test_local_head import RUN, SLOW_STEPS, command, write_config
+from processes import processes_in, wait_for
+from test_local_head import RUN, command, start_head, stop_head, write_config
 
 pytestmark = pytest.mark.slow
-
-
-def start_head(workdir, name):
-    with open(workdir / f"{name}.out", "w") as out:
-        return subprocess.Popen(command(workdir), cwd=workdir, env={**os.environ, **LOCAL_ENV, **SLOW_STEPS},
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=default_signal_actions)
 
 
 def training_started(workdir):
@@ -49,7 +42,7 @@ def assert_trained_again_once(workdir, result):
 
 def test_a_second_head_is_refused_and_sigkill_of_the_first_leaves_no_trainer_and_a_rerun_trains_again(tmp_path):
     write_config(tmp_path)
-    head = start_head(tmp_path, "head")
+    head = start_head(tmp_path)
     try:
         attempt_1 = training_started(tmp_path)
         second = rerun(tmp_path)
@@ -60,10 +53,8 @@ def test_a_second_head_is_refused_and_sigkill_of_the_first_leaves_no_trainer_and
         assert "Do not --unlock while it runs." in output and "rule train_pytorch:" not in output
         assert head.poll() is None  # the first head goes on, untouched
 
-        head.send_signal(signal.SIGKILL)
-        head.wait(timeout=60)
         # nothing forwards a SIGKILL: the trainer notices on its own that its head is gone
-        wait_for(lambda: not processes_in(tmp_path), 120, "every process of the sweep to end")
+        stop_head(head, tmp_path, signal.SIGKILL)
     finally:
         if head.poll() is None:
             head.kill()
@@ -81,7 +72,7 @@ def test_a_second_head_is_refused_and_sigkill_of_the_first_leaves_no_trainer_and
 
 def test_a_trainer_killed_mid_run_is_a_failed_attempt_and_the_rerun_trains_it_again(tmp_path):
     write_config(tmp_path)
-    head = start_head(tmp_path, "head")
+    head = start_head(tmp_path)
     try:
         attempt_1 = training_started(tmp_path)
         # only this sweep's trainers: their working folder is this test's
