@@ -258,3 +258,24 @@ def test_a_read_only_history_is_listed_and_compared(tmp_path, read_only_history)
     assert compared.returncode == 0, compared.stderr
     assert "gpu_driver: 535.104.05 -> 550.54.15" in compared.stdout
     assert (tmp_path / "out" / "compare.csv").is_file()
+
+
+def test_the_archive_stage_beside_a_damaged_history_archives_and_names_the_damage(tmp_path):
+    """Rule `history`'s function (archive.write_history): the new sweep is archived and the
+    figure drawn from the readable sweeps; each damaged file is named, none is touched."""
+    from scalesweep.history.query import DamagedArchiveWarning
+
+    history = tmp_path / "history"
+    damaged, intact = two_sweeps(history)
+    before = damage(history, damaged)
+    runs_csv = tmp_path / "results" / "tidy" / "runs.csv"
+    runs_csv.parent.mkdir(parents=True)
+    sweep_runs(driver="560.28.03").to_csv(runs_csv, index=False)
+    with pytest.warns(DamagedArchiveWarning) as caught:
+        line = archive.write_history(runs_csv, history, {}, tmp_path / "archived.json",
+                                     figure=tmp_path / "throughput_history.png")
+    assert line.startswith("archived 4 new runs as ") and "throughput_history: 2 sweeps" in line
+    assert {str(history / name) for name in before if name != f"sweep-{intact}.parquet"} == {
+        str(warning.message).split("skipping damaged file ")[1].split(": ")[0] for warning in caught}
+    after = {path.name: path.read_bytes() for path in history.iterdir()}
+    assert len(after) == len(before) + 1 and all(after[name] == data for name, data in before.items())
