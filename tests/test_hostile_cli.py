@@ -83,6 +83,8 @@ def test_a_fifo_named_like_a_manifest_leaves_its_folder_out_and_nothing_hangs(tm
     (["check-config", "{folder}"], "error: {folder}: a folder, not a config file: not read"),
     (["compare", "{fifo}", "{ok_table}", "--out", "{out}"],
      "scalesweep compare: {fifo}: a named pipe (FIFO), not a runs table, archive file or results folder: not read"),
+    (["check-config", "{tiny}", "--profile", "{profile}"],
+     "error: {profile}/config.yaml: a named pipe (FIFO), not a profile's config file: not read (config files: {tiny})"),
     (["analyze", "{ok_log}", "--out", "{out}", "--network", "{fifo}"],
      "scalesweep analyze: --network {fifo}: a named pipe (FIFO), not a network.csv file: not read"),
     (["analyze", "{ok_log}", "--out", "{out}", "--network", "{folder}"],
@@ -90,8 +92,11 @@ def test_a_fifo_named_like_a_manifest_leaves_its_folder_out_and_nothing_hangs(tm
 ])
 def test_a_fifo_or_a_folder_where_a_file_is_expected_is_one_line_naming_it(tmp_path, command, expected):
     names = {"fifo": tmp_path / "pipe.csv", "folder": tmp_path / "a-folder", "ok_log": OK_LOG,
-             "ok_table": tmp_path / "runs.csv", "out": tmp_path / "out"}
+             "ok_table": tmp_path / "runs.csv", "out": tmp_path / "out", "profile": tmp_path / "profile",
+             "tiny": REPO / "tests" / "configs" / "tiny.yaml"}
     os.mkfifo(names["fifo"])
+    names["profile"].mkdir()
+    os.mkfifo(names["profile"] / "config.yaml")
     names["folder"].mkdir()
     sweep_runs().to_csv(names["ok_table"], index=False)
     result = scalesweep(*(word.format(**names) for word in command), cwd=tmp_path)

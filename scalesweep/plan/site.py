@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from scalesweep.contract.input_files import not_a_file_refusal
 from scalesweep.plan import containers, launch
 from scalesweep.plan.checks import ConfigError
 
@@ -246,7 +247,11 @@ def key_values(entries) -> dict:
 def read_profile(folder) -> Profile:
     """The profile in `folder` (its config.yaml), as Snakemake would apply it; relative config
     files stay relative to the working directory, as Snakemake reads them."""
-    settings = yaml.safe_load((Path(folder) / "config.yaml").read_text()) or {}
+    path = Path(folder) / "config.yaml"
+    refusal = not_a_file_refusal(path, "a profile's config file")
+    if refusal:
+        raise ConfigError("", refusal)
+    settings = yaml.safe_load(path.read_text()) or {}
     configfiles = settings.get("configfile") or []
     resources = key_values(settings.get("default-resources"))
     return Profile(
