@@ -21,6 +21,7 @@ from scalesweep import pipeline
 from scalesweep.analysis import tables
 from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import layout
+from scalesweep.contract.input_files import not_a_file, not_a_file_refusal
 from scalesweep.logs.read import parse_file
 from scalesweep.logs.run import LogFormatError, whole_number
 from scalesweep.contract.layout import RESULTS
@@ -80,6 +81,8 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
     (already reported). `world_sizes`: {log file: GPUs} (--world-size)."""
     out = output_folder(out)
+    if network_csv is not None and not_a_file(network_csv):
+        raise ValueError(f"--network {not_a_file_refusal(network_csv, 'a network.csv file')}")
     runs_csv, refused, copies_left_out = pipeline.collect_runs(
         [Path(p) for p in paths], Path(layout.in_results(out, layout.TIDY)), all_attempts, images_per_epoch,
         world_sizes)
@@ -196,6 +199,7 @@ def history_command(args):
     from scalesweep.history import query
 
     try:
+        query.refuse_missing_history(args.history)
         with warnings_on_one_line("scalesweep history"):
             table = query.sweeps_table(args.history, args.where, args.selectors)
     except ValueError as error:

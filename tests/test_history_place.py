@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -90,16 +91,24 @@ def test_a_history_whose_archive_names_an_output_would_name_is_refused(tmp_path)
                                                matches) is None
 
 
+@contextmanager
+def tmpfs_at(folder, options):
+    """A tmpfs mounted on `folder` (made) with mount's `options`, unmounted after; root only."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a file system needs root")
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
 @pytest.fixture
 def read_only_folder(tmp_path):
     """A read-only file system (a tmpfs mounted ro): even root cannot write there."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a read-only file system needs root")
-    folder = tmp_path / "read-only"
-    folder.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(folder)], check=True)
-    yield folder
-    subprocess.run(["umount", str(folder)], check=True)
+    with tmpfs_at(tmp_path / "read-only", "size=1m,ro") as folder:
+        yield folder
 
 
 def test_a_history_on_a_read_only_file_system_is_refused_before_any_job(tmp_path, read_only_folder):

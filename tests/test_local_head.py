@@ -33,14 +33,26 @@ def command(workdir, *first):
             "--configfile", str(workdir / "config.yaml"), "--replace-workflow-config"]
 
 
+def start_head(workdir):
+    """The sweep's head in a session of its own, its first training slowed (SLOW_STEPS), its
+    output in head.out."""
+    with open(workdir / "head.out", "w") as out:
+        return subprocess.Popen(command(workdir), cwd=workdir, env={**os.environ, **LOCAL_ENV, **SLOW_STEPS},
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=default_signal_actions)
+
+
+def stop_head(head, workdir, signum):
+    """`signum` to the head, then wait until no process of the sweep is left."""
+    head.send_signal(signum)
+    head.wait(timeout=60)
+    wait_for(lambda: not processes_in(workdir), 120, "every process of the sweep to end")
+
+
 def test_sighup_to_the_head_leaves_no_trainer_and_the_rerun_trains_once(tmp_path):
     write_config(tmp_path)
     attempt_1 = tmp_path / f"logs/train/{RUN}.attempt-1.log"
-    env = {**os.environ, **LOCAL_ENV, **SLOW_STEPS}
-    with open(tmp_path / "head.out", "w") as out:
-        head = subprocess.Popen(command(tmp_path), cwd=tmp_path, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=default_signal_actions)
+    head = start_head(tmp_path)
     try:
         # the header, not an epoch record: its two slow epochs are then the margin a busy machine
         # has before the training could end on its own
@@ -49,9 +61,7 @@ def test_sighup_to_the_head_leaves_no_trainer_and_the_rerun_trains_once(tmp_path
         training = processes_in(tmp_path)
         assert sum("train_torch.py" in line for line in training.values()) >= 2, training  # torchrun, worker
 
-        head.send_signal(signal.SIGHUP)
-        head.wait(timeout=60)
-        wait_for(lambda: not processes_in(tmp_path), 60, "every process of the sweep to end")
+        stop_head(head, tmp_path, signal.SIGHUP)
     finally:
         if head.poll() is None:
             head.kill()

@@ -238,17 +238,18 @@ def test_missing_empty_and_misplaced_paths_are_all_listed(tmp_path):
                            "images": {"pytorch": "empty.sif", "tensorflow": "tf.sif"}}
     runs, _ = matrix.plan(config, check_paths=False)
     problems = path_problems(config, [matrix.run_settings(r, config) for r in runs], tmp_path)
+    where = f" in {tmp_path.resolve()}"  # relative paths are read from the working folder
     assert problems == [
-        ("datasets.a-file.path", "a-file", "is a file, not the dataset's folder"),
-        ("datasets.empty.path", "empty", "is empty (no file in it or below it)"),
-        ("datasets.hollow.path", "hollow", "is empty (no file in it or below it)"),
-        ("datasets.loop.path", "loop", "is empty (no file in it or below it)"),
-        ("datasets.missing.path", "missing", "does not exist"),
-        ("container.images.pytorch", "empty.sif", "is an empty file"),
+        ("datasets.a-file.path", "a-file", "is a file, not the dataset's folder" + where),
+        ("datasets.empty.path", "empty", "is empty (no file in it or below it)" + where),
+        ("datasets.hollow.path", "hollow", "is empty (no file in it or below it)" + where),
+        ("datasets.loop.path", "loop", "is empty (no file in it or below it)" + where),
+        ("datasets.missing.path", "missing", "does not exist" + where),
+        ("container.images.pytorch", "empty.sif", "is an empty file" + where),
     ]
     error = missing_paths_error(problems)
     assert error.splitlines()[0].startswith("6 path(s) the jobs read are missing or empty; nothing runs")
-    assert "  datasets.missing.path: 'missing' does not exist" in error.splitlines()
+    assert f"  datasets.missing.path: 'missing' does not exist{where}" in error.splitlines()
 
 
 def two_real_datasets(tmp_path):
@@ -264,8 +265,9 @@ def two_real_datasets(tmp_path):
 
 def test_the_preview_lists_every_missing_path_and_a_run_is_refused(tmp_path):
     configfile = two_real_datasets(tmp_path)
-    listed = ["  datasets.synth-cifar.path: 'data/cifar' does not exist",
-              "  datasets.synth-folder.path: 'data/folder' is empty (no file in it or below it)"]
+    # relative paths are read from the working folder, and the line says which one that is
+    listed = [f"  datasets.synth-cifar.path: 'data/cifar' does not exist in {tmp_path.resolve()}",
+              f"  datasets.synth-folder.path: 'data/folder' is empty (no file in it or below it) in {tmp_path.resolve()}"]
     preview_run = snakemake(tmp_path, "-n", configfile=configfile, timeout=120)
     assert preview_run.returncode == 0, preview_run.stderr[-3000:]
     lines = preview_run.stderr.splitlines()

@@ -52,6 +52,17 @@ def sweep_files(history_dir) -> list[Path]:
     return sorted(history_dir.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"))
 
 
+def refuse_missing_history(history_dir) -> None:
+    """ValueError when `history_dir` is no folder: a mistyped --history would otherwise list "no
+    archived sweep" as if the history were empty."""
+    path = Path(history_dir)
+    if not path.exists():
+        raise ValueError(f"--history {history_dir}: no such folder (no sweep was archived there; "
+                         "a sweep archives into its config's history_dir)")
+    if not path.is_dir():
+        raise ValueError(f"--history {history_dir}: is not a folder")
+
+
 def unreadable(path) -> str | None:
     """Why DuckDB cannot read `path` whole as an archive (damaged, or foreign: no sweep_id
     column), or None."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep.contract import layout
+from scalesweep.contract.input_files import not_a_file_refusal
 from scalesweep.history import sqlfilter
 from scalesweep.history.query import (
     FILE_SUFFIX,
@@ -20,6 +21,7 @@ from scalesweep.history.query import (
     query,
     query_error,
     sweep_files,
+    unreadable,
 )
 from scalesweep.plan.checks import ConfigError
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
@@ -62,7 +64,9 @@ def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = No
         if runs.empty:
             raise ValueError(f"no archived run in {history_dir} matches {spec!r}")
     else:
-        runs = archived_runs(history_dir, files=files_of_sweeps(history_dir, [spec]))
+        files = files_of_sweeps(history_dir, [spec])
+        runs = archived_runs(history_dir, files=files)
+        refuse_damaged(spec, files if runs.empty else [])
     if runs.empty:
         raise ValueError(f"{spec}: holds no runs")
     if where is not None:
@@ -72,7 +76,21 @@ def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = No
     return Side(spec, runs.reset_index(drop=True))
 
 
+def refuse_damaged(spec, files) -> None:
+    """ValueError naming the damaged archive file of the sweep `spec` names: 'holds no runs'
+    would hide that its runs are archived but cannot be read."""
+    for path in files:
+        why = unreadable(path)
+        if why:
+            raise ValueError(f"sweep {spec}: its archive file {path} is damaged ({why}): nothing of it "
+                             "can be compared; archive the sweep again from its results folder, or "
+                             "compare that folder")
+
+
 def _runs_at(path: Path) -> pd.DataFrame:
+    refusal = not_a_file_refusal(path, "a runs table, archive file or results folder")
+    if refusal and not path.is_dir():
+        raise ValueError(refusal)
     if path.is_dir():
         for candidate in (Path(layout.in_results(path, layout.tidy_table("runs"))), path / "runs.csv"):
             if candidate.is_file():

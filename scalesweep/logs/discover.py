@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep.contract import layout
+from scalesweep.contract.input_files import not_a_file, not_a_file_refusal
 from scalesweep.contract.records import shown
 from scalesweep.logs.read import wide_encoding
 from scalesweep.logs.run import whole_number
@@ -60,6 +61,8 @@ def read_manifest(folder):
     path = folder / MANIFEST
     if not path.exists():
         return {}, []
+    if not_a_file(path):
+        raise Refused(not_a_file_refusal(path, "a manifest file"))
     check_utf8_text(path)
     try:
         manifest = pd.read_csv(path)
@@ -107,11 +110,31 @@ def compressed_files(folder):
         yield from (Path(root) / name for name in sorted(files) if Path(name).suffix in COMPRESSED_SUFFIXES)
 
 
-def log_files(folder):
-    """The log files below `folder`, in every subfolder (links to folders are not followed)."""
-    for root, subfolders, files in os.walk(folder):
+def log_files(folder, unreadable=None):
+    """The log files below `folder`, in every subfolder (links to folders are not followed).
+    A subfolder that cannot be listed is appended to `unreadable` as a refusal: os.walk would
+    skip it without a word, and its runs would silently be missing."""
+
+    def refuse(error):
+        if unreadable is not None:
+            unreadable.append(f"{error.filename}: cannot read the folder ({error.strerror}): its logs left out")
+
+    for root, subfolders, files in os.walk(folder, onerror=refuse):
         subfolders.sort()
         yield from (Path(root) / name for name in sorted(files) if Path(name).suffix in LOG_SUFFIXES)
+
+
+def regular_files(paths, refused):
+    """`paths` without those that are no regular file (a FIFO would hang the reader), each
+    appended to `refused`."""
+    kept = []
+    for path in paths:
+        refusal = not_a_file_refusal(path, "a log file")
+        if refusal:
+            refused.append(refusal)
+        else:
+            kept.append(path)
+    return kept
 
 
 def latest_attempts(logs):
@@ -160,7 +183,8 @@ def without_dangling_links(paths, stream=None):
 def folder_items(folder, all_attempts=False):
     """((log, axes) pairs, [refused]) below `folder`: axes from the manifest of each log's folder."""
     items, refused, manifests = [], [], {}
-    logs = distinct_files(without_dangling_links(log_files(folder)))
+    found = list(log_files(folder, refused))
+    logs = distinct_files(regular_files(without_dangling_links(found), refused))
     for log in logs if all_attempts else latest_attempts(logs):
         if log.parent not in manifests:
             try:
@@ -184,7 +208,9 @@ def log_items(paths, all_attempts=False):
     world size comes from its file name (scalesweep/logs/run.py: gpus_from_filename)."""
     items, refused = [], []
     for path in paths:
-        if path.is_dir():
+        if not path.is_dir() and not_a_file(path):
+            refused.append(not_a_file_refusal(path, "a log file or runs table"))
+        elif path.is_dir():
             found, problems = folder_items(path, all_attempts)
             items += found
             refused += problems + compressed_log_refusals(compressed_files(path))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import codecs
 from pathlib import Path
 
+from scalesweep.contract.input_files import not_a_file
 from scalesweep.contract.records import RECORD_PREFIX
 from scalesweep.logs import invariants
 from scalesweep.logs.failures import failure_from_signatures, last_exception, one_line
@@ -49,6 +50,9 @@ from scalesweep.logs.run import (
 def parse_file(path, world_size: int | None = None, images_per_epoch: int | None = None) -> list[ParsedRun]:
     """Parse a log file; `world_size` is needed only for ddp-reference logs whose name lacks it,
     `images_per_epoch` (the dataset's training images) only for Keras logs, which count steps."""
+    kind = not_a_file(path)
+    if kind:
+        raise LogFormatError(path, f"{kind}, not a log file: not read")
     raw = Path(path).read_bytes()
     encoding = wide_encoding(raw)
     if encoding:

@@ -103,6 +103,42 @@ def check_matrix_size(matrix: dict) -> None:
                                     f"{MAX_COMBINATIONS:,}: split the sweep")
 
 
+def config_paths(config):
+    """(key, path) of every config value that names a file or folder on disk."""
+    for name, spec in config["datasets"].items():
+        if "path" in spec:
+            yield f"datasets.{name}.path", spec["path"]
+    yield "history_dir", config.get("history_dir")
+    yield "compare_with", config.get("compare_with")
+    container = config.get("container", {})
+    for index, bind in enumerate(container.get("binds", [])):
+        yield f"container.binds[{index}]", bind
+    for section in ("images", "python"):
+        for framework, path in container.get(section, {}).items():
+            yield f"container.{section}.{framework}", path
+
+
+def unexpanded_path_problem(path: str) -> str | None:
+    """Why `path` holds what only a shell expands (`~`, `$VAR`), or None. The workflow passes a
+    path on as it is written: a `~` would become a folder named `~` in the working folder, a
+    `$HOME` a folder named `$HOME`, and which shell should expand it differs between the login
+    node, a job and a container."""
+    if path.startswith("~"):
+        return (f"'{path}' starts with '~', which is not expanded here: write the full path "
+                f"({os.path.expanduser(path)})")
+    if "$" in path:
+        return (f"'{path}' holds '$', which is not expanded here: write the full path "
+                f"({os.path.expandvars(path)})")
+    return None
+
+
+def check_unexpanded_paths(config) -> None:
+    for key, path in config_paths(config):
+        problem = unexpanded_path_problem(path) if isinstance(path, str) else None
+        if problem:
+            raise ConfigError(key, problem)
+
+
 def check_dataset_path_shapes(config) -> None:
     for name, spec in config["datasets"].items():
         path = str(spec.get("path", ""))
@@ -315,8 +351,23 @@ def check_references(config):
                                   f"not a {framework} model" + did_you_mean([model], models))
 
 
+# A synthetic dataset is written to disk whole by the data stage before any job trains: sizes
+# past this many bytes (raw pixels: ImageNet's training set is about 150 GB) are a typo that
+# would fill the file system, not a benchmark.
+MAX_SYNTHETIC_BYTES = 10**12
+
+
+def synthetic_bytes(fmt, sizes) -> int:
+    """Raw pixel bytes a synthetic dataset holds (3 bytes a pixel; CIFAR-10's images are 32 px)."""
+    if fmt == "cifar10":
+        return (sizes.get("train_images", 0) + sizes.get("test_images", 0)) * 32 * 32 * 3
+    images = sizes["classes"] * (sizes["train_per_class"] + sizes["val_per_class"])
+    return images * sizes["size"] ** 2 * 3
+
+
 def check_synthetic(key, fmt, sizes):
-    """A synthetic entry sets only options its format's generator has, and all it requires."""
+    """A synthetic entry sets only options its format's generator has, all it requires, and
+    sizes a disk can hold."""
     options = SYNTHETIC_OPTIONS[fmt]
     allowed = options["required"] + options["optional"]
     for option in sizes:
@@ -332,6 +383,11 @@ def check_synthetic(key, fmt, sizes):
         raise ConfigError(
             key, f"{fmt} datasets need {', '.join(options['required'])}; missing: {', '.join(missing)}"
         )
+    size = synthetic_bytes(fmt, sizes)
+    if size > MAX_SYNTHETIC_BYTES:
+        raise ConfigError(key, f"these sizes make {size:.3g} bytes of images, more than "
+                               f"{MAX_SYNTHETIC_BYTES:.0e} (the data stage writes them all before any "
+                               "job): lower them")
 
 
 def check_datasets(config):

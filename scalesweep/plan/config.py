@@ -22,6 +22,8 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config, validate
 
+from scalesweep.contract.input_files import not_a_file_refusal
+
 from scalesweep.plan import checks, matrix
 from scalesweep.plan.checks import ConfigError, did_you_mean
 from scalesweep.plan.site import check_images
@@ -113,6 +115,13 @@ def load_strict(path):
 
 
 def read_utf8(path) -> str:
+    refusal = not_a_file_refusal(path, "a config file")
+    if refusal:
+        raise ConfigFileError(refusal)
+    size = Path(path).stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigFileError(f"{path}: {size:,} bytes; a config is a few kilobytes, and one over "
+                              f"{MAX_CONFIG_BYTES:,} bytes is refused before it is parsed")
     raw = Path(path).read_bytes()
     try:
         return raw.decode("utf-8")
@@ -122,6 +131,9 @@ def read_utf8(path) -> str:
                               "save the file as UTF-8") from None
 
 
+# A config is a few kilobytes. The YAML parser composes a megabyte of values in about a minute
+# (10^6 list items measured here: 64 s), long before MAX_CONFIG_VALUES below can refuse them.
+MAX_CONFIG_BYTES = 1_000_000
 # A config is a few hundred values; YAML aliases can make a few hundred bytes stand for billions
 # (each alias repeats a node that may itself hold aliases), which nothing that walks the config
 # would finish.
@@ -148,8 +160,8 @@ def load_yaml(text, path):
     try:
         node = loader.get_single_node()
         if node is not None and expanded_size(node) > MAX_CONFIG_VALUES:
-            raise ConfigFileError(f"{path}: its YAML aliases expand to more than {MAX_CONFIG_VALUES:,} "
-                                  "values; a config needs a few hundred")
+            raise ConfigFileError(f"{path}: holds more than {MAX_CONFIG_VALUES:,} values (YAML aliases "
+                                  "expanded); a config needs a few hundred")
         return loader.construct_document(node) if node is not None else None
     finally:
         loader.dispose()
@@ -208,6 +220,7 @@ def validate_config(config, schema=CONFIG_SCHEMA):
     checks.check_frameworks(config)
     checks.check_matrix_size(config["matrix"])
     checks.check_dataset_path_shapes(config)
+    checks.check_unexpanded_paths(config)
     checks.check_bind_length(config)
 
 

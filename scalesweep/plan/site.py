@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from scalesweep.contract.input_files import not_a_file_refusal
 from scalesweep.plan import containers, launch
 from scalesweep.plan.checks import ConfigError
 
@@ -86,6 +87,12 @@ def image_problem(path) -> str | None:
     return None if path.stat().st_size else "is an empty file"
 
 
+def read_from(path, workdir) -> str:
+    """' in <folder>' for a relative path: the jobs read it from the working folder (Snakemake's
+    --directory), which need not be the folder the user typed the command in."""
+    return "" if Path(path).is_absolute() else f" in {Path(workdir).resolve()}"
+
+
 def path_problems(config, all_settings, workdir=".") -> list:
     """(config key, path as written, why) of every dataset and local image the jobs would read
     that is missing or empty; generated datasets and pulled images are made by the workflow."""
@@ -96,13 +103,13 @@ def path_problems(config, all_settings, workdir=".") -> list:
         if spec.get("synthetic") is None:
             why = dataset_problem(Path(workdir) / spec["path"])
             if why:
-                problems.append((f"datasets.{name}.path", spec["path"], why))
+                problems.append((f"datasets.{name}.path", spec["path"], why + read_from(spec["path"], workdir)))
     container = config["container"]
     for framework, image in containers.sweep_images(container, {s["framework"] for s in all_settings}).items():
         if not containers.is_pulled(image):
             why = image_problem(Path(workdir) / image)
             if why:
-                problems.append((f"container.images.{framework}", image, why))
+                problems.append((f"container.images.{framework}", image, why + read_from(image, workdir)))
     return problems
 
 
@@ -240,7 +247,11 @@ def key_values(entries) -> dict:
 def read_profile(folder) -> Profile:
     """The profile in `folder` (its config.yaml), as Snakemake would apply it; relative config
     files stay relative to the working directory, as Snakemake reads them."""
-    settings = yaml.safe_load((Path(folder) / "config.yaml").read_text()) or {}
+    path = Path(folder) / "config.yaml"
+    refusal = not_a_file_refusal(path, "a profile's config file")
+    if refusal:
+        raise ConfigError("", refusal)
+    settings = yaml.safe_load(path.read_text()) or {}
     configfiles = settings.get("configfile") or []
     resources = key_values(settings.get("default-resources"))
     return Profile(
