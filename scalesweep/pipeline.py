@@ -31,7 +31,7 @@ from scalesweep.report import outcome
 from scalesweep.tidy import after_failure
 from scalesweep.tidy.copies import without_copies
 from scalesweep.tidy.rows import tidy_frames, tidy_tables, write_pair, write_tidy
-from scalesweep.tidy.table import read_runs
+from scalesweep.tidy.table import check_runs, read_runs_csv
 
 # The tables each stage after the tables stage reads, by name (tables.TABLES).
 FIGURE_TABLES = ("scaling", "fits", "predictions")
@@ -70,12 +70,16 @@ def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSet
 # ----------------------------------------------------------------------------- analyze
 
 def read_runs_table(path):
-    """A runs table given on the command line, checked (table.read_runs); Refused naming it."""
+    """A runs table given on the command line, checked (table.check_runs) but returned whole:
+    check_runs leaves out the failed rows without a GPU count (no place in a scaling series),
+    and the runs.csv written from this one must still hold them. Refused naming the file."""
     check_utf8_text(path)
     try:
-        return read_runs(path)
+        runs = read_runs_csv(path)
+        check_runs(runs, source=str(path), line_offset=2)
     except ValueError as error:
         raise Refused(str(error)) from None
+    return runs
 
 
 def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, world_sizes=None):

@@ -63,3 +63,17 @@ def test_distinct_runs_are_never_taken_for_copies(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "duplicate" not in result.stdout
     assert len(pd.read_csv(tmp_path / "out/tidy/runs.csv")) == 3
+
+
+def test_a_runs_table_holding_a_run_twice_is_one_run_as_a_compare_side(tmp_path, recwarn):
+    """A runs.csv written before copies were left out may hold a run twice; as a comparison side
+    it is one run (two identical rows would pass for two repeats and a zero-width interval)."""
+    from scalesweep.history.sides import load_side
+
+    runs = runs_table([(LOGS / "scalesweep_ok.log", {})])[1]
+    doubled = tmp_path / "runs.csv"
+    pd.concat([runs, runs], ignore_index=True).to_csv(doubled, index=False)
+    side = load_side(str(doubled))
+    assert len(side.runs) == len(runs) == 1
+    said = [str(w.message) for w in recwarn.list]
+    assert said and said[0].startswith("1 duplicate copy of a run left out") and f"{doubled}:3" in said[0]

@@ -284,3 +284,21 @@ def test_the_archive_stage_beside_a_damaged_history_archives_and_names_the_damag
         str(warning.message).split("skipping damaged file ")[1].split(": ")[0] for warning in caught}
     after = {path.name: path.read_bytes() for path in history.iterdir()}
     assert len(after) == len(before) + 1 and all(after[name] == data for name, data in before.items())
+
+
+# ------------------------------------------------------------------ a runs table given back
+
+def test_a_runs_table_given_back_keeps_its_failed_rows_without_a_gpu_count(tmp_path):
+    """A failed run whose log was empty has no GPU count: it has no place in a scaling series,
+    but a runs.csv written from a runs.csv must still hold it (it used to vanish silently)."""
+    from scalesweep.pipeline import collect_runs
+
+    folder = logs_folder(tmp_path)
+    (folder / "empty.log").write_text("")
+    first, _, _ = collect_runs([folder], tmp_path / "first")
+    runs = pd.read_csv(first)
+    assert runs["gpus"].isna().sum() == 1 and (runs.loc[runs["gpus"].isna(), "status"] != "ok").all()
+    again, _, _ = collect_runs([first], tmp_path / "again")
+    rerun = pd.read_csv(again)
+    assert len(rerun) == len(runs)
+    assert sorted(rerun["log"].astype(str)) == sorted(runs["log"].astype(str))

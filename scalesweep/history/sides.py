@@ -5,6 +5,7 @@ a comparison writes (scalesweep/history/compare.py compares them).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from scalesweep.history.query import (
 )
 from scalesweep.plan.checks import ConfigError
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
+from scalesweep.tidy.copies import copies_report, without_copies
 from scalesweep.tidy.table import read_runs_csv
 
 
@@ -94,11 +96,22 @@ def _runs_at(path: Path) -> pd.DataFrame:
     if path.is_dir():
         for candidate in (Path(layout.in_results(path, layout.tidy_table("runs"))), path / "runs.csv"):
             if candidate.is_file():
-                return read_runs_csv(candidate)
+                return runs_once(candidate)
         raise ValueError(f"{path}: a results folder holds tidy/runs.csv (or runs.csv); none here")
     if path.suffix == FILE_SUFFIX:
         return query([path], "SELECT * FROM runs")
-    return read_runs_csv(path)
+    return runs_once(path)
+
+
+def runs_once(runs_csv: Path) -> pd.DataFrame:
+    """A runs.csv side with each run once: a table written before copies were left out at tidy
+    time may hold one run twice (tidy/copies.py), which would pass for two repeats. Each copy
+    left out is a warning naming its line."""
+    runs = read_runs_csv(runs_csv)
+    runs, copied = without_copies(runs, [f"{runs_csv}:{line}" for line in range(2, len(runs) + 2)])
+    if copied:
+        warnings.warn("\n".join(copies_report(copied)), stacklevel=2)
+    return runs
 
 
 def filter_frame(runs: pd.DataFrame, where: str) -> pd.DataFrame:
