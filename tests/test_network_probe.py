@@ -19,50 +19,166 @@ import probe_network  # noqa: E402
 import stepparts  # noqa: E402
 
 
-def test_probe_row_is_nccl_tests_bandwidth_over_the_buckets():
-    # 100 MB in 4 buckets of 25 MiB, 10 ms each: 40 ms per step; algbw = 1e8 / 0.04 = 2.5 GB/s,
-    # busbw over 4 ranks x 2 x 3/4 = 3.75 GB/s; latency 60 us over 2 x 3 = 6 hops = 10 us.
-    row = probe_network.probe_row([0.010, 0.010, 0.011, 0.009], [60e-6] * 3, 100_000_000,
+PROBED = {"model": "vit_h_14@224", "gradient_bytes": 2_528_183_200, "bytes": 100_000_000,
+          "bucket_bytes": stepparts.BUCKET_BYTES, "note": ""}
+
+
+def test_probe_row_is_nccl_tests_bandwidth_of_a_round_of_buckets():
+    # 100 MB a round in 4 buckets (3 of 25 MiB and one of 21.4 MB), rounds of 39/40/41 ms: the
+    # median 40 ms; algbw = 1e8 / 0.04 = 2.5 GB/s, busbw over 4 ranks x 2 x 3/4 = 3.75 GB/s;
+    # latency 60 us over 2 x 3 = 6 hops = 10 us.
+    row = probe_network.probe_row([0.041, 0.040, 0.039], [60e-6] * 3, PROBED,
                                   [(0, "node1"), (0, "node1"), (1, "node2"), (1, "node2")], "gloo", 1.5)
     assert row["allreduce_s"] == pytest.approx(0.040)
     assert row["algbw_gb_s"] == pytest.approx(2.5) and row["busbw_gb_s"] == pytest.approx(3.75)
     assert row["latency_s"] == pytest.approx(10e-6)
     assert (row["nodes"], row["ranks"], row["node_names"]) == (2, 4, "node1 node2")
-    assert row["bucket_bytes"] == stepparts.BUCKET_BYTES and list(row) == list(probe_network.COLUMNS)
+    assert (row["model"], row["gradient_bytes"], row["buckets"]) == ("vit_h_14@224", 2_528_183_200, 4)
+    assert row["bucket_bytes"] == 25 * 2**20 and list(row) == list(probe_network.COLUMNS)
+
+
+def test_gradient_bytes_are_the_trainable_parameters_in_fp32_counted_without_memory():
+    # torchvision's documented parameter counts (1000 classes): ResNet-18 11,689,512, ResNet-50
+    # 25,557,032, ViT-H/14 at 224 px 632,045,800 (IMAGENET1K_SWAG_LINEAR_V1).
+    assert probe_network.gradient_bytes("resnet18", 224) == 4 * 11_689_512
+    assert probe_network.gradient_bytes("resnet50", 224) == 4 * 25_557_032
+    assert probe_network.gradient_bytes("vit_h_14", 224) == 4 * 632_045_800
+    # vit_tiny at 32 px by hand: patch conv 3*8*8*64+64 = 12,352; class token 64; positions
+    # (4*4+1)*64 = 1,088; per layer 2 norms 256 + qkv 64*192+192 + out 64*64+64 + MLP 64*128+128
+    # + 128*64+64 = 33,472, 2 layers; final norm 128; head 64*1000+1000 = 65,000.
+    assert probe_network.gradient_bytes("vit_tiny", 32) == 4 * (12_352 + 64 + 1_088 + 2 * 33_472 + 128 + 65_000)
+
+
+def test_the_largest_model_is_probed_in_its_smallest_buckets():
+    specs = [(("vit_tiny", 32, 25.0), 582_304), (("vit_h_14", 224, 25.0), 2_528_183_200),
+             (("vit_h_14", 224, 100.0), 2_528_183_200)]
+    assert probe_network.largest(specs) == (("vit_h_14", 224, 25.0), 2_528_183_200)
+
+
+def test_buckets_and_the_cpu_cap():
+    mib = 2**20
+    # ViT-H/14's 2,528,183,200 bytes fill 96 buckets of 25 MiB (2,516,582,400) and an 11,600,800 tail.
+    sizes = probe_network.bucket_sizes(2_528_183_200, 25 * mib)
+    assert len(sizes) == 97 and sizes[-1] == 11_600_800 and sum(sizes) == 2_528_183_200
+    assert probe_network.timed_bytes(2_528_183_200, 25 * mib, on_gpu=True) == (2_528_183_200, "")
+    capped, note = probe_network.timed_bytes(2_528_183_200, 25 * mib, on_gpu=False)
+    assert capped == 100 * mib and "timed 4 of 97 buckets" in note
+    # Buckets larger than the cap: one whole bucket is timed; a small model is timed whole.
+    assert probe_network.timed_bytes(2_528_183_200, 400 * mib, on_gpu=False)[0] == 400 * mib
+    assert probe_network.timed_bytes(582_304, 25 * mib, on_gpu=False) == (582_304, "")
+
+
+def test_a_model_spec_is_checked_before_any_process_starts():
+    assert probe_network.parse(["--model=vit_h_14:224:25", "--out=x"]).model == [("vit_h_14", 224, 25.0)]
+    for bad in ("vit_h_14:224", "nosuch:224:25", "vit_h_14:big:25", "vit_h_14:224:0"):
+        with pytest.raises(SystemExit):
+            probe_network.parse([f"--model={bad}", "--out=x"])
+
+
+def test_the_probe_models_are_the_pytorch_runs_with_their_bucket_caps():
+    runs = [{"framework": "pytorch", "model": "vit_h_14", "resolution": 224},
+            {"framework": "pytorch", "model": "vit_h_14", "resolution": 224, "bucket_cap_mb": 100},
+            {"framework": "pytorch", "model": "resnet50", "resolution": 224, "bucket_cap_mb": None},
+            {"framework": "tensorflow", "model": "resnet50v2", "resolution": 128}]
+    assert launch.network_probe_models(runs) == ["resnet50:224:25", "vit_h_14:224:100", "vit_h_14:224:25"]
+
+
+def probe_command(container, out, repo="/repo with space", workdir="/work dir"):
+    return launch.network_probe_command({"gpus_per_node": 4, "cpus_per_gpu": 2}, container, repo, workdir,
+                                        "/usr/bin/python3", out, ["vit_h_14:224:25"])
+
+
+def per_node_words(command):
+    srun = shlex.split(command.split(" && ")[-1])
+    per_node = shlex.split(srun[-1].replace("$SLURM_NODEID", "0").replace("$SLURM_JOB_ID", "1")
+                           .replace("$MASTER_ADDR:$MASTER_PORT", "h:1"))
+    return srun, per_node
 
 
 def test_the_probe_command_quotes_every_path(tmp_path):
     hostile = tmp_path / "it's $(touch pwned) dir" / "network.csv"
-    command = launch.network_probe_command({"gpus_per_node": 4, "cpus_per_gpu": 2}, "/usr/bin/python3",
-                                           "/repo with space", hostile, 2_520_000_000)
-    srun = shlex.split(command.split(" && ")[-1])
+    srun, per_node = per_node_words(probe_command({"runtime": "none"}, hostile))
     assert srun[:3] == ["srun", "--nodes=2", "--ntasks=2"] and "--cpus-per-task=8" in srun
-    per_node = shlex.split(srun[-1].replace("$SLURM_NODEID", "0").replace("$SLURM_JOB_ID", "1")
-                           .replace("$MASTER_ADDR:$MASTER_PORT", "h:1"))
     assert f"--out={hostile}" in per_node and "/repo with space/scripts/probe_network.py" in per_node
-    assert "--nnodes=2" in per_node and "--nproc-per-node=4" in per_node and "--bytes=2520000000" in per_node
+    assert "--nnodes=2" in per_node and "--nproc-per-node=4" in per_node and "--model=vit_h_14:224:25" in per_node
+
+
+def test_on_a_cluster_the_probe_runs_in_the_pytorch_image_as_a_two_node_training_job():
+    container = {"runtime": "apptainer", "module": ["apptainer/1.3"], "args": ["--nv"], "binds": ["/scratch"],
+                 "images": {"pytorch": "/images/pytorch 24.07.sif", "tensorflow": "/images/tf.sif"}}
+    command = probe_command(container, "results/tables/network.csv")
+    steps = command.split(" && ")
+    assert steps[0] == "module load apptainer/1.3" and steps[1].startswith("MASTER_ADDR=$(scontrol")
+    srun, per_node = per_node_words(command)
+    assert srun[:-3] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--gres=gpu:4",
+                         "--cpus-per-task=8", "--kill-on-bad-exit=1"] and srun[-3:-1] == ["bash", "-c"]
+    assert per_node == [
+        *launch.python_env_hygiene(),
+        "apptainer", "exec", "--nv", "--bind", "/repo with space,/work dir,/scratch", "--pwd", "/work dir",
+        "/images/pytorch 24.07.sif",
+        "env", "OMP_NUM_THREADS=$((${OMP_NUM_THREADS:-1}/4>0?${OMP_NUM_THREADS:-1}/4:1))",
+        "python", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=4", "--node-rank=0",
+        "--rdzv-id=1", "--rdzv-backend=c10d", "--rdzv-endpoint=h:1",
+        "/repo with space/scripts/probe_network.py", "--model=vit_h_14:224:25", "--out=results/tables/network.csv"]
+
+
+def test_the_probe_is_booked_as_two_whole_nodes_for_its_time_limit():
+    cluster = {"gpus_per_node": 4, "cpus_per_gpu": 20, "exclusive": "multinode"}
+    settings = launch.network_probe_settings(cluster)
+    resources = launch.slurm_resources(settings, cluster)
+    assert resources == {"nodes": 2, "tasks": 2, "cpus_per_task": 80, "gres": "gpu:4", "tasks_per_gpu": 0,
+                         "runtime": launch.PROBE_TIME_LIMIT_MIN, "slurm_extra": "--exclusive"}
+    # 8 GPUs for 10 minutes.
+    assert launch.booked_gpu_hours(settings) == pytest.approx(8 * 10 / 60)
+
+
+def container_for(runtime, tmp_path):
+    """The container config of the SLURM test: the sweep's own Python (`none`), or a stub
+    `singularity` that does with the environment, binds and --pwd what the real runtime does
+    (tests/test_container_env.py) around a folder image whose `python` is the PyTorch 24.07 stack
+    stand-in; returns (config, the folder to put first on PATH or None)."""
+    if runtime == "none":
+        return {"runtime": "none"}, None
+    from stacks import STACKS, stack_python
+    from test_container_env import RUNTIME, write_executable
+
+    bin_dir = tmp_path / "bin"
+    write_executable(bin_dir / "singularity", RUNTIME)
+    image = tmp_path / "images" / "pytorch 24.07"
+    write_executable(image / "bin" / "python", f'#!/bin/bash\necho "$SINGULARITY_CONTAINER" >> "{tmp_path}/started"\n'
+                                               f'exec "{stack_python(STACKS["pytorch"])}" "$@"\n')
+    return {"runtime": "singularity", "args": ["--nv"], "binds": [], "images": {"pytorch": str(image)}}, bin_dir
 
 
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_the_probe_runs_across_the_test_clusters_two_nodes(tmp_path):
+@pytest.mark.parametrize("runtime", ["none", pytest.param("singularity", marks=pytest.mark.stacks)])
+def test_the_probe_runs_across_the_test_clusters_two_nodes(tmp_path, runtime):
     if subprocess.run(["sinfo"], capture_output=True).returncode != 0:
         pytest.skip("the test SLURM cluster is down: sudo bash tests/cluster/slurm-up.sh")
+    container, bin_dir = container_for(runtime, tmp_path)
     out = tmp_path / "net work" / "network.csv"
-    command = launch.network_probe_command({"gpus_per_node": 2, "cpus_per_gpu": 1}, sys.executable, REPO, out,
-                                           4 * stepparts.BUCKET_BYTES)
+    command = launch.network_probe_command({"gpus_per_node": 2, "cpus_per_gpu": 1}, container, REPO, tmp_path,
+                                           sys.executable, out, ["vit_tiny:32:25", "resnet18:224:25"])
     job = tmp_path / "probe.sh"
     job.write_text("#!/bin/bash\nset -e\n" + command + "\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    if bin_dir:
+        env["PATH"] = f"{bin_dir}:{env['PATH']}"
     done = subprocess.run(["sbatch", "--wait", "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:2", "--cpus-per-task=2",
                            "--account=scalesweep", "--qos=acc_debug", "--time=5", f"--output={tmp_path / 'job.out'}",
                            str(job)], capture_output=True, text=True, timeout=400, env=env, cwd=tmp_path)
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert done.returncode == 0, done.stderr + log[-3000:]
-    row = pd.read_csv(out).iloc[0]
+    row = pd.read_csv(out, keep_default_na=False).iloc[0]
     assert (row["nodes"], row["ranks"], row["backend"], row["node_names"]) == (2, 4, "gloo", "node1 node2")
-    assert row["busbw_gb_s"] > 0 and row["latency_s"] > 0 and row["bytes"] == 4 * stepparts.BUCKET_BYTES
+    # ResNet-18 (11,689,512 parameters) is the larger: 44.6 MB of fp32 gradients, 2 buckets of 25 MiB.
+    assert (row["model"], row["gradient_bytes"], row["bytes"]) == ("resnet18@224", 4 * 11_689_512, 4 * 11_689_512)
+    assert (row["bucket_bytes"], row["buckets"], row["note"]) == (25 * 2**20, 2, "")
+    assert row["busbw_gb_s"] > 0 and row["latency_s"] > 0
     assert "network probe: 2 node(s), 4 ranks, gloo" in log
+    if runtime == "singularity":  # the image's python started torchrun once on each node
+        assert (tmp_path / "started").read_text().splitlines() == [container["images"]["pytorch"]] * 2
 
 
 def test_the_sweep_probes_only_on_a_cluster_when_it_predicts_beyond_a_node():
@@ -99,5 +215,7 @@ def test_snakemake_probe_network_writes_network_csv_locally(tmp_path):
     done = snakemake(tmp_path, "probe_network", "--cores", "2", configfile=REPO / "config" / "config.yaml")
     assert done.returncode == 0, done.stderr[-4000:]
     row = pd.read_csv(tmp_path / "results" / "tables" / "network.csv").iloc[0]
-    assert (row["ranks"], row["backend"], row["bytes"]) == (2, "gloo", 4 * stepparts.BUCKET_BYTES)
+    # The laptop sweep's PyTorch models are vit_tiny and resnet18 at 32 px: ResNet-18 is the larger.
+    assert (row["ranks"], row["backend"], row["model"]) == (2, "gloo", "resnet18@32")
+    assert row["bytes"] == row["gradient_bytes"] == probe_network.gradient_bytes("resnet18", 32)
     assert row["busbw_gb_s"] > 0
