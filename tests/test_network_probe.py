@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from scalesweep.plan import launch
 
@@ -181,17 +182,16 @@ def test_the_probe_runs_across_the_test_clusters_two_nodes(tmp_path, runtime):
         assert (tmp_path / "started").read_text().splitlines() == [container["images"]["pytorch"]] * 2
 
 
-def test_the_sweep_probes_only_on_a_cluster_when_it_predicts_beyond_a_node():
+def test_the_sweep_probes_when_it_predicts_beyond_a_node():
     config = {"matrix": {"framework": ["pytorch"], "gpus": [1, 2, 4]}, "cluster": {"gpus_per_node": 4},
               "analysis": {"predict_gpus": [8, 16], "gpus_per_node": None}}
-    assert launch.network_probe_wanted(config, on_cluster=True)  # 8 and 16 lie beyond a node of 4
+    assert launch.network_probe_wanted(config)  # 8 and 16 lie beyond a node of 4
     # The default counts (next two doublings) book no 2-node job the user did not ask for.
-    assert not launch.network_probe_wanted({**config, "analysis": {"predict_gpus": None}}, on_cluster=True)
-    assert not launch.network_probe_wanted(config, on_cluster=False)
-    assert not launch.network_probe_wanted({**config, "analysis": {"predict_gpus": [4]}}, on_cluster=True)
-    assert not launch.network_probe_wanted({**config, "cluster": {"gpus_per_node": 16}}, on_cluster=True)
+    assert not launch.network_probe_wanted({**config, "analysis": {"predict_gpus": None}})
+    assert not launch.network_probe_wanted({**config, "analysis": {"predict_gpus": [4]}})
+    assert not launch.network_probe_wanted({**config, "cluster": {"gpus_per_node": 16}})
     single_node = {**config, "matrix": {"framework": ["tensorflow"], "gpus": [1, 2, 4]}}
-    assert not launch.network_probe_wanted(single_node, on_cluster=True)
+    assert not launch.network_probe_wanted(single_node)
 
 
 def test_a_probed_network_drives_the_communication_rule(tmp_path):
@@ -219,3 +219,107 @@ def test_snakemake_probe_network_writes_network_csv_locally(tmp_path):
     assert (row["ranks"], row["backend"], row["model"]) == (2, "gloo", "resnet18@32")
     assert row["bytes"] == row["gradient_bytes"] == probe_network.gradient_bytes("resnet18", 32)
     assert row["busbw_gb_s"] > 0
+
+
+def test_mn5_dry_run_shows_the_probe_in_the_pytorch_image_across_two_whole_nodes(tmp_path):
+    """`snakemake -n -p probe_network --profile mn5` as typed from the repository root: the job
+    MareNostrum 5 would run, inside the site's PyTorch image, since its login node's Python has
+    no torch."""
+    from mn5site import mn5_profile, run_with_profile
+    from test_cluster_commands import TORCH_IMAGE, mn5_config, resources_of
+
+    config = mn5_config(tmp_path)
+    override = tmp_path / "datasets.yaml"
+    override.write_text(yaml.safe_dump({"datasets": config["datasets"]}))
+    workdir = tmp_path / "workdir"
+    mn5_profile(workdir / "mn5")
+    done = run_with_profile(workdir, "-n", "-p", "probe_network", "--configfile", "config/mn5.yaml", str(override))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    block = next(block for block in done.stdout.split("rule ")[1:] if block.startswith("probe_network:"))
+    resources = resources_of(block)
+    assert {key: resources[key] for key in ("nodes", "tasks", "gres", "cpus_per_task", "runtime", "mpi",
+                                            "slurm_extra", "qos")} == {
+        "nodes": "2", "tasks": "2", "gres": "gpu:4", "cpus_per_task": "80", "runtime": "10", "mpi": "srun",
+        "slurm_extra": "--exclusive", "qos": "acc_debug"}
+    shell = next(line for line in block.splitlines() if line.startswith("Shell command: "))
+    cluster_branch = shell.split("; then ", 1)[1].split("; else ", 1)[0]
+    srun, per_node = per_node_words(cluster_branch)
+    assert cluster_branch.startswith("module load singularity && MASTER_ADDR=") and srun[:2] == ["srun", "--nodes=2"]
+    image = per_node.index(TORCH_IMAGE)
+    assert per_node[image - 7:image] == ["singularity", "exec", "--nv", "--bind", f"{REPO},{workdir}",
+                                         "--pwd", str(workdir)]
+    assert per_node[image + 3:image + 8] == ["python", "-m", "torch.distributed.run", "--nnodes=2",
+                                             "--nproc-per-node=4"]
+    # config/mn5.yaml's one PyTorch model, ViT-H/14 at 224 px, in DDP's default 25 MB buckets.
+    assert per_node[-3:] == [f"{REPO}/scripts/probe_network.py", "--model=vit_h_14:224:25",
+                             "--out=results/tables/network.csv"]
+    assert "image_digest" in done.stdout  # the image's digest is recorded before the probe runs
+
+
+def training_job(gpus, nodes, minutes=90):
+    return {"framework": "pytorch", "gpus": gpus, "nodes": nodes, "gpus_per_node": gpus // nodes, "node_gpus": 4,
+            "time_limit_min": minutes, "exclusive": "always", "whole_node": True}
+
+
+def test_the_cluster_preview_lists_the_probe_and_counts_its_gpu_hours():
+    from scalesweep.plan import preview
+
+    probe = launch.network_probe_settings({"gpus_per_node": 4, "cpus_per_gpu": 20, "exclusive": "multinode"})
+    jobs = {"a": training_job(4, 1), "b": training_job(8, 2)}
+    summary = preview.plan_summary(["a", "b"], [], jobs, {"a"}, probe=probe).splitlines()
+    # The 8-GPU run: 8 GPUs x 90 min = 12.0 GPU-hours; the probe: 8 GPUs x 10 min = 1.33; together
+    # 13.3; with the measured 4-GPU run (6.0) the whole sweep is 19.3.
+    assert summary[2] == "  network probe (probe_network): 2 nodes x 4 GPUs, 10 min: 1.3 GPU-hours"
+    assert summary[3] == ("  GPUs of the jobs to run: 16; GPU-hours they book at their time limits (10-90 min): "
+                          "13.3 (all 3 jobs: 19.3)")
+    # Every run measured: the probe alone is left.
+    alone = preview.plan_summary(["a", "b"], [], jobs, {"a", "b"}, probe=probe).splitlines()
+    assert alone[1:] == ["  network probe (probe_network): 2 nodes x 4 GPUs, 10 min: 1.3 GPU-hours",
+                         "  GPUs of the jobs to run: 8; GPU-hours they book at their time limits (10 min): 1.3 "
+                         "(all 3 jobs: 19.3)"]
+    without = preview.plan_summary(["a", "b"], [], jobs, {"a"}).splitlines()
+    assert not any("probe" in line for line in without) and without[2].endswith("12.0 (all 2 jobs: 18.0)")
+
+
+def test_the_local_preview_describes_the_probe_in_processes_and_minutes():
+    from scalesweep.plan import preview
+
+    probe = launch.network_probe_settings({"gpus_per_node": 4, "cpus_per_gpu": 20})
+    jobs = {"a": {**training_job(2, 1, minutes=60), "gpus_per_node": 2}}
+    lines = preview.plan_summary(["a"], [], jobs, set(), local=True, probe=probe).splitlines()
+    assert lines[2] == "  network probe (probe_network): 2 processes (gloo) standing in for 2 nodes, at most 10 min"
+    assert lines[3] == "  minutes at their time limits (10-60 min): at most 70 (all 2 jobs: 70)"
+    assert not any("GPU-hours" in line or "node x" in line for line in lines)
+
+
+def test_a_local_sweep_predicting_beyond_a_node_previews_and_plans_the_probe(tmp_path):
+    from conftest import TINY, snakemake
+
+    config = yaml.safe_load(TINY.read_text())
+    config["analysis"] = {**(config.get("analysis") or {}), "predict_gpus": [8]}  # beyond a node of 4
+    configfile = tmp_path / "sweep.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    done = snakemake(tmp_path, "-n", configfile=configfile)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "  network probe (probe_network): 2 processes (gloo) standing in for 2 nodes, at most 10 min" in done.stderr
+    assert any(line.split()[:2] == ["probe_network", "1"] for line in done.stdout.splitlines()), done.stdout[-2000:]
+
+
+def test_mn5_preview_books_the_probe_when_the_sweep_predicts_beyond_a_node(tmp_path):
+    from mn5site import mn5_profile, run_with_profile
+    from test_cluster_commands import mn5_config
+
+    config = mn5_config(tmp_path)
+    override = tmp_path / "more.yaml"
+    override.write_text(yaml.safe_dump({"datasets": config["datasets"], "analysis": {"predict_gpus": [64]}}))
+    workdir = tmp_path / "workdir"
+    mn5_profile(workdir / "mn5")
+    done = run_with_profile(workdir, "-n", "--configfile", "config/mn5.yaml", str(override))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    said = done.stdout + done.stderr
+    # Two exclusive nodes of 4 H100s for 10 minutes: 8 x 10 / 60 = 1.3 GPU-hours, in the total.
+    assert "  network probe (probe_network): 2 nodes x 4 GPUs, 10 min: 1.3 GPU-hours" in said
+    total = next(line for line in said.splitlines() if line.startswith("  GPUs of the jobs to run:"))
+    # config/mn5.yaml's 18 training jobs book 234.0 GPU-hours; the probe's 1.3 joins them.
+    assert total.endswith("time limits (10-90 min): 235.3 (all 19 jobs: 235.3)"), total
+    assert any(line.split()[:2] == ["probe_network", "1"] for line in done.stdout.splitlines())

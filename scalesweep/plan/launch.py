@@ -411,14 +411,15 @@ def booked_gpu_hours(settings):
     return held_gpus(settings) * settings["time_limit_min"] / 60
 
 
-def network_probe_wanted(config, on_cluster):
-    """Whether the sweep runs the network probe itself: on a cluster, when a framework that runs
-    across nodes is swept and a GPU count the config asks to predict (analysis.predict_gpus)
-    lies beyond one node. The default counts (the next two doublings) book no 2-node job the
-    user did not ask for: `snakemake probe_network` runs it alone."""
+def network_probe_wanted(config):
+    """Whether the sweep runs the network probe itself: when a framework that runs across nodes
+    is swept and a GPU count the config asks to predict (analysis.predict_gpus) lies beyond one
+    node; on a cluster across two nodes, locally in two processes standing in for them. The
+    default counts (the next two doublings) book no 2-node job the user did not ask for:
+    `snakemake probe_network` runs it alone."""
     analysis, matrix = config.get("analysis") or {}, config["matrix"]
     asked = analysis.get("predict_gpus")
-    if not on_cluster or not asked:
+    if not asked:
         return False
     per_node = analysis.get("gpus_per_node") or config["cluster"]["gpus_per_node"]
     spans_nodes = any(frameworks.get(name).multinode for name in matrix["framework"])

@@ -453,6 +453,7 @@ def preview_of(max_batch):
                 max_batch=max_batch,
                 local=runs_locally(),
                 savings="" if max_batch else preview.savings_line(*savings),
+                probe=None if max_batch else probe_to_run(forced),
             )
             print(
                 preview.config_files_line(CONFIG_FILES, workflow.overwrite_configfiles),
@@ -463,6 +464,14 @@ def preview_of(max_batch):
         return []
 
     return print_preview
+
+
+def probe_to_run(forced):
+    """The network probe's settings when this sweep runs its job (launch.network_probe_wanted,
+    network.csv missing or --forceall), else None: for the preview."""
+    if not launch.network_probe_wanted(config):
+        return None
+    return NETWORK_PROBE_SETTINGS if forced or not Path(NETWORK_CSV).exists() else None
 
 
 PREVIEWED = []
@@ -557,11 +566,6 @@ def network_probe_command(wildcards):
     )
 
 
-def on_cluster():
-    """Whether jobs go to a cluster; for a dry run, the executor its command line names."""
-    return executor_name() not in (None, "local")
-
-
 def network_input(wildcards):
     """network.csv for the tables when the sweep runs the probe; none otherwise."""
-    return [NETWORK_CSV] if launch.network_probe_wanted(config, on_cluster()) else []
+    return [NETWORK_CSV] if launch.network_probe_wanted(config) else []
