@@ -323,3 +323,34 @@ def test_mn5_preview_books_the_probe_when_the_sweep_predicts_beyond_a_node(tmp_p
     # config/mn5.yaml's 18 training jobs book 234.0 GPU-hours; the probe's 1.3 joins them.
     assert total.endswith("time limits (10-90 min): 235.3 (all 19 jobs: 235.3)"), total
     assert any(line.split()[:2] == ["probe_network", "1"] for line in done.stdout.splitlines())
+
+
+def test_the_predictor_reads_the_probes_row_back_as_the_all_reduce_it_timed(tmp_path):
+    """network.csv as the probe writes it drives the communication rule with the runs' own bytes:
+    at the probe's rank count, the rule's all-reduce of the probe's bytes takes the round the probe
+    timed (bus bandwidth defined the same way on both sides)."""
+    from scalesweep.analysis import predict
+
+    # ViT-H/14's 2,528,183,200 gradient bytes over 2 nodes x 4 GPUs, a round of 97 buckets in 0.5 s:
+    # algbw 5.056 GB/s, busbw x 2 x 7/8 = 8.849 GB/s; a one-element all-reduce of 140 us over
+    # 2 x 7 = 14 hops: 10 us a hop.
+    probed = {**PROBED, "bytes": 2_528_183_200}
+    ranks = [(node, f"node{node + 1}") for node in (0, 1) for _ in range(4)]
+    csv = tmp_path / "network.csv"
+    probe_network.write_row(probe_network.probe_row([0.5] * 3, [140e-6] * 3, probed, ranks, "nccl", 3.0), str(csv))
+    network = predict.read_network_csv(csv)
+    assert network.busbw_gb_s == pytest.approx(2_528_183_200 / 0.5 / 1e9 * 2 * 7 / 8)
+    assert network.latency_s == pytest.approx(10e-6)
+    assert predict.ring_allreduce_s(8, 2_528_183_200, network.busbw_gb_s) == pytest.approx(0.5)
+
+    # The book's ViT-H/14 step times at 1/2/4 GPUs (527.0/537.1/544.3 ms), its gradients
+    # all-reduced at 100 GB/s in the node. At 8 GPUs the rule is tau(4) + the all-reduce across
+    # nodes - the one inside tau(4): 0.5443 + (0.5 + 14 x 10 us) - 2 x 3/4 x 2.528e9 / 100e9
+    # = 0.5443 + 0.50014 - 0.0379227 = 1.0065173 s.
+    measured = predict.Measured(gpus=(1, 2, 4), step_time_s=(0.5270, 0.5371, 0.5443),
+                                epoch_overhead_s=(0.706,) * 3, throughput_img_s=(243.0, 477.0, 941.0), noise=0.01,
+                                train_images=12_500, per_gpu_batch=128, epochs=5,
+                                allreduce_bytes=2_528_183_200, intra_busbw_gb_s=100.0)
+    rules = predict.step_time_rules(8, measured, 4, network)
+    assert rules["comm"] == pytest.approx(1.0065173, abs=1e-7)
+    assert "8.85 GB/s across nodes" in rules["comm_basis"]

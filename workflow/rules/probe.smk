@@ -16,8 +16,8 @@ rule probe_network:
     conda:
         conda_env(frameworks.network_probe_framework())
     resources:
-        mpi="srun",
         **launch.slurm_resources(NETWORK_PROBE_SETTINGS, config["cluster"]),
+        mpi="srun",
     params:
         command=network_probe_command,
     shell:
