@@ -142,7 +142,13 @@ def allreduce_keys(gradient_bytes: int, seconds_per_bucket, ranks: int, parts: d
     comm, compute = parts.get("sync_comm_s"), parts.get("compute_s")
     overlap = None if comm is None else 100.0 * max(0.0, 1.0 - comm / pure)
     ratio = None if not compute else pure / compute
-    return dict(zip(keys, (pure, gradient_bytes, algbw, algbw * 2.0 * (ranks - 1) / ranks, overlap, ratio)))
+    return dict(zip(keys, (pure, gradient_bytes, algbw, bus_bandwidth(algbw, ranks), overlap, ratio)))
+
+
+def bus_bandwidth(algbw: float, ranks: int) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce over `ranks`: algbw x 2(n-1)/n, the rate each
+    link carries in a ring (doc/PERFORMANCE.md), comparable across rank counts."""
+    return algbw * 2.0 * (ranks - 1) / ranks
 
 
 def bucket_elements(gradient_bytes: int, element_size: int) -> int:

@@ -172,16 +172,20 @@ def allreduce_probe(module: torch.nn.Module, device: torch.device, world_size: i
     return probe
 
 
-def timed_allreduces(buffer: torch.Tensor, device: torch.device, warmup: int, repeats: int) -> list:
+def timed_allreduces(buffer, device: torch.device, warmup: int, repeats: int) -> list:
     """Seconds of `repeats` all-reduces of `buffer` after `warmup` untimed ones, each started
-    together on every rank (a barrier) and timed to its end on the device."""
+    together on every rank (a barrier) and timed to its end on the device. `buffer`: a tensor,
+    or a list of them all-reduced one after another per round (a step's buckets, as DDP sends
+    them)."""
+    pieces = buffer if isinstance(buffer, (list, tuple)) else [buffer]
     seconds = []
     for index in range(warmup + repeats):
         dist.barrier()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         began = time.perf_counter()
-        dist.all_reduce(buffer)
+        for piece in pieces:
+            dist.all_reduce(piece)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if index >= warmup:

@@ -124,6 +124,9 @@ def test_the_sweep_probes_the_network_across_both_nodes_for_its_predictions(firs
     network = pd.read_csv(workdir / "results/tables/network.csv").iloc[0]
     # Two node ranks; the names may both read node1 (the job step inherits the batch node's).
     assert (network["nodes"], network["ranks"], network["backend"]) == (2, 2, "gloo")
+    # The sweep's one PyTorch model's fp32 gradients, whole (under the CPU cap), in one DDP bucket.
+    assert (network["model"], network["buckets"]) == ("vit_tiny@32", 1)
+    assert network["bytes"] == network["gradient_bytes"] > 0
 
 
 def test_two_node_run_measures_where_its_steps_go(first_sweep):

@@ -111,8 +111,9 @@ def bound_paths(settings, repo, workdir):
     paths = {
         "the repository": absolute(repo, workdir),
         "the working directory": absolute(workdir, workdir),
-        f"datasets.{settings['dataset']}.path": absolute(settings["data_path"], workdir),
     }
+    if settings.get("dataset"):  # the network probe reads no dataset
+        paths[f"datasets.{settings['dataset']}.path"] = absolute(settings["data_path"], workdir)
     for what, path in paths.items():
         if "," in path or ":" in path:
             raise ValueError(
@@ -225,13 +226,6 @@ def single_node_argv(settings, python, repo):
     return launcher + [script] + trainer_args(settings)
 
 
-def multinode_torchrun_argv(settings, python, repo):
-    """torchrun for one node of a multi-node run; $SLURM_NODEID and $MASTER_ADDR stay unexpanded
-    for the per-node shell that srun starts."""
-    return torchrun_per_node_argv(settings["nodes"], settings["gpus_per_node"], python,
-                                  [trainer_script(settings["framework"], repo), *trainer_args(settings)])
-
-
 def torchrun_per_node_argv(nodes, processes_per_node, python, script_argv):
     """torchrun on one node of `nodes`, running `script_argv` in `processes_per_node` processes."""
     return [
@@ -266,13 +260,16 @@ def max_batch_settings(settings):
     return {**settings, "find_max_batch": True}
 
 
-def job_command(settings, container, repo, workdir, host_python):
+def job_command(settings, container, repo, workdir, host_python, script_argv=None):
     """The shell command of one training job, locally or inside a SLURM allocation: its steps
-    joined by &&, so a step that fails (a module that does not load) stops the job."""
+    joined by &&, so a step that fails (a module that does not load) stops the job.
+    `script_argv`: another script of the framework's (the network probe) launched as its trainer
+    would be, in the same container and processes."""
     python = python_for(container, settings["framework"], host_python)
     prefix = container_prefix(settings, container, repo, workdir)
     if is_multinode(settings):
-        steps = multinode_steps(settings, prefix, python, repo)
+        script_argv = script_argv or [trainer_script(settings["framework"], repo), *trainer_args(settings)]
+        steps = multinode_steps(settings, prefix, python, script_argv)
     else:
         launcher = with_omp_threads(single_node_argv(settings, python, repo), settings)
         steps = [shell_words(prefix + with_run_env(launcher, settings))]
@@ -285,7 +282,7 @@ def pull_command(container, image, sif):
     return " && ".join(module_load(container) + [shlex.join([container["runtime"], "pull", str(sif), image])])
 
 
-def multinode_steps(settings, prefix, python, repo):
+def multinode_steps(settings, prefix, python, script_argv):
     """srun outside the container starts one torchrun per node inside it; torchrun's c10d
     rendezvous sits on the allocation's first node.
 
@@ -293,7 +290,8 @@ def multinode_steps(settings, prefix, python, repo):
     per-node line is quoted for the per-node shell, then as one word for this one. srun gets
     every option itself: the job's SLURM_* variables are cleared (see MASTER_ADDR).
     """
-    torchrun = with_run_env(with_omp_threads(multinode_torchrun_argv(settings, python, repo), settings), settings)
+    torchrun_argv = torchrun_per_node_argv(settings["nodes"], settings["gpus_per_node"], python, script_argv)
+    torchrun = with_run_env(with_omp_threads(torchrun_argv, settings), settings)
     return srun_per_node_steps(settings["nodes"], settings["gpus_per_node"], settings["cpus_per_task"],
                                shell_words(prefix + torchrun))
 
@@ -315,17 +313,43 @@ def srun_per_node_steps(nodes, gpus_per_node, cpus_per_task, per_node):
 
 
 PROBE_NODES = 2
+# A few seconds of timing after the processes start (a container and torch's import take longer
+# on a shared file system); the limit SLURM books and the preview charges.
+PROBE_TIME_LIMIT_MIN = 10
 
 
-def network_probe_command(cluster, python, repo, out, nbytes):
-    """The network probe's job (scripts/probe_network.py, docs/prediction.md): one process per
-    GPU on each of two nodes, the all-reduce of `nbytes` gradient bytes, its row to `out`."""
+def network_probe_settings(cluster):
+    """The probe's job as a 2-node run of the probe framework's (frameworks.network_probe_framework):
+    every GPU of both nodes, one process per GPU, so it starts, binds, rendezvouses and is booked
+    (slurm_resources, booked_gpu_hours) exactly as such a training run."""
     gpus_per_node = cluster["gpus_per_node"]
-    script = local_network_probe_argv(python, repo, out, nbytes)[5:]
-    torchrun = torchrun_per_node_argv(PROBE_NODES, gpus_per_node, python, script)
-    steps = srun_per_node_steps(PROBE_NODES, gpus_per_node, cluster["cpus_per_gpu"] * gpus_per_node,
-                                shell_words(torchrun))
-    return " && ".join(steps)
+    return {"framework": frameworks.network_probe_framework().name, "nodes": PROBE_NODES,
+            "gpus": PROBE_NODES * gpus_per_node, "gpus_per_node": gpus_per_node, "node_gpus": gpus_per_node,
+            "cpus_per_task": cluster["cpus_per_gpu"] * gpus_per_node, "time_limit_min": PROBE_TIME_LIMIT_MIN,
+            "exclusive": cluster.get("exclusive", "never"), "whole_node": False}
+
+
+def network_probe_models(all_settings):
+    """The probe's `--model` words, `NAME:RESOLUTION:BUCKET_CAP_MB`, one per distinct model,
+    resolution and DDP bucket cap among the runs of the probe framework (the script all-reduces
+    the largest model's gradients, in its buckets)."""
+    framework = frameworks.network_probe_framework().name
+    return sorted({f"{s['model']}:{s['resolution']}:{s.get('bucket_cap_mb') or frameworks.DDP_BUCKET_CAP_MB}"
+                   for s in all_settings if s["framework"] == framework})
+
+
+def network_probe_script_argv(repo, out, models):
+    return [os.path.join(str(repo), "scripts", "probe_network.py"),
+            *(f"--model={model}" for model in models), f"--out={out}"]
+
+
+def network_probe_command(cluster, container, repo, workdir, host_python, out, models):
+    """The network probe's job (scripts/probe_network.py, docs/prediction.md): one process per
+    GPU on each of two nodes inside the probe framework's container, the all-reduce of the largest
+    of `models`' gradient bytes, its row to `out`."""
+    settings = network_probe_settings(cluster)
+    return job_command(settings, container, repo, workdir, host_python,
+                       network_probe_script_argv(repo, out, models))
 
 
 def gres_gpus_per_node(settings):
@@ -387,29 +411,31 @@ def booked_gpu_hours(settings):
     return held_gpus(settings) * settings["time_limit_min"] / 60
 
 
-def network_probe_wanted(config, on_cluster):
-    """Whether the sweep runs the network probe itself: on a cluster, when a framework that runs
-    across nodes is swept and a GPU count the config asks to predict (analysis.predict_gpus)
-    lies beyond one node. The default counts (the next two doublings) book no 2-node job the
-    user did not ask for: `snakemake probe_network` runs it alone."""
+def network_probe_wanted(config):
+    """Whether the sweep runs the network probe itself: when a framework that runs across nodes
+    is swept and a GPU count the config asks to predict (analysis.predict_gpus) lies beyond one
+    node; on a cluster across two nodes, locally in two processes standing in for them. The
+    default counts (the next two doublings) book no 2-node job the user did not ask for:
+    `snakemake probe_network` runs it alone."""
     analysis, matrix = config.get("analysis") or {}, config["matrix"]
     asked = analysis.get("predict_gpus")
-    if not on_cluster or not asked:
+    if not asked:
         return False
     per_node = analysis.get("gpus_per_node") or config["cluster"]["gpus_per_node"]
     spans_nodes = any(frameworks.get(name).multinode for name in matrix["framework"])
     return spans_nodes and max(asked) > per_node
 
 
-def network_probe_shell(cluster, python, repo, out, nbytes):
+def network_probe_shell(cluster, container, repo, workdir, host_python, out, models):
     """The probe rule's command: across two nodes inside a SLURM allocation (the job's), two local
-    processes elsewhere. Decided when the job runs: the executor is not known when the workflow
-    is parsed, and a dry run hides it."""
-    return (f'if [ -n "${{SLURM_JOB_ID:-}}" ]; then {network_probe_command(cluster, python, repo, out, nbytes)}; '
-            f"else {shell_words(local_network_probe_argv(python, repo, out, nbytes))}; fi")
+    processes of the sweep's own Python elsewhere. Decided when the job runs: the executor is not
+    known when the workflow is parsed, and a dry run hides it."""
+    across_nodes = network_probe_command(cluster, container, repo, workdir, host_python, out, models)
+    return (f'if [ -n "${{SLURM_JOB_ID:-}}" ]; then {across_nodes}; '
+            f"else {shell_words(local_network_probe_argv(host_python, repo, out, models))}; fi")
 
 
-def local_network_probe_argv(python, repo, out, nbytes):
+def local_network_probe_argv(python, repo, out, models):
     """The probe on one machine: two processes under torchrun stand in for two nodes (gloo)."""
     return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={PROBE_NODES}",
-            os.path.join(str(repo), "scripts", "probe_network.py"), f"--bytes={int(nbytes)}", f"--out={out}"]
+            *network_probe_script_argv(repo, out, models)]

@@ -49,19 +49,32 @@ def left_out(excluded) -> str:
     return f"{plural(len(excluded), 'combination')} left out{rules}"
 
 
-def cost_lines(pending, every_job) -> list:
-    """Shapes and booked GPU-hours of the jobs to run, the whole matrix's beside them."""
-    if not pending:
+# The network probe's job (rule probe_network, docs/prediction.md), as its line names it.
+PROBE_JOB = "network probe (probe_network)"
+
+
+def cost_lines(pending, every_job, probe=None) -> list:
+    """Shapes and booked GPU-hours of the jobs to run, the whole matrix's beside them; `probe`:
+    the network probe's settings (launch.network_probe_settings) when its job runs too, on a line
+    of its own and counted in the totals."""
+    if not pending and not probe:
         return ["  nothing to run: every job has its result"]
-    shapes = Counter(job_shape(s) for s in pending)
-    used, held = sum(s["gpus"] for s in pending), sum(held_gpus(s) for s in pending)
+    probes = [probe] if probe else []
+    jobs = pending + probes
+    used, held = sum(s["gpus"] for s in jobs), sum(held_gpus(s) for s in jobs)
     charged = f" ({held} charged: whole nodes)" if held > used else ""
-    return [
-        "  jobs to run per shape: " + ", ".join(f"{shape}: {n}" for shape, n in sorted(shapes.items())),
-        f"  GPUs of the jobs to run: {used}{charged}; GPU-hours they book at their "
-        f"time limits ({time_limits(pending)}): {sum(booked_gpu_hours(s) for s in pending):.1f} "
-        f"(all {plural(len(every_job), 'job')}: {sum(booked_gpu_hours(s) for s in every_job):.1f})",
-    ]
+    lines = []
+    if pending:
+        shapes = Counter(job_shape(s) for s in pending)
+        lines.append("  jobs to run per shape: " + ", ".join(f"{shape}: {n}" for shape, n in sorted(shapes.items())))
+    if probe:
+        lines.append(f"  {PROBE_JOB}: {job_shape(probe)}, {probe['time_limit_min']} min: "
+                     f"{booked_gpu_hours(probe):.1f} GPU-hours")
+    return [*lines,
+            f"  GPUs of the jobs to run: {used}{charged}; GPU-hours they book at their "
+            f"time limits ({time_limits(jobs)}): {sum(booked_gpu_hours(s) for s in jobs):.1f} "
+            f"(all {plural(len(every_job) + len(probes), 'job')}: "
+            f"{sum(booked_gpu_hours(s) for s in every_job + probes):.1f})"]
 
 
 def local_shape(settings) -> str:
@@ -73,19 +86,27 @@ def local_shape(settings) -> str:
     return shape if processes == settings["gpus"] else f"{shape} x {plural(settings['gpus'], 'replica')}"
 
 
-def local_cost_lines(pending, every_job) -> list:
+def local_cost_lines(pending, every_job, probe=None) -> list:
     """Processes and minutes of the local jobs to run: each takes every core given to Snakemake
-    (workflow/rules/resources.smk: job_threads), so they run one after another."""
-    if not pending:
+    (workflow/rules/resources.smk: job_threads), so they run one after another. `probe`: the
+    network probe's settings when its job runs too: two local processes stand in for its nodes."""
+    if not pending and not probe:
         return ["  nothing to run: every job has its result"]
-    shapes = Counter(local_shape(s) for s in pending)
-    return [
-        "  local jobs to run, one after another on the cores given to --cores: "
-        + ", ".join(f"{shape}: {n}" for shape, n in sorted(shapes.items())),
-        f"  minutes at their time limits ({time_limits(pending)}): at most "
-        f"{sum(s['time_limit_min'] for s in pending)} "
-        f"(all {plural(len(every_job), 'job')}: {sum(s['time_limit_min'] for s in every_job)})",
-    ]
+    probes = [probe] if probe else []
+    jobs = pending + probes
+    lines = []
+    if pending:
+        shapes = Counter(local_shape(s) for s in pending)
+        lines.append("  local jobs to run, one after another on the cores given to --cores: "
+                     + ", ".join(f"{shape}: {n}" for shape, n in sorted(shapes.items())))
+    if probe:
+        lines.append(f"  {PROBE_JOB}: {probe['nodes']} processes (gloo) standing in for "
+                     f"{plural(probe['nodes'], 'node')}, at most {probe['time_limit_min']} min")
+    return [*lines,
+            f"  minutes at their time limits ({time_limits(jobs)}): at most "
+            f"{sum(s['time_limit_min'] for s in jobs)} "
+            f"(all {plural(len(every_job) + len(probes), 'job')}: "
+            f"{sum(s['time_limit_min'] for s in every_job + probes)})"]
 
 
 def intended_executor(argv) -> str | None:
@@ -127,11 +148,12 @@ def savings_line(counts, hours: float) -> str:
             f"them would book about {hours:.1f} GPU-hours at these time limits")
 
 
-def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, local=False, savings=""):
+def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, local=False, savings="", probe=None):
     """The preview: `jobs` maps each job's result path to its settings, `done` holds the result
     paths that exist; `max_batch`: the jobs are maximum-batch searches, not the sweep's runs;
     `local`: they run on this machine (local_cost_lines), not as SLURM jobs; `savings`: the line
-    on the GPU-hours the prediction saves (savings_line), shown for cluster runs only."""
+    on the GPU-hours the prediction saves (savings_line), shown for cluster runs only; `probe`:
+    the network probe's settings when the sweep runs its job too."""
     pending = [settings for path, settings in jobs.items() if path not in done]
     measured = len(jobs) - len(pending)
     if max_batch:
@@ -142,7 +164,7 @@ def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, local=F
                 f"of {len(runs)}; {left_out(excluded)}")
     costs = local_cost_lines if local else cost_lines
     extra = [savings] if savings and not local else []
-    return "\n".join([head, *costs(pending, list(jobs.values())), *extra])
+    return "\n".join([head, *costs(pending, list(jobs.values()), probe), *extra])
 
 
 def config_files_line(files_used, cli_files) -> str:

@@ -195,14 +195,19 @@ IMAGES = containers.sweep_images(
 IMAGE_NAMES = {containers.image_name(image): image for image in IMAGES.values()}
 
 
-def image_inputs(framework, result_of=run_log):
-    """What a run still to measure needs of its image: the digest (rule image_digest, or rule
-    `images` with the pulled SIF)."""
+def image_needs(framework):
+    """What a job of the framework needs of its image: the digest (rule image_digest, or rule
+    `images` with the pulled SIF); nothing without a container runtime."""
     image = IMAGES.get(framework)
     pulled = (
         [containers.pulled_sif(image)] if image and containers.is_pulled(image) else []
     )
-    needed = pulled + [containers.digest_file(image)] if image else []
+    return pulled + [containers.digest_file(image)] if image else []
+
+
+def image_inputs(framework, result_of=run_log):
+    """What a run still to measure needs of its image."""
+    needed = image_needs(framework)
     return while_unmeasured(framework, result_of, lambda settings: needed)
 
 
@@ -448,6 +453,7 @@ def preview_of(max_batch):
                 max_batch=max_batch,
                 local=runs_locally(),
                 savings="" if max_batch else preview.savings_line(*savings),
+                probe=None if max_batch else probe_to_run(forced),
             )
             print(
                 preview.config_files_line(CONFIG_FILES, workflow.overwrite_configfiles),
@@ -458,6 +464,14 @@ def preview_of(max_batch):
         return []
 
     return print_preview
+
+
+def probe_to_run(forced):
+    """The network probe's settings when this sweep runs its job (launch.network_probe_wanted,
+    network.csv missing or --forceall), else None: for the preview."""
+    if not launch.network_probe_wanted(config):
+        return None
+    return NETWORK_PROBE_SETTINGS if forced or not Path(NETWORK_CSV).exists() else None
 
 
 PREVIEWED = []
@@ -550,20 +564,31 @@ def traced_outputs(wildcards):
     return [layout.trace_dir(path) for path in TRACED_PATHS]
 
 
-# The network probe's (workflow/rules/probe.smk): four DDP buckets, since the probe measures the
-# bandwidth at the bucket size DDP all-reduces in; the bytes a step sends come from the runs' own
-# breakdown (allreduce_bytes).
-NETWORK_PROBE_BYTES = 4 * 25 * 1024 * 1024
 NETWORK_CSV = layout.table("network")
+NETWORK_PROBE_SETTINGS = launch.network_probe_settings(config["cluster"])
 
 
-def on_cluster():
-    """Whether jobs go to a cluster. A dry run (its pseudo-executor hides the executor meant)
-    counts as local: the preview does not list the network probe's job."""
-    executor = workflow.executor_plugin
-    return executor is not None and executor.name not in ("local", "dryrun", "touch")
+def network_probe_command(wildcards):
+    """The probe's command (launch.network_probe_shell), built when its job is: a sweep without a
+    run of the probe framework has no gradients to all-reduce."""
+    models = launch.network_probe_models(SETTINGS.values())
+    if not models:
+        framework = NETWORK_PROBE_SETTINGS["framework"]
+        raise WorkflowError(
+            f"probe_network all-reduces the gradients of the sweep's {framework} models, "
+            f"and matrix.framework plans no {framework} run (docs/prediction.md)"
+        )
+    return launch.network_probe_shell(
+        config["cluster"],
+        config["container"],
+        workflow.basedir,
+        WORKDIR,
+        PYTHON,
+        NETWORK_CSV,
+        models,
+    )
 
 
 def network_input(wildcards):
     """network.csv for the tables when the sweep runs the probe; none otherwise."""
-    return [NETWORK_CSV] if launch.network_probe_wanted(config, on_cluster()) else []
+    return [NETWORK_CSV] if launch.network_probe_wanted(config) else []
