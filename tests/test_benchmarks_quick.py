@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from bench_bundle import find_python
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -54,6 +56,7 @@ QUICK_TRAINING = [
                             "--target-ci-pct", "5"], "steps_protocol_throughput"),
     ("bench_timing.py", ["--steps", "10", "--warmup-steps", "2", "--rounds", "1"], "timing_overhead_pct"),
     ("bench_energy.py", ["--rounds", "1", "--timed-steps", "10"], "energy_read_overhead_pct"),
+    ("bench_prediction.py", ["--rounds", "1", "--epochs", "2", "--train-per-class", "16"], "prediction_error_median"),
 ]
 
 
@@ -63,3 +66,36 @@ def test_training_benchmark_quick(script, args, figure):
     result = bench(script, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     assert figure in {line.split()[0] for line in result.stdout.splitlines() if line and not line.startswith("#")}
+
+
+# The trainer benchmark at its smallest: both sides' input paths on 512 images and one fp32 and one
+# bf16 training round of 2 epochs of 64 images at 32 px (ResNet50V2's smallest input).
+QUICK_TRAINER = ["--rss-images", "512", "--rss-batch", "64", "--train-images", "64", "--per-gpu-batch", "16",
+                 "--epochs", "2", "--resolution", "32", "--repeats", "1", "--timeout", "300"]
+TRAINER_FIGURES = {"host_rss_ratio", "throughput_ratio", "step_throughput_ratio", "throughput_ratio_bf16",
+                   "step_throughput_ratio_bf16", "bench_wall_s"}
+
+
+@pytest.mark.slow
+def test_bench_trainer_quick_prints_every_figure():
+    result = bench("bench_trainer.py", *QUICK_TRAINER)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = figures(result.stdout)
+    assert TRAINER_FIGURES <= set(printed), sorted(TRAINER_FIGURES - set(printed))
+    assert all(printed[name] > 0 for name in TRAINER_FIGURES), printed
+
+
+BUNDLE_FIGURES = {"bundle_build_s", "bundle_py312_mb", "bundle_py312_wheels", "install_py312_s_round1",
+                  "install_py312_s", "unpack_py312_s", "installed_py312_mb"}
+
+
+@pytest.mark.slow
+def test_bench_bundle_quick_builds_installs_once_and_prints_every_figure():
+    """One round: the bundle built from the package index, unpacked and installed offline once."""
+    if find_python("3.12") is None:
+        pytest.skip("no Python 3.12 here: pyenv install 3.12")
+    result = bench("bench_bundle.py", "--rounds", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = figures(result.stdout)
+    assert BUNDLE_FIGURES <= set(printed), sorted(BUNDLE_FIGURES - set(printed))
+    assert printed["bundle_py312_wheels"] > 0 and printed["installed_py312_mb"] > printed["bundle_py312_mb"]

@@ -22,6 +22,7 @@ is pure: the tables stage hands it the runs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -169,10 +170,7 @@ def predict_amdahl(n: int, measured: Measured) -> dict:
     if len(measured.gpus) < 2:
         return no_prediction("one measured GPU count: nothing to fit a growth to")
     base_gpus, base_rate = measured.gpus[0], measured.throughput_img_s[0]
-    scale = np.asarray(measured.gpus, float) / base_gpus
-    speedups = np.asarray(measured.throughput_img_s, float) / base_rate
-    amdahl = fits.fit_law("amdahl", scale, speedups)
-    gustafson = fits.fit_law("gustafson", scale, speedups)
+    amdahl, gustafson = law_fits(measured.gpus, measured.throughput_img_s)
     speedup = float(fits.predicted_speedup("amdahl", amdahl.p, n, base_gpus))
     high = float(fits.predicted_speedup("gustafson", gustafson.p, n, base_gpus))
     low_p = max(0.0, amdahl.p - (amdahl.p_stderr if math.isfinite(amdahl.p_stderr) else 0.0))
@@ -187,6 +185,18 @@ def predict_amdahl(n: int, measured: Measured) -> dict:
         "method": METHOD_AMDAHL,
         "inputs": f"Amdahl p {amdahl.p:.4f} over {'/'.join(map(str, measured.gpus))} GPUs; high end Gustafson p {gustafson.p:.4f}",
     }
+
+
+@functools.lru_cache(maxsize=4096)
+def law_fits(gpus: tuple, throughputs: tuple) -> tuple:
+    """The Amdahl and Gustafson fits of the speedups over the first count. Cached: every count
+    asked beyond a sweep is predicted from the same measured points, and two curve_fit calls per
+    count were most of the prediction table's time."""
+    from scalesweep.analysis import fits
+
+    scale = np.asarray(gpus, float) / gpus[0]
+    speedups = np.asarray(throughputs, float) / throughputs[0]
+    return fits.fit_law("amdahl", scale, speedups), fits.fit_law("gustafson", scale, speedups)
 
 
 def no_prediction(reason: str) -> dict:
@@ -210,51 +220,74 @@ def default_counts(measured_gpus) -> list[int]:
 # The table
 
 
-def _median(rows: pd.DataFrame, column: str) -> float:
+PER_COUNT_COLUMNS = ("step_time_s", "epoch_overhead_s", "throughput_img_s", "allreduce_bytes", "busbw_gb_s")
+GROUP_COLUMNS = ("dataset_train_images", "train_images", "per_gpu_batch", "epochs")
+CI_COLUMNS = ("throughput_ci_low_img_s", "throughput_ci_high_img_s")
+
+
+def _median(values: np.ndarray) -> float:
+    """The median of the finite-or-infinite values, NaN when there are none (pandas' skipna median)."""
+    values = values[~np.isnan(values)]
+    return float(np.median(values)) if len(values) else math.nan
+
+
+def _numeric(rows: pd.DataFrame, column: str) -> np.ndarray:
+    """A column as floats, NaN where missing or not a number (and all NaN when the table lacks it)."""
     if column not in rows:
-        return math.nan
-    values = pd.to_numeric(rows[column], errors="coerce").dropna()
-    return float(values.median()) if len(values) else math.nan
+        return np.full(len(rows), math.nan)
+    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
 
 
-def run_noise(rows: pd.DataFrame) -> float:
-    """Relative run-to-run noise of a group's measured points: the largest half-range of the
-    repeats' throughputs over their median, else of the runs' own throughput intervals."""
-    spreads = []
-    for _, count in rows.groupby("gpus"):
-        rates = pd.to_numeric(count["throughput_img_s"], errors="coerce").dropna()
-        if len(rates) >= 2:
-            spreads.append((rates.max() - rates.min()) / 2 / rates.median())
-        elif {"throughput_ci_low_img_s", "throughput_ci_high_img_s"} <= set(count.columns) and len(rates):
-            low, high = _median(count, "throughput_ci_low_img_s"), _median(count, "throughput_ci_high_img_s")
-            if math.isfinite(low) and math.isfinite(high):
-                spreads.append((high - low) / 2 / rates.median())
-    return float(max(spreads)) if spreads else 0.0
+def count_spread(rates: np.ndarray, ci_low: np.ndarray | None, ci_high: np.ndarray | None) -> float:
+    """Relative run-to-run noise at one GPU count: the half-range of its repeats' throughputs over
+    their median, else (one run) of the run's own throughput interval; NaN when neither is known."""
+    rates = rates[~np.isnan(rates)]
+    if len(rates) >= 2:
+        return (rates.max() - rates.min()) / 2 / np.median(rates)
+    if ci_low is not None and len(rates):
+        low, high = _median(ci_low), _median(ci_high)
+        if math.isfinite(low) and math.isfinite(high):
+            return (high - low) / 2 / np.median(rates)
+    return math.nan
 
 
-def measured_inputs(rows: pd.DataFrame, below: int | None = None) -> Measured | None:
-    """A group's Measured from its ok runs (those at fewer than `below` GPUs when given)."""
-    ok = rows[(rows["status"] == "ok") & (pd.to_numeric(rows["gpus"], errors="coerce") >= 1)]
-    ok = ok[pd.to_numeric(ok["throughput_img_s"], errors="coerce") > 0]
-    if below is not None:
-        ok = ok[ok["gpus"] < below]
-    if ok.empty:
-        return None
-    counts = sorted(int(g) for g in ok["gpus"].unique())
-    per = {g: ok[ok["gpus"] == g] for g in counts}
-    images = _median(ok, "dataset_train_images")
-    if math.isnan(images):
-        images = _median(ok, "train_images")
-    top = per[counts[-1]]
-    return Measured(
-        gpus=tuple(counts),
-        step_time_s=tuple(_median(per[g], "step_time_s") for g in counts),
-        epoch_overhead_s=tuple(_median(per[g], "epoch_overhead_s") for g in counts),
-        throughput_img_s=tuple(_median(per[g], "throughput_img_s") for g in counts),
-        noise=run_noise(ok), train_images=images,
-        per_gpu_batch=_median(ok, "per_gpu_batch"), epochs=_median(ok, "epochs"),
-        allreduce_bytes=_median(top, "allreduce_bytes"), intra_busbw_gb_s=_median(top, "busbw_gb_s"),
-    )
+class GroupInputs:
+    """One group's ok runs, read once. The prediction table asks for the inputs below every count
+    it checks (1,448 times on the analysis benchmark's 10,000 logs): the per-count medians and
+    spreads are computed here once, and each `measured(below)` takes a prefix of them."""
+
+    def __init__(self, rows: pd.DataFrame):
+        gpus = _numeric(rows, "gpus")
+        ok = (rows["status"] == "ok").to_numpy() & (gpus >= 1) & (_numeric(rows, "throughput_img_s") > 0)
+        rows, self.gpus = rows[ok], gpus[ok]
+        self.values = {column: _numeric(rows, column) for column in GROUP_COLUMNS}
+        self.counts = tuple(sorted({int(g) for g in self.gpus}))
+        at = [self.gpus == count for count in self.counts]
+        per_count = {column: _numeric(rows, column) for column in PER_COUNT_COLUMNS}
+        self.per_count = {column: tuple(_median(values[mask]) for mask in at) for column, values in per_count.items()}
+        has_ci = set(CI_COLUMNS) <= set(rows.columns)
+        low, high = (_numeric(rows, column) for column in CI_COLUMNS)
+        rates = per_count["throughput_img_s"]
+        self.spreads = tuple(count_spread(rates[mask], low[mask] if has_ci else None, high[mask] if has_ci else None)
+                             for mask in at)
+
+    def measured(self, below: int | None = None) -> Measured | None:
+        """The Measured of the ok runs at fewer than `below` GPUs (all of them without it)."""
+        kept = len(self.counts) if below is None else sum(count < below for count in self.counts)
+        if not kept:
+            return None
+        rows = slice(None) if below is None else self.gpus < below
+        group = {column: _median(values[rows]) for column, values in self.values.items()}
+        images = group["dataset_train_images"]
+        spreads = [spread for spread in self.spreads[:kept] if not math.isnan(spread)]
+        at = {column: values[:kept] for column, values in self.per_count.items()}
+        return Measured(
+            gpus=self.counts[:kept], step_time_s=at["step_time_s"], epoch_overhead_s=at["epoch_overhead_s"],
+            throughput_img_s=at["throughput_img_s"], noise=float(max(spreads)) if spreads else 0.0,
+            train_images=group["train_images"] if math.isnan(images) else images,
+            per_gpu_batch=group["per_gpu_batch"], epochs=group["epochs"],
+            allreduce_bytes=at["allreduce_bytes"][-1], intra_busbw_gb_s=at["busbw_gb_s"][-1],
+        )
 
 
 def steps_per_epoch(train_images: int, gpus: int, per_gpu_batch: int) -> int:
@@ -277,14 +310,15 @@ def prediction_table(runs: pd.DataFrame, predict_gpus, gpus_per_node: int | None
     rows = []
     for values, group in iter_groups(runs, keys):
         group = group[~group["gpus"].isin(flagged.get(key_tuple(values, keys), []))]
-        everything = measured_inputs(group)
+        inputs = GroupInputs(group)
+        everything = inputs.measured()
         if everything is None:
             continue
         node = gpus_per_node or everything.gpus[-1]
         asked = list(predict_gpus) if predict_gpus else default_counts(everything.gpus)
         held_out = list(everything.gpus[2:])
         for n in sorted(set(asked) | set(held_out)):
-            rows.append({**values, **_row(n, group, everything, node, network, values.get("framework"))})
+            rows.append({**values, **_row(n, inputs, everything, node, network, values.get("framework"))})
     return pd.DataFrame(rows, columns=[*keys, *PREDICTION_COLUMNS])
 
 
@@ -303,9 +337,9 @@ def _steps_function(measured: Measured):
     return lambda count: 1
 
 
-def _row(n: int, group: pd.DataFrame, everything: Measured, node: int, network, framework) -> dict:
+def _row(n: int, inputs: GroupInputs, everything: Measured, node: int, network, framework) -> dict:
     # Every count measured lies below n for the counts asked beyond the sweep: the same inputs.
-    measured = everything if max(everything.gpus) < n else measured_inputs(group, below=n)
+    measured = everything if max(everything.gpus) < n else inputs.measured(below=n)
     row = {"gpus": n, "nodes": math.ceil(n / node)}
     entry = frameworks.get(framework) if framework in frameworks.NAMES else None
     if entry is not None and n > node and not entry.multinode:
