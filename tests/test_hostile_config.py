@@ -16,6 +16,7 @@ import yaml
 
 from conftest import TINY, snakemake
 from scalesweep import cli
+from scalesweep.plan import checks
 
 BASE = yaml.safe_load(TINY.read_text())
 
@@ -63,6 +64,15 @@ def test_a_path_only_a_shell_would_expand_is_refused_naming_the_key_and_the_full
     assert status == 1 and out == ""
     assert err.startswith(f"error: config key '{key}': '")
     assert "which is not expanded here: write the full path" in err and f"({HOME}/cifar)" in err
+
+
+@pytest.mark.parametrize("path, refused", [
+    ("$SCRATCH/data", True), ("/gpfs/${USER}/data", True), ("/data/$_x", True),
+    # command substitution and a lone '$' are names as written: the commands quote them
+    ("/data/$(touch x)", False), ("/data/price$", False), ("/data/$1", False), ("/data/a b's", False),
+])
+def test_only_a_shell_variable_counts_as_unexpanded(path, refused):
+    assert (checks.unexpanded_path_problem(path) is not None) == refused
 
 
 @pytest.mark.slow  # Snakemake parses the workflow

@@ -17,6 +17,7 @@ scalesweep/plan/history_place.py.)
 import difflib
 import math
 import os
+import re
 from pathlib import Path
 
 from scalesweep.contract import frameworks, layout, run_env
@@ -118,6 +119,11 @@ def config_paths(config):
             yield f"container.{section}.{framework}", path
 
 
+# `$HOME`, `${SCRATCH}`: what a user expects a shell to expand. A `$(...)` or a lone `$` is taken
+# as written: the commands quote every path, so such a name is a plain (odd) file name.
+SHELL_VARIABLE = re.compile(r"\$\{?[A-Za-z_]")
+
+
 def unexpanded_path_problem(path: str) -> str | None:
     """Why `path` holds what only a shell expands (`~`, `$VAR`), or None. The workflow passes a
     path on as it is written: a `~` would become a folder named `~` in the working folder, a
@@ -126,7 +132,7 @@ def unexpanded_path_problem(path: str) -> str | None:
     if path.startswith("~"):
         return (f"'{path}' starts with '~', which is not expanded here: write the full path "
                 f"({os.path.expanduser(path)})")
-    if "$" in path:
+    if SHELL_VARIABLE.search(path):
         return (f"'{path}' holds '$', which is not expanded here: write the full path "
                 f"({os.path.expandvars(path)})")
     return None
