@@ -95,7 +95,7 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
     for line in pipeline.tables_figures_findings(runs_csv, table_outputs, settings,
                                                  Path(layout.in_results(out, layout.FIGURES)),
                                                  Path(layout.in_results(out, layout.FINDINGS)),
-                                                 network_csv):
+                                                 network_csv, figure_processes=None):
         print(line)
     return refused
 

@@ -12,12 +12,15 @@ The figures and findings stages import their modules when they run: the workflow
 module at every parse, and matplotlib, seaborn and scipy would slow every one.
 """
 
+from __future__ import annotations
+
 from pathlib import Path
 
 import pandas as pd
 
 from scalesweep.analysis import tables
 from scalesweep.analysis.settings import AnalysisSettings
+from scalesweep.contract.hardware import usable_cpu_count
 from scalesweep.logs.discover import (
     Refused,
     check_utf8_text,
@@ -44,12 +47,24 @@ def write_tables(runs_csv, table_outputs: dict, settings: AnalysisSettings, netw
     return tables.write_tables(runs_csv, table_outputs, settings, network_csv)
 
 
-def write_figures(table_files: dict, figures_dir) -> str:
+# A login node is shared with other users: the figures stage never draws with more processes
+# (rule figures asks Snakemake for as many threads).
+FIGURE_PROCESSES = 4
+
+
+def figure_processes(cpus: int) -> int:
+    return max(1, min(FIGURE_PROCESSES, cpus))
+
+
+def write_figures(table_files: dict, figures_dir, processes: int | None = 1) -> str:
     """The figures stage: the FIGURE_TABLES of `table_files` ({name: path}) -> figures_dir/*.png
-    and *.svg."""
+    and *.svg, drawn by `processes` processes (None: one per CPU this process may run on, up to
+    FIGURE_PROCESSES)."""
     from scalesweep.report import figures  # matplotlib and seaborn
 
-    return figures.write_figures(*(table_files[name] for name in FIGURE_TABLES), figures_dir)
+    processes = figure_processes(usable_cpu_count() if processes is None else processes)
+    return figures.write_figures(*(table_files[name] for name in FIGURE_TABLES), figures_dir,
+                                 processes=processes)
 
 
 def write_findings(table_files: dict, findings_md) -> str:
@@ -60,10 +75,10 @@ def write_findings(table_files: dict, findings_md) -> str:
 
 
 def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSettings, figures_dir,
-                            findings_md, network_csv=None):
+                            findings_md, network_csv=None, figure_processes: int | None = 1):
     """Every stage after the tidy tables, in order: yields each stage's log line as it ends."""
     yield write_tables(runs_csv, table_outputs, settings, network_csv)
-    yield write_figures(table_outputs, figures_dir)
+    yield write_figures(table_outputs, figures_dir, figure_processes)
     yield write_findings(table_outputs, findings_md)
 
 

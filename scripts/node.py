@@ -14,6 +14,9 @@ import socket
 import subprocess
 import sys
 
+import repository  # noqa: F401  (for scalesweep.contract.hardware)
+from scalesweep.contract.hardware import usable_cpu_count  # noqa: F401  (the trainers' thread counts)
+
 _GIB = 1024**3
 
 
@@ -116,14 +119,6 @@ def device_provenance(run=subprocess.run) -> dict:
         "gpu_driver": ", ".join(drivers) or None,
         "cpu_model": cpu_model(),
     }
-
-
-def usable_cpu_count() -> int:
-    """CPUs this process may run on (the affinity mask a scheduler set, not the host's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS has no affinity masks
-        return os.cpu_count() or 1
 
 
 def thread_fields(intra_op_threads: int | None, environ=None) -> dict:

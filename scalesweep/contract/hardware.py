@@ -16,6 +16,8 @@ config's `hardware.peak_tflops` supplies the peaks where the table cannot.
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 
 from scalesweep.contract import frameworks
@@ -131,3 +133,11 @@ def mfu_pct(tflops_per_gpu, peak: float | None) -> float | None:
     if peak is None or tflops_per_gpu is None:
         return None
     return 100.0 * float(tflops_per_gpu) / peak
+
+
+def usable_cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask a scheduler set, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity masks
+        return os.cpu_count() or 1

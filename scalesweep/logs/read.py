@@ -79,6 +79,8 @@ def wide_encoding(raw: bytes) -> str | None:
         if raw.startswith(bom):
             return name
     sample = raw[:_WIDE_SAMPLE]
+    if b"\0" not in sample:  # every log UTF-8 writes: no pair to count
+        return None
     pairs = list(zip(sample[0::2], sample[1::2]))
     # A character and a NUL, in either order (little or big endian); NUL blocks (a file
     # preallocated and never written) are neither.

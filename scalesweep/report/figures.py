@@ -11,7 +11,12 @@ Labels, colours, legends and notes come from the plot kit (scalesweep/report/plo
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -298,7 +303,9 @@ def marginal_gain_figure(data: pd.DataFrame, note: str) -> PlotFigure:
                            "no marginal gain")
     rows = rows.assign(**{colour.column: colour.labels})
     # Shared colours: one bar per colour would average series; points show every one of them.
-    kind = {"kind": "strip", "dodge": True} if colour.coarse else {"kind": "bar", "errorbar": None}
+    # No jitter: seaborn draws it from numpy's global random state, so the same tables would give
+    # a different file on every run.
+    kind = {"kind": "strip", "dodge": True, "jitter": False} if colour.coarse else {"kind": "bar", "errorbar": None}
     colors = palette_of(colour.labels)
     grid = sns.catplot(data=rows, x="gpus", y="marginal_gain_pct", hue=colour.column, col="model",
                        col_wrap=panel_wrap(data), palette=colors, height=HEIGHT, aspect=1.2,
@@ -396,53 +403,73 @@ def build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
                   predictions: pd.DataFrame | None = None) -> dict[str, PlotFigure]:
     """Every figure of the scaling table (and fit table; the predictions drawn on the speedup
     and efficiency figures), keyed by file stem."""
+    return {name: build_figure(maker) for name, maker in figure_makers(scaling, fits, predictions).items()}
+
+
+def build_figure(maker: Callable[[], PlotFigure]) -> PlotFigure:
+    with plt.rc_context(STYLE):
+        return maker()
+
+
+def figure_makers(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
+                  predictions: pd.DataFrame | None = None) -> dict[str, Callable[[], PlotFigure]]:
+    """What draws each figure, by file stem in FIGURE_NAMES' order: one figure is built from its
+    maker alone, so the figures stage can build them in separate processes."""
     if scaling.empty:
         message = "no GPU runs in the scaling table"
-        return {name: placeholder(name, message) for name in FIGURE_NAMES}
-    with plt.rc_context(STYLE):
-        figures = _build_figures(scaling, fits)
-        data = with_step_times(plot_table(scaling)[0])
-        for name, y in (("speedup", "speedup"), ("efficiency", "efficiency_pct")):
-            for by_model, suffix in ((True, "by_model"), (False, "all")):
-                drawn = draw_predictions(figures[f"{name}_{suffix}"], data, predictions, y, by_model)
-                figures[f"{name}_{suffix}"].curves = pd.concat([figures[f"{name}_{suffix}"].curves, drawn.assign(kind="predicted")]) if len(drawn) else figures[f"{name}_{suffix}"].curves
-        return figures
-
-
-def _build_figures(scaling: pd.DataFrame, fits: pd.DataFrame | None) -> dict[str, PlotFigure]:
+        return {name: functools.partial(placeholder, name, message) for name in FIGURE_NAMES}
     data, _ = plot_table(scaling)
     note = _group_notes(data)
     time_column, time_label = time_metric(data)
     data = with_step_times(data)
-    figures = []
+    makers = {}
     for by_model, suffix in ((True, "by_model"), (False, "all")):
-        figures += [
-            line_figure(data, f"time_{suffix}", time_column, time_label, by_model,
-                        error=(f"{time_column}_min", f"{time_column}_max"), note=note,
-                        from_zero=True),
-            line_figure(data, f"throughput_{suffix}", "throughput_img_s",
-                        "Throughput (images/s)", by_model,
-                        error=("throughput_ci_low_img_s", "throughput_ci_high_img_s"),
-                        interval=True, ideal="ideal_throughput_img_s",
-                        note=join_notes(INTERVAL_NOTE, note), from_zero=True),
-            speedup_figure(data, f"speedup_{suffix}", "speedup", speedup_label(data), by_model,
-                           fits, "speedup", note),
-            speedup_figure(data, f"tts_speedup_{suffix}", "tts_speedup",
-                           "Time-to-solution speedup (×)", by_model, fits,
-                           "time_to_solution", note),
-            line_figure(data, f"efficiency_{suffix}", "efficiency_pct", "Efficiency (%)",
-                        by_model, reference_y=100.0, note=note, from_zero=True),
-        ]
-    figures += [marginal_gain_figure(data, note), karp_flatt_figure(data, note),
-                throughput_efficiency_figure(data, note), step_breakdown_figure(data),
-                line_figure(data, "comm_compute_ratio", "comm_compute_ratio",
-                            "All-reduce / compute time (ratio)", by_model=True,
-                            note=note, joined=False),
-                bus_bandwidth_figure(data, note),
-                line_figure(data, "energy_per_image", "joules_per_image", "GPU energy per image (J)",
-                            by_model=True, note=note,
-                            missing="why: the energy_note column of tidy/runs.csv")]
-    return {figure.name: figure for figure in figures}
+        makers.update({
+            f"time_{suffix}": functools.partial(
+                line_figure, data, f"time_{suffix}", time_column, time_label, by_model,
+                error=(f"{time_column}_min", f"{time_column}_max"), note=note, from_zero=True),
+            f"throughput_{suffix}": functools.partial(
+                line_figure, data, f"throughput_{suffix}", "throughput_img_s", "Throughput (images/s)",
+                by_model, error=("throughput_ci_low_img_s", "throughput_ci_high_img_s"), interval=True,
+                ideal="ideal_throughput_img_s", note=join_notes(INTERVAL_NOTE, note), from_zero=True),
+            f"speedup_{suffix}": functools.partial(
+                speedup_figure, data, f"speedup_{suffix}", "speedup", speedup_label(data), by_model,
+                fits, "speedup", note),
+            f"tts_speedup_{suffix}": functools.partial(
+                speedup_figure, data, f"tts_speedup_{suffix}", "tts_speedup",
+                "Time-to-solution speedup (×)", by_model, fits, "time_to_solution", note),
+            f"efficiency_{suffix}": functools.partial(
+                line_figure, data, f"efficiency_{suffix}", "efficiency_pct", "Efficiency (%)",
+                by_model, reference_y=100.0, note=note, from_zero=True),
+        })
+        for name, y in (("speedup", "speedup"), ("efficiency", "efficiency_pct")):
+            makers[f"{name}_{suffix}"] = functools.partial(
+                with_predictions, makers[f"{name}_{suffix}"], data, predictions, y, by_model)
+    makers.update({
+        "marginal_gain": functools.partial(marginal_gain_figure, data, note),
+        "karp_flatt": functools.partial(karp_flatt_figure, data, note),
+        "throughput_efficiency": functools.partial(throughput_efficiency_figure, data, note),
+        "step_breakdown": functools.partial(step_breakdown_figure, data),
+        "comm_compute_ratio": functools.partial(
+            line_figure, data, "comm_compute_ratio", "comm_compute_ratio",
+            "All-reduce / compute time (ratio)", by_model=True, note=note, joined=False),
+        "bus_bandwidth": functools.partial(bus_bandwidth_figure, data, note),
+        "energy_per_image": functools.partial(
+            line_figure, data, "energy_per_image", "joules_per_image", "GPU energy per image (J)",
+            by_model=True, note=note, missing="why: the energy_note column of tidy/runs.csv"),
+    })
+    return {name: makers[name] for name in FIGURE_NAMES}
+
+
+def with_predictions(maker: Callable[[], PlotFigure], data: pd.DataFrame,
+                     predictions: pd.DataFrame | None, y: str, by_model: bool) -> PlotFigure:
+    """The figure `maker` draws, with the predictions of `y` drawn beyond its measured points
+    (and kept in its curves, kind "predicted")."""
+    figure = maker()
+    drawn = draw_predictions(figure, data, predictions, y, by_model)
+    if len(drawn):
+        figure.curves = pd.concat([figure.curves, drawn.assign(kind="predicted")])
+    return figure
 
 
 FIGURE_NAMES = tuple(
@@ -555,9 +582,37 @@ def plot_scaling(scaling: pd.DataFrame, outdir, fits: pd.DataFrame | None = None
     return save_figures(build_figures(scaling, fits, predictions), outdir, dpi)
 
 
-def write_figures(scaling_csv, fits_csv, predictions_csv, outdir) -> str:
+def write_figures(scaling_csv, fits_csv, predictions_csv, outdir, processes: int = 1) -> str:
     """The figures stage (rule `figures`): scaling.csv (+ fits.csv for the fitted curves,
-    predictions.csv for the predicted points) -> outdir/*.png and *.svg; the log line."""
-    written = plot_scaling(pd.read_csv(scaling_csv), outdir, fits=pd.read_csv(fits_csv),
-                           predictions=pd.read_csv(predictions_csv))
+    predictions.csv for the predicted points) -> outdir/*.png and *.svg; the log line.
+
+    Drawing is most of an analysis' time at scale (text layout, twice per file), and one figure
+    needs nothing of another: with `processes` > 1 each figure is drawn in one of that many
+    processes. They are started fresh ("spawn"), not forked: the Snakemake head that runs this
+    stage has threads of its own, and a fork copies whatever lock one of them holds."""
+    tables = figure_tables((scaling_csv, fits_csv, predictions_csv))
+    if processes <= 1:
+        written = save_figures(build_figures(*tables), outdir)
+    else:
+        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_load_figure_makers, initargs=tables) as pool:
+            written = [path for paths in pool.map(_write_figure, FIGURE_NAMES, repeat(outdir))
+                       for path in paths]
     return f"{len(written)} figure files: " + " ".join(Path(path).name for path in written)
+
+
+def figure_tables(paths) -> tuple:
+    """The scaling, fits and predictions tables the figures are drawn from."""
+    return tuple(pd.read_csv(path) for path in paths)
+
+
+# A drawing process's figure makers, made once when it starts (_load_figure_makers).
+_PROCESS_MAKERS: dict = {}
+
+
+def _load_figure_makers(*tables) -> None:
+    _PROCESS_MAKERS.update(figure_makers(*tables))
+
+
+def _write_figure(name: str, outdir) -> list[Path]:
+    return save_figures({name: build_figure(_PROCESS_MAKERS[name])}, outdir)

@@ -22,10 +22,10 @@ import pandas as pd
 
 from scalesweep.analysis.breakdown import PART_NAMES, PARTS
 from scalesweep.analysis.fits import FEW_POINTS_NOTE, N_DOUBLINGS, predicted_speedup
-from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_usable
+from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_usable, rows_by_group
 from scalesweep.contract import atomic
 from scalesweep.tidy.table import iter_groups, table_group_keys
-from scalesweep.report.prediction import group_predictions, prediction_lines
+from scalesweep.report.prediction import prediction_lines
 
 TITLE = "**Findings: how far each configuration scales, where to stop, and why**"
 # The loss columns in words, the words of the step breakdown (docs/metrics.md).
@@ -89,25 +89,20 @@ def speedup_interval(fit: pd.Series, k: int) -> tuple[float, float]:
     return float(np.min(ends)), float(np.max(ends))
 
 
-def group_fit(fits: pd.DataFrame | None, values: dict) -> pd.Series | None:
-    """The group's Amdahl fit of its speedup series (fits.csv), None when the table has none."""
+def amdahl_speedup_fits(fits: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The Amdahl fits of the groups' speedup series (fits.csv): the fit the findings quote."""
     if fits is None or fits.empty:
         return None
-    rows = fits[(fits["law"] == "amdahl") & (fits["target"] == "speedup")]
-    for key, value in values.items():
-        if key in rows:
-            rows = rows[rows[key].map(format_value) == format_value(value)]
+    return fits[(fits["law"] == "amdahl") & (fits["target"] == "speedup")]
+
+
+def first_row(rows: pd.DataFrame) -> pd.Series | None:
     return None if rows.empty else rows.iloc[0]
 
 
-def group_spots(sweet: pd.DataFrame | None, values: dict) -> pd.DataFrame:
-    if sweet is None or sweet.empty:
-        return pd.DataFrame(columns=["intent", "gpus", "gpu_hours", "note"])
-    rows = sweet
-    for key, value in values.items():
-        if key in rows:
-            rows = rows[rows[key].map(format_value) == format_value(value)]
-    return rows
+def spots_of(rows: pd.DataFrame) -> pd.DataFrame:
+    """A group's sweet-spot rows; an empty table with the columns spot_line reads when none."""
+    return rows if len(rows.columns) else pd.DataFrame(columns=["intent", "gpus", "gpu_hours", "note"])
 
 
 # ----------------------------------------------------------------------------- words
@@ -232,14 +227,17 @@ def findings_text(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
     if scaling.empty:
         return "\n".join([*lines, "No GPU runs in the scaling table: nothing to report.", ""])
     keys = table_group_keys(scaling, SCALING_COLUMNS)
+    fit_of = rows_by_group(amdahl_speedup_fits(fits), keys)
+    spots_in = rows_by_group(sweet, keys)
+    predictions_of = rows_by_group(predictions, keys)
     for values, group in iter_groups(scaling, keys):
         row = largest_count(group)
         lines += [f"**{group_title(values)}**", "",
                   f"- {scale_line(row, flagged_text(group), group)}",
-                  f"- {spot_line(group_spots(sweet, values))}",
+                  f"- {spot_line(spots_of(spots_in(values)))}",
                   f"- {loss_line(row)}",
-                  f"- {fit_line(group_fit(fits, values))}",
-                  *(f"- {line}" for line in prediction_lines(group_predictions(predictions, values))), ""]
+                  f"- {fit_line(first_row(fit_of(values)))}",
+                  *(f"- {line}" for line in prediction_lines(predictions_of(values))), ""]
     return "\n".join(lines)
 
 

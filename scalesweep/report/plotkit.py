@@ -245,6 +245,9 @@ def finish_panels(grid: sns.FacetGrid, ylabel: str, ticks, note: str, log2: bool
     grid.set_axis_labels(GPUS_LABEL, ylabel)
     for ax in grid.axes.flat:
         ax.set_xlabel(GPUS_LABEL)  # seaborn shows it on the bottom row; every panel has ticks
+    # seaborn laid the grid out before each panel had its tick labels and axis label: laid out
+    # again, a panel's title no longer runs into the tick labels of the panel above.
+    grid.tight_layout()
     add_note(grid.figure, note)
 
 
@@ -312,9 +315,21 @@ def save_each_format(figure, paths: list[Path], dpi: int) -> None:
     closed. The SVG's text stays text (svg.fonttype none): searchable, and the same strings as the
     PNG's."""
     try:
+        bbox = tight_bbox(figure, dpi)
         with matplotlib.rc_context({"svg.fonttype": "none"}):
             for path in paths:
                 with atomic.replaced_whole(path) as temporary:
-                    figure.savefig(temporary, format=path.suffix[1:], dpi=dpi, bbox_inches="tight")
+                    figure.savefig(temporary, format=path.suffix[1:], dpi=dpi, bbox_inches=bbox)
     finally:
         plt.close(figure)
+
+
+def tight_bbox(figure, dpi: int):
+    """What `bbox_inches="tight"` crops to, found once for every format: each savefig with "tight"
+    lays the figure out again in a draw of its own, and drawing (text extents above all) is most
+    of the figures' time. The layout is final here: without a layout engine left on the figure,
+    savefig draws each file once."""
+    figure.set_dpi(dpi)
+    figure.set_layout_engine(None)
+    figure.draw_without_rendering()
+    return figure.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])

@@ -78,17 +78,6 @@ def draw_predictions(result: PlotFigure, data: pd.DataFrame, predictions: pd.Dat
 # In words (findings.md)
 
 
-def group_predictions(predictions: pd.DataFrame | None, values: dict) -> pd.DataFrame:
-    """The prediction rows of one group of the findings (matched on the keys both tables have)."""
-    if predictions is None or predictions.empty:
-        return pd.DataFrame()
-    rows = predictions
-    for key, value in values.items():
-        if key in rows:
-            rows = rows[rows[key].map(format_value) == format_value(value)]
-    return rows
-
-
 def prediction_lines(rows: pd.DataFrame) -> list[str]:
     """findings.md's lines of one group's predictions: the counts not measured, "predicted, not
     measured", with the band and what they rest on; then the held-out check at measured counts."""

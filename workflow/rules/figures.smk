@@ -19,7 +19,8 @@ rule figures:
     log:
         layout.rule_log("figures"),
     localrule: True
+    threads: pipeline.FIGURE_PROCESSES
     run:
         rulelog.run_logged(
-            log[0], pipeline.write_figures, dict(input.items()), output[0]
+            log[0], pipeline.write_figures, dict(input.items()), output[0], threads
         )

@@ -1,0 +1,118 @@
+"""The figures stage drawn in several processes: the same files as in one, laid out so no text
+runs into another; and the group lookup the findings use."""
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from scalesweep import pipeline
+from scalesweep.analysis import tables
+from scalesweep.analysis.scaling import rows_by_group, scaling_table
+from scalesweep.analysis.settings import AnalysisSettings
+from scalesweep.report import figures
+
+
+def many_series_runs() -> pd.DataFrame:
+    """Two models x 13 batch sizes (more series than colours: the marginal gain draws points per
+    series) at 1, 2 and 4 GPUs, throughput growing as N^0.9."""
+    return pd.DataFrame([
+        {"framework": "pytorch", "model": model, "dataset": "d", "per_gpu_batch": batch,
+         "gpus": gpus, "nodes": 1, "repeat": 0, "status": "ok", "epochs": 3,
+         "steady_epoch_time_s": 100.0 / gpus ** 0.9 / batch,
+         "throughput_img_s": 500.0 * batch * gpus ** 0.9 * (1.0 + 0.01 * (batch % 3)),
+         "total_time_s": 300.0 / gpus ** 0.8 / batch}
+        for model in ("a", "b") for batch in range(1, 14) for gpus in (1, 2, 4)])
+
+
+@pytest.fixture(scope="module")
+def table_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tables")
+    outputs = tables.outputs_in(folder)
+    runs_csv = folder / "runs.csv"
+    many_series_runs().to_csv(runs_csv, index=False)
+    tables.write_tables(runs_csv, outputs, AnalysisSettings.from_config())
+    return outputs
+
+
+def drawn(table_files, folder, processes):
+    figures.write_figures(*(table_files[name] for name in pipeline.FIGURE_TABLES), folder,
+                          processes=processes)
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir()) if path.suffix == ".png"}
+
+
+@pytest.mark.slow  # two fresh interpreters import pandas, matplotlib and seaborn
+def test_two_processes_draw_the_files_one_process_draws_byte_for_byte(table_files, tmp_path):
+    alone = drawn(table_files, tmp_path / "one", 1)
+    again = drawn(table_files, tmp_path / "again", 1)
+    apart = drawn(table_files, tmp_path / "two", 2)
+    assert sorted(alone) == sorted(f"{name}.png" for name in figures.FIGURE_NAMES)
+    # Drawn twice alike (no random jitter), and alike whichever process drew each.
+    assert [name for name in alone if alone[name] != again[name]] == []
+    assert [name for name in alone if alone[name] != apart[name]] == []
+    assert {p.name for p in (tmp_path / "two").iterdir()} == {p.name for p in (tmp_path / "one").iterdir()}
+
+
+def test_a_missing_table_fails_the_stage_naming_it_before_any_process_starts(table_files, tmp_path):
+    broken = dict(table_files, scaling=tmp_path / "missing.csv")
+    with pytest.raises(FileNotFoundError, match="missing.csv"):
+        drawn(broken, tmp_path / "out", 2)
+
+
+@pytest.mark.slow  # fresh interpreters
+def test_a_figure_that_fails_in_a_drawing_process_fails_the_stage(table_files, tmp_path):
+    occupied = tmp_path / "figures"
+    occupied.write_text("a file where the figures folder goes")
+    with pytest.raises(FileExistsError):
+        drawn(table_files, occupied, 2)
+    assert occupied.read_text() == "a file where the figures folder goes"
+
+
+def bbox_y(artists, renderer):
+    boxes = [artist.get_window_extent(renderer) for artist in artists if artist.get_text()]
+    return min(box.y0 for box in boxes), max(box.y1 for box in boxes)
+
+
+@pytest.mark.parametrize("name", ["time_by_model", "speedup_by_model", "efficiency_by_model"])
+def test_a_panel_title_clears_the_tick_labels_of_the_panel_above(name):
+    """Every panel shows its own GPU counts: laid out before they were shown (seaborn hides them
+    on a panel with one below), a wrapped grid put its second row's titles over them."""
+    runs = pd.concat([many_series_runs().assign(model=model) for model in "abcdef"])
+    built = figures.build_figure(figures.figure_makers(scaling_table(runs[runs["per_gpu_batch"] <= 2]))[name])
+    try:
+        built.figure.draw_without_rendering()
+        renderer = built.figure.canvas.get_renderer()
+        axes = list(built.grid.axes.flat)
+        assert len(axes) == 6  # two rows of three
+        upper, lower = axes[0], axes[3]
+        assert upper.get_position().x0 == pytest.approx(lower.get_position().x0)
+        ticks_low, _ = bbox_y(upper.get_xticklabels(), renderer)
+        _, title_high = bbox_y([lower.title], renderer)
+        assert title_high < ticks_low, (name, title_high, ticks_low)
+    finally:
+        plt.close(built.figure)
+
+
+def test_stage_processes_follow_the_cpus_up_to_the_cap():
+    assert [pipeline.figure_processes(cpus) for cpus in (0, 1, 2, 64)] == [1, 1, 2, pipeline.FIGURE_PROCESSES]
+
+
+# ------------------------------------------------------------------ rows_by_group
+
+def test_a_group_is_found_by_its_values_as_printed_missing_ones_alike():
+    fits = pd.DataFrame({"model": ["a", "a", "b"], "per_gpu_batch": [64.0, math.nan, 64.0],
+                         "p": [0.9, 0.8, 0.7]})
+    fit_of = rows_by_group(fits, ["model", "per_gpu_batch", "dataset"])  # no dataset column: ignored
+    assert fit_of({"model": "a", "per_gpu_batch": 64, "dataset": "x"})["p"].tolist() == [0.9]
+    assert fit_of({"model": "a", "per_gpu_batch": np.nan, "dataset": "x"})["p"].tolist() == [0.8]
+    none = fit_of({"model": "c", "per_gpu_batch": 64, "dataset": "x"})
+    assert none.empty and list(none.columns) == list(fits.columns)
+
+
+def test_a_missing_or_empty_table_has_no_rows_for_any_group_and_no_shared_key_gives_all():
+    assert rows_by_group(None, ["model"])({"model": "a"}).empty
+    assert rows_by_group(pd.DataFrame(), ["model"])({"model": "a"}).empty
+    table = pd.DataFrame({"p": [1, 2]})
+    assert rows_by_group(table, ["model"])({"model": "a"})["p"].tolist() == [1, 2]
