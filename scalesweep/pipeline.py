@@ -14,6 +14,7 @@ module at every parse, and matplotlib, seaborn and scipy would slow every one.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -174,8 +175,29 @@ def rebuild_tables_and_figures(runs_csv, table_outputs: dict, settings: Analysis
     the tables' own: then say so and leave runs.csv standing."""
     try:
         list(tables_figures_findings(runs_csv, table_outputs, settings, figures_dir, findings_md))
-    except OSError as error:
-        return f"scalesweep: tables, figures and findings not all rebuilt: {outcome.not_written(error)}"
-    except Exception as error:  # noqa: BLE001
-        return f"scalesweep: tables, figures and findings not rebuilt: {type(error).__name__}: {error}"
+    except Exception as error:  # noqa: BLE001  (the closing lines come next, whatever failed)
+        why = outcome.not_written(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
+        return f"scalesweep: tables, figures and findings not all rebuilt: {why}; {discard(table_outputs, figures_dir, findings_md)}"
     return "scalesweep: tables, figures and findings rebuilt from the runs table"
+
+
+def discard(table_outputs: dict, figures_dir, findings_md) -> str:
+    """Remove the tables, figures and findings of a rebuild that stopped part-way (a disk that
+    filled up): some would be new and some of before, and no file says which. Nothing measured
+    goes (runs.csv and the logs stay), the space comes back, and the next run of the workflow
+    makes them again. What cannot be removed is named."""
+    left = []
+    for path in [*map(Path, table_outputs.values()), Path(findings_md)]:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as error:
+            left.append(f"{path} ({error.strerror or error})")
+    try:
+        shutil.rmtree(figures_dir)
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        left.append(f"{figures_dir} ({error.strerror or error})")
+    if left:
+        return "these may mix old and new results, and could not be removed: " + ", ".join(left)
+    return "removed them, so none shows what it showed before this sweep; the next `snakemake` makes them again"

@@ -141,3 +141,40 @@ def test_the_failure_handler_survives_a_full_or_read_only_disk(tiny_sweep, tmp_p
     assert "  the same command again runs only the 1 configuration(s) without a result" in lines
     # nothing already written was damaged: the tables are those of before, whole; no temporary left
     assert after == before and left == ["epochs.csv", "runs.csv"]
+
+
+def runs_of_two_models():
+    return pd.DataFrame([
+        {"framework": "tensorflow", "model": model, "dataset": "c", "gpus": gpus, "nodes": 1,
+         "repeat": 0, "per_gpu_batch": 64, "status": "ok", "epochs": 3,
+         "steady_epoch_time_s": 100.0 * factor / gpus ** 0.9, "throughput_img_s": 500.0 * gpus ** 0.9 / factor,
+         "total_time_s": 300.0 * factor / gpus ** 0.8}
+        for model, factor in (("a", 1.0), ("b", 2.0)) for gpus in (1, 2, 4)])
+
+
+def test_a_rebuild_the_disk_stops_part_way_leaves_no_mix_of_old_and_new(small_disk):
+    """The tables fit, the figures do not: the new tables beside the findings of before would
+    tell two different sweeps; the derived files go, runs.csv stays, and the line says so."""
+    from scalesweep import pipeline
+    from scalesweep.analysis import tables
+    from scalesweep.analysis.settings import AnalysisSettings
+
+    runs_csv = small_disk / "tidy" / "runs.csv"
+    runs_csv.parent.mkdir()
+    runs_of_two_models().to_csv(runs_csv, index=False)
+    measured = runs_csv.read_bytes()
+    outputs = tables.outputs_in(small_disk / "tables")
+    figures_dir, findings = small_disk / "figures", small_disk / "findings.md"
+    for old in [*outputs.values(), figures_dir / "time_all.png", findings]:
+        old.parent.mkdir(parents=True, exist_ok=True)
+        old.write_text("of the sweep before")
+    fill(small_disk)
+    filler = small_disk / "filler"
+    os.truncate(filler, filler.stat().st_size - 120_000)  # room for the tables, not the figures
+
+    line = pipeline.rebuild_tables_and_figures(runs_csv, outputs, AnalysisSettings.from_config(),
+                                               figures_dir, findings)
+    assert line.startswith("scalesweep: tables, figures and findings not all rebuilt: ")
+    assert "No space left on device" in line and "removed them" in line, line
+    assert not any(path.exists() for path in [*outputs.values(), findings, figures_dir])
+    assert runs_csv.read_bytes() == measured
