@@ -42,13 +42,13 @@ test-fast: $(VENV)/.installed
 
 # Benchmarks print `name value unit` lines (benchmarks/README.md); they measure, they do not judge.
 bench: $(VENV)/.installed
-	$(PYTHON) benchmarks/bench_analysis.py
-	$(PYTHON) benchmarks/bench_trainer.py
-	$(PYTHON) benchmarks/bench_protocols.py
-	$(PYTHON) benchmarks/bench_breakdown.py
-	$(PYTHON) benchmarks/bench_history.py
-	$(PYTHON) benchmarks/bench_energy.py
-	$(PYTHON) benchmarks/bench_timing.py
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_analysis.py
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_trainer.py
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_protocols.py
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_breakdown.py
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_history.py
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_energy.py
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_timing.py
 
 # The offline bundle for a cluster without internet: dist/scalesweep-<commit>-py<XY>.tar.gz
 # (envs/bundle.sh, docs/install-offline.md). Needs the network and a Python of that version.
