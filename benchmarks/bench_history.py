@@ -21,6 +21,7 @@ comparison is wrong (not every configuration compared, the injected slowdown not
 """
 
 import argparse
+import hashlib
 import resource
 import shutil
 import statistics
@@ -57,7 +58,8 @@ class BenchmarkFailure(Exception):
 
 
 def sweep_runs(number: int, rng: np.random.Generator) -> pd.DataFrame:
-    """One sweep's runs.csv: 100 runs, Amdahl-like throughputs with 3 % noise, provenance."""
+    """One sweep's runs.csv: 100 runs, Amdahl-like throughputs with 3 % noise, provenance, and
+    each run's own run_id, as tidy writes it: archiving and every query dedupe the runs by it."""
     driver, cluster = DRIVERS[number % len(DRIVERS)], CLUSTERS[number % len(CLUSTERS)]
     rows = []
     for m, model in enumerate(MODELS):
@@ -67,6 +69,7 @@ def sweep_runs(number: int, rng: np.random.Generator) -> pd.DataFrame:
                 slow = SLOWDOWN if (driver == SLOW_DRIVER and model == SLOW_MODEL) else 1.0
                 throughput = 100.0 * (m + 1) * speedup * slow * np.exp(rng.normal(0, 0.03))
                 rows.append({
+                    "run_id": hashlib.sha256(f"{number}-{model}-{gpus}-{repeat}".encode()).hexdigest()[:16],
                     "framework": "pytorch", "model": model, "dataset": "tiny-224", "gpus": gpus,
                     "nodes": max(1, gpus // 4), "repeat": repeat, "per_gpu_batch": 64,
                     "precision": "bf16", "status": "ok", "reason": None, "epochs": 5,
