@@ -164,16 +164,17 @@ _held: dict = {"files": frozenset(), "runs": {}}
 
 def _held_runs(history_dir) -> dict[str, str]:
     """{run_id: oldest sweep id holding it} over the history's readable files."""
-    present = {_file_identity(str(path)): path for path in sweep_files(history_dir)}
-    if not _held["files"] <= present.keys():
+    # Each file's identity is taken before it is read: a file replaced meanwhile is read again.
+    present = {str(path): _file_identity(str(path)) for path in sweep_files(history_dir)}
+    if not _held["files"] <= set(present.values()):
         _held.update(files=frozenset(), runs={})
-    unread = [path for identity, path in present.items() if identity not in _held["files"]]
+    unread = [path for path, identity in present.items() if identity not in _held["files"]]
     if unread:
         read, runs = _run_ids_in(unread)
         merged = dict(_held["runs"])
         for run, sweep_id in runs.items():
             merged[run] = min(sweep_id, merged.get(run, sweep_id))
-        _held.update(files=_held["files"] | {_file_identity(path) for path in read}, runs=merged)
+        _held.update(files=_held["files"] | {present[path] for path in read}, runs=merged)
     return _held["runs"]
 
 
