@@ -18,8 +18,9 @@ DuckDB answers over every file of the history, pooling about 33 sweeps a side, s
 configuration has about 130 repeats a side and gets the bootstrap. Every run has its run_id, as
 tidy writes it, so archiving and each query dedupe the runs by it as they do over a real
 history. The whole command runs in a subprocess (interpreter start, imports, the query,
-statistics, compare.csv, the figure and the summary), as a user waits for it. The benchmark exits non-zero only when a step fails or the
-comparison is wrong (not every configuration compared, the injected slowdown not found).
+statistics, compare.csv, the figure and the summary), as a user waits for it. The benchmark
+exits non-zero only when a step fails or the comparison is wrong (not every configuration
+compared, the injected slowdown not found).
 """
 
 import argparse
