@@ -313,6 +313,41 @@ def scalesweep_cli(*args):
                           capture_output=True, text=True)
 
 
+def write_sweep_file(folder: Path, runs: pd.DataFrame, sweep_id: str) -> Path:
+    """An archive file written the way another process's archive() writes it, unseen by this one."""
+    path = folder / f"{query.FILE_PREFIX}{sweep_id}{query.FILE_SUFFIX}"
+    archive.write_parquet_atomic(archive.archive_frame(runs, sweep_id, "2026-11-01T08:00:00+00:00", None, None), path)
+    return path
+
+
+def test_archiving_sees_files_added_and_replaced_since_it_last_read_the_history(tmp_path):
+    # Archiving reads only the files added since this process last read the history (each sweep
+    # read every file: quadratic); what it read before counts only while the file is unchanged.
+    first = archive.archive(runs_with_ids(), tmp_path)
+    added = runs_with_ids().assign(run_id=["r5", "r6", "r7", "r8"])
+    other = write_sweep_file(tmp_path, added, "20261101T080000Z-0000000000aa")
+    again = archive.archive(added, tmp_path)
+    assert (again.sweep_id, again.runs) == ("20261101T080000Z-0000000000aa", 0)  # the added file's runs are held
+    # The first sweep's file replaced by one holding other runs: r1-r4 are no longer held.
+    write_sweep_file(tmp_path, runs_with_ids().assign(run_id=["x1", "x2", "x3", "x4"]), first.sweep_id)
+    anew = archive.archive(runs_with_ids().head(2), tmp_path)
+    assert anew.runs == 2 and anew.path not in (first.path, other)
+    assert sorted(query.archived_runs(tmp_path)["run_id"]) == sorted(
+        ["r1", "r2", "r5", "r6", "r7", "r8", "x1", "x2", "x3", "x4"])
+
+
+def test_the_reading_database_is_kept_while_files_are_only_added(tmp_path):
+    archive.archive(sweep_runs(), tmp_path)
+    query.archived_runs(tmp_path)
+    reader = query._reader["connection"]
+    archive.archive(sweep_runs(driver="550.54.15"), tmp_path)
+    assert sorted(set(query.archived_runs(tmp_path)["gpu_driver"])) == ["535.104.05", "550.54.15"]
+    assert query._reader["connection"] is reader  # the footers read before are read from its cache
+    archive.archive(sweep_runs(), tmp_path / "other")
+    query.archived_runs(tmp_path / "other")
+    assert query._reader["connection"] is not reader  # another folder: a database confined to it
+
+
 @pytest.mark.parametrize("filters", [("--where", "gpu_moddel = 'x'"), ("gpu_moddel=x",)])
 def test_a_filter_naming_an_unknown_column_is_one_line_listing_the_columns(tmp_path, filters):
     archive.archive(sweep_runs(), tmp_path)

@@ -147,17 +147,45 @@ def archived_runs(history_dir, where: str | None = None, selectors=(), files=Non
     return query(files, f"SELECT * FROM runs WHERE {condition}", parameters, where=where)
 
 
-def archived_run_ids(history_dir) -> dict[str, str]:
-    """{run_id: the sweep id that archived it} over the history (older files lack run ids)."""
-    files = sweep_files(history_dir)
-    if not files:
-        return {}
-    present = _query(files, "SELECT * FROM raw_runs LIMIT 0")[0].columns
-    if "run_id" not in present:
-        return {}
-    held = query(files, "SELECT run_id, min(sweep_id) AS sweep_id FROM raw_runs "
+def archived_sweeps_of(history_dir, run_ids) -> dict[str, str]:
+    """{run_id: the sweep id that archived it} for the `run_ids` the history holds (older files
+    lack run ids). Each file is read once per process while it stays as it was (_held_runs)."""
+    held = _held_runs(history_dir)
+    return {run: held[run] for run in dict.fromkeys(run_ids) if run in held}
+
+
+# The run ids read so far: {"files": identities of the files read, "runs": {run_id: sweep id}}.
+# Archive files are never modified once written, so archiving a sweep reads only the files
+# added since the last archive in this process: reading every file for every sweep made
+# archiving 1,000 sweeps quadratic (469 s). A file that changed or vanished since it was read
+# makes the whole history read again.
+_held: dict = {"files": frozenset(), "runs": {}}
+
+
+def _held_runs(history_dir) -> dict[str, str]:
+    """{run_id: oldest sweep id holding it} over the history's readable files."""
+    # Each file's identity is taken before it is read: a file replaced meanwhile is read again.
+    present = {str(path): _file_identity(str(path)) for path in sweep_files(history_dir)}
+    if not _held["files"] <= set(present.values()):
+        _held.update(files=frozenset(), runs={})
+    unread = [path for path, identity in present.items() if identity not in _held["files"]]
+    if unread:
+        read, runs = _run_ids_in(unread)
+        merged = dict(_held["runs"])
+        for run, sweep_id in runs.items():
+            merged[run] = min(sweep_id, merged.get(run, sweep_id))
+        _held.update(files=_held["files"] | {present[path] for path in read}, runs=merged)
+    return _held["runs"]
+
+
+def _run_ids_in(files) -> tuple[list[str], dict[str, str]]:
+    """(the files read, {run_id: oldest sweep id}) of `files`; damaged ones are left out."""
+    present, readable = _query(files, "SELECT * FROM raw_runs LIMIT 0")
+    if "run_id" not in present.columns:
+        return readable, {}
+    held = query(readable, "SELECT run_id, min(sweep_id) AS sweep_id FROM raw_runs "
                  "WHERE run_id IS NOT NULL GROUP BY run_id")
-    return dict(zip(held["run_id"], held["sweep_id"]))
+    return readable, dict(zip(held["run_id"], held["sweep_id"]))
 
 
 # What compare's run-to-run spread reads of the history (compare.repeat_spread).
@@ -219,25 +247,37 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
     return pd.DataFrame(columns=list(SWEEP_COLUMNS)), []
 
 
-# One DuckDB database per process for reading the history, kept while its files stay as they
-# were: every query reads each file's footer (the schema check, the view, the rows), and DuckDB's
-# Parquet metadata cache then reads a footer once, not four times per query and twice per
-# comparison (1,000 files: 0.8 s of a comparison's 1.7 s in DuckDB). The database is replaced
-# whenever any file's size, inode or modification time (in nanoseconds) differs from when it was
-# opened, so a stale footer never depends on how the cache tells a replaced file.
+# One DuckDB database per process for reading the history, kept while the files it has read stay
+# as they were: every query reads each file's footer (the schema check, the view, the rows), and
+# DuckDB's Parquet metadata cache then reads a footer once, not four times per query and twice
+# per comparison (1,000 files: 0.8 s of a comparison's 1.7 s in DuckDB). The database is replaced
+# whenever a file it has read has another size, inode or modification time (in nanoseconds) than
+# when it read it, so a stale footer never depends on how the cache tells a replaced file. A file
+# added since (the sweep just archived) is read fresh by the same database: opening one costs
+# 30-60 ms, paid again for every sweep when archiving many in one process.
 _reader: dict = {}
 
 
 def _reading_connection(files: list[str]):
     """The shared database, able to read the folders of `files` only (sqlfilter.confined_connection)."""
-    identity = tuple(_file_identity(path) for path in files)
-    if _reader.get("files") != identity:
+    identities = {path: _file_identity(path) for path in files}
+    folders = {str(Path(path).parent) for path in files}
+    if not _reader_serves(identities, folders):
         _forget_connection()
-        folders = {str(Path(path).parent) for path in files}
         connection = sqlfilter.confined_connection([*folders, *map(duckdb_path, folders)],
                                                    {"parquet_metadata_cache": True})
-        _reader.update(files=identity, connection=connection)
+        _reader.update(files={}, folders=folders, connection=connection)
+    _reader["files"].update(identities)
     return _reader["connection"]
+
+
+def _reader_serves(identities: dict, folders: set) -> bool:
+    """Whether the shared database may read these files: it reads their folders (and no other),
+    and each file it read before is as it was then."""
+    if "connection" not in _reader or folders != _reader["folders"]:
+        return False
+    read = _reader["files"]
+    return all(read.get(path, identity) == identity for path, identity in identities.items())
 
 
 def _file_identity(path: str) -> tuple:
@@ -252,6 +292,7 @@ def _forget_connection() -> None:
     """Drop the shared database (after an error its state is not to be trusted)."""
     connection = _reader.pop("connection", None)
     _reader.pop("files", None)
+    _reader.pop("folders", None)
     if connection is not None:
         connection.close()
 
