@@ -75,6 +75,14 @@ def write_findings(table_files: dict, findings_md) -> str:
     return findings.write_findings(*(table_files[name] for name in FINDINGS_TABLES), findings_md)
 
 
+def import_stage_modules() -> None:
+    """Import every module a stage imports when it runs (matplotlib, seaborn, scipy, DuckDB):
+    for a process that then runs stages in several threads at once (Snakemake's local rules),
+    which must not import one module concurrently."""
+    from scalesweep.history import compare  # noqa: F401
+    from scalesweep.report import figures, findings, history_figure  # noqa: F401
+
+
 def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSettings, figures_dir,
                             findings_md, network_csv=None, figure_processes: int | None = 1):
     """Every stage after the tidy tables, in order: yields each stage's log line as it ends."""

@@ -76,6 +76,8 @@ def _overlap(a: Bbox, b: Bbox) -> bool:
 
 def saved_canvas(figure: Figure, renderer, bbox_inches=None) -> Bbox:
     """The part of the figure savefig writes, in display pixels."""
+    if isinstance(bbox_inches, Bbox):  # inches, measured once for every format (plotkit.tight_bbox)
+        return Bbox(bbox_inches.get_points() * figure.dpi)
     if bbox_inches == "tight":
         tight = figure.get_tightbbox(renderer)  # inches
         return Bbox(tight.get_points() * figure.dpi).padded(0.1 * figure.dpi)

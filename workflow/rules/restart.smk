@@ -6,6 +6,7 @@ import socket
 
 from snakemake.io import IOFile
 
+from scalesweep import pipeline
 from scalesweep.logs import accounting
 from scalesweep.plan import head_lock, slurm_jobs
 
@@ -21,6 +22,10 @@ if workflow.is_main_process and not head_lock.unlocking(sys.argv):
 # Snakemake, which runs with --no-hooks): who holds it, for the next start to check.
 onstart:
     head_lock.write_head_record(WORKDIR, HOST, os.getpid())
+    # The local rules run in threads of this process and import the report's modules as they
+    # start: two importing matplotlib at once can find it half-initialised (AttributeError from
+    # pyplot). Imported here, once, before any job starts (never in a dry run).
+    pipeline.import_stage_modules()
 
 
 def train_results_by_comment():
