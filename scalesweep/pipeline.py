@@ -53,7 +53,7 @@ def write_tables(runs_csv, table_outputs: dict, settings: AnalysisSettings, netw
 FIGURE_PROCESSES = 4
 
 
-def figure_processes(cpus: int) -> int:
+def capped_figure_processes(cpus: int) -> int:
     return max(1, min(FIGURE_PROCESSES, cpus))
 
 
@@ -63,7 +63,7 @@ def write_figures(table_files: dict, figures_dir, processes: int | None = 1) -> 
     FIGURE_PROCESSES)."""
     from scalesweep.report import figures  # matplotlib and seaborn
 
-    processes = figure_processes(usable_cpu_count() if processes is None else processes)
+    processes = capped_figure_processes(usable_cpu_count() if processes is None else processes)
     return figures.write_figures(*(table_files[name] for name in FIGURE_TABLES), figures_dir,
                                  processes=processes)
 

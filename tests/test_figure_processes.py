@@ -96,7 +96,7 @@ def test_a_panel_title_clears_the_tick_labels_of_the_panel_above(name):
 
 
 def test_stage_processes_follow_the_cpus_up_to_the_cap():
-    assert [pipeline.figure_processes(cpus) for cpus in (0, 1, 2, 64)] == [1, 1, 2, pipeline.FIGURE_PROCESSES]
+    assert [pipeline.capped_figure_processes(cpus) for cpus in (0, 1, 2, 64)] == [1, 1, 2, pipeline.FIGURE_PROCESSES]
 
 
 # ------------------------------------------------------------------ rows_by_group
