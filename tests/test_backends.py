@@ -11,6 +11,7 @@ holds on a container's stack (docs/trainers.md, "Supported stacks").
 """
 
 import json
+import math
 import os
 import signal
 import statistics
@@ -146,7 +147,10 @@ def assert_finished_run(records: list[dict], epochs: int):
         assert 0 <= epoch["accuracy"] <= 1 and epoch["loss"] > 0
         if epoch["step_time_median_s"] is not None:
             assert 0 < epoch["step_time_median_s"] <= epoch["step_time_p90_s"]
-            assert epoch["step_time_median_s"] * epoch["steps"] < epoch["seconds"] * 1.5
+            # At least half the steps last the median or longer, and every step lies inside its
+            # epoch; the step clock may run a few ms outside the epoch's clock.
+            steps_at_least_median = math.ceil(epoch["steps"] / 2)
+            assert epoch["step_time_median_s"] * steps_at_least_median < epoch["seconds"] * 1.1 + 0.01
     steady = epoch_records[1:]
     assert summary["status"] == "ok" and summary["reason"] is None
     assert summary["epochs"] == epochs
