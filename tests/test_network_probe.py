@@ -2,6 +2,7 @@
 hand-computed timings, its job command quoted, and the real job across the test SLURM cluster's
 two nodes with gloo."""
 
+import json
 import os
 import shlex
 import subprocess
@@ -18,6 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import probe_network  # noqa: E402
 import stepparts  # noqa: E402
+from stacks import container_python  # noqa: E402
 
 
 PROBED = {"model": "vit_h_14@224", "gradient_bytes": 2_528_183_200, "bytes": 100_000_000,
@@ -54,6 +56,40 @@ def test_the_largest_model_is_probed_in_its_smallest_buckets():
     specs = [(("vit_tiny", 32, 25.0), 582_304), (("vit_h_14", 224, 25.0), 2_528_183_200),
              (("vit_h_14", 224, 100.0), 2_528_183_200)]
     assert probe_network.largest(specs) == (("vit_h_14", 224, 25.0), 2_528_183_200)
+
+
+# DDP wrapped as the trainer wraps it (its keyword arguments from the trainer's own default
+# options) and as DDP's own default, in a one-process gloo group: whether DDP gives it a 1 MiB first
+# bucket (`bucket_bytes_cap_default`, the attribute both torch 2.4 and the pinned torch set).
+FIRST_BUCKET_CHECK = """
+import argparse, json, sys
+sys.path.insert(0, sys.argv[1])
+import torch, torch.distributed as dist
+import ddp_options
+parser = argparse.ArgumentParser()
+ddp_options.add_ddp_options(parser)
+asked = ddp_options.asked(parser.parse_args([]))
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
+ours = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4), **asked)
+theirs = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+print(json.dumps({"ours": ours.bucket_bytes_cap_default, "theirs": theirs.bucket_bytes_cap_default,
+                  "cap": ours.bucket_bytes_cap}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("interpreter", ["pinned", "container-pytorch"])
+def test_the_trainer_builds_ddp_without_the_1_mib_first_bucket(interpreter, tmp_path):
+    """The probe splits the gradients into equal buckets of the cap. DDP makes its first bucket
+    1 MiB only when bucket_cap_mb is left unset; the trainer always passes it (25 by default), so
+    its buckets are the probe's, in the container's torch 2.4 as in the pinned torch."""
+    python = sys.executable if interpreter == "pinned" else container_python("pytorch")
+    run = subprocess.run([str(python), "-c", FIRST_BUCKET_CHECK, str(REPO / "scripts"), str(tmp_path / "store")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    built = json.loads(run.stdout.strip().splitlines()[-1])
+    assert built == {"ours": False, "theirs": True, "cap": stepparts.BUCKET_BYTES}
 
 
 def test_buckets_and_the_cpu_cap():
