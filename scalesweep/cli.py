@@ -9,6 +9,8 @@ stderr, naming the file (and line and key where there is one); the exit status i
 Everything readable is still written. Exit status 2: nothing could be analysed at all.
 """
 
+from __future__ import annotations
+
 import argparse
 import math
 import os
@@ -16,18 +18,21 @@ import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from scalesweep import pipeline
-from scalesweep.analysis import tables
-from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import layout
 from scalesweep.contract.input_files import not_a_file, not_a_file_refusal
-from scalesweep.logs.read import parse_file
 from scalesweep.logs.run import LogFormatError, whole_number
 from scalesweep.contract.layout import RESULTS
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
 from scalesweep.report import terminal_table
-from scalesweep.tidy import copies
+
+if TYPE_CHECKING:
+    from scalesweep.analysis.settings import AnalysisSettings
+
+# Each command imports what it runs where it runs it (the analysis's tables, figures and log
+# readers for `analyze`, DuckDB and the comparison for `compare`): a command's start is part of
+# what its user waits for.
 
 REFUSED_EXIT = 1
 FAILED_EXIT = 2
@@ -80,6 +85,10 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
             world_sizes=None, network_csv=None):
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
     (already reported). `world_sizes`: {log file: GPUs} (--world-size)."""
+    from scalesweep import pipeline
+    from scalesweep.analysis import tables
+    from scalesweep.tidy import copies
+
     out = output_folder(out)
     if network_csv is not None and not_a_file(network_csv):
         raise ValueError(f"--network {not_a_file_refusal(network_csv, 'a network.csv file')}")
@@ -139,6 +148,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         return args.handler(args)
+    from scalesweep.analysis.settings import AnalysisSettings
+
     try:
         settings = AnalysisSettings.from_options(
             efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
@@ -328,6 +339,8 @@ def register_parse(commands):
 def parse_command(args):
     import json
     from dataclasses import asdict
+
+    from scalesweep.logs.read import parse_file
 
     status = 0
     for path in args.logs:
