@@ -22,10 +22,8 @@ from typing import TYPE_CHECKING
 
 from scalesweep.contract import layout
 from scalesweep.contract.input_files import not_a_file, not_a_file_refusal
-from scalesweep.logs.run import LogFormatError, whole_number
 from scalesweep.contract.layout import RESULTS
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
-from scalesweep.report import terminal_table
 
 if TYPE_CHECKING:
     from scalesweep.analysis.settings import AnalysisSettings
@@ -149,6 +147,7 @@ def main(argv=None):
     if hasattr(args, "handler"):
         return args.handler(args)
     from scalesweep.analysis.settings import AnalysisSettings
+    from scalesweep.logs.run import LogFormatError
 
     try:
         settings = AnalysisSettings.from_options(
@@ -173,6 +172,8 @@ def file_count(text):
 
 def positive_count(text):
     """argparse type: a whole number >= 1."""
+    from scalesweep.logs.run import whole_number
+
     value = whole_number(text)
     if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
@@ -341,6 +342,7 @@ def parse_command(args):
     from dataclasses import asdict
 
     from scalesweep.logs.read import parse_file
+    from scalesweep.logs.run import LogFormatError
 
     status = 0
     for path in args.logs:
@@ -383,12 +385,24 @@ def register_show(commands):
     cmd = commands.add_parser("show", help="the scaling table and sweet spot of a results folder, in the terminal")
     cmd.add_argument("results_dir", nargs="?", default=RESULTS, metavar="RESULTS_DIR",
                      help=f"a sweep's results folder or analyze's --out folder (default: {RESULTS})")
-    cmd.add_argument("--format", choices=terminal_table.FORMATS, default="text",
+    cmd.add_argument("--format", type=show_format, default="text",
                      help="text (fits 100 columns), csv or markdown")
     cmd.set_defaults(handler=show_command)
 
 
+def show_format(text):
+    """argparse type of show's --format: one of terminal_table.FORMATS (read here, where show
+    runs, not by every command's parser)."""
+    from scalesweep.report import terminal_table
+
+    if text not in terminal_table.FORMATS:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(terminal_table.FORMATS)})")
+    return text
+
+
 def show_command(args):
+    from scalesweep.report import terminal_table
+
     try:
         scaling, sweet_spot = terminal_table.results_tables(args.results_dir)
     except (terminal_table.ResultsMissing, ValueError, OSError) as error:
