@@ -248,8 +248,8 @@ def compare_command(args):
 
     try:
         with warnings_on_one_line("scalesweep compare"):
-            loaded = [sides.load_side(spec, args.history, args.where, role)
-                      for role, spec in (("baseline", args.baseline), ("candidate", args.candidate))]
+            loaded = sides.load_sides({"baseline": args.baseline, "candidate": args.candidate},
+                                      args.history, args.where)
             table, text = compare.write_comparison(*loaded, output_folder(args.out), args.confidence, args.seed,
                                                    lambda: query.spread_runs(args.history), args.allow_same)
     except (ValueError, FileNotFoundError) as error:

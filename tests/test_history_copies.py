@@ -79,3 +79,34 @@ def test_runs_without_ids_are_all_kept_beside_runs_with_ids(tmp_path):
     write_sweep(tmp_path, runs(["r1", None]), NEW)
     every = query.archived_runs(tmp_path)
     assert len(every) == 4 and every["run_id"].isna().sum() == 3
+
+
+# ----------------------------------------------------------------------------- two selections, one reading
+
+def test_two_selections_read_together_are_each_what_it_reads_alone(tmp_path):
+    from scalesweep.history.sides import load_side, load_sides
+
+    write_sweep(tmp_path, runs(["r1", "r2", "r3"], DRIVER_A), OLD)
+    # r4's cluster is missing (NULL): no selection on the cluster holds it, and it breaks none
+    write_sweep(tmp_path, runs(["r3", "r4", "r5"], DRIVER_B).assign(cluster=["mn5", None, "leonardo"]), NEW)
+    specs = {"baseline": f"gpu_driver={DRIVER_A},cluster=mn5", "candidate": "cluster=mn5,gpus=1",
+             "third": "cluster=leonardo"}
+    together = load_sides(specs, tmp_path)
+    alone = [load_side(spec, tmp_path, role=role) for role, spec in specs.items()]
+    for one, other in zip(together, alone):
+        assert one.label == other.label
+        pd.testing.assert_frame_equal(one.runs, other.runs)
+    assert [sorted(side.runs["run_id"]) for side in together] == [["r1", "r2", "r3"], ["r1"], ["r5"]]
+    # r3 is the older sweep's (gpus 3): its newer copy's gpus=1 and sweep id select it on neither side
+    by_gpus, by_sweep = load_sides({"a": "gpus=1", "b": f"sweep_id={NEW}"}, tmp_path)
+    assert by_gpus.runs["run_id"].tolist() == ["r1"] and sorted(by_sweep.runs["run_id"]) == ["r4", "r5"]
+
+
+def test_a_selection_that_fails_is_named_as_when_read_alone(tmp_path):
+    from scalesweep.history.sides import load_sides
+
+    write_sweep(tmp_path, runs(["r1", "r2"]), OLD)
+    with pytest.raises(ValueError, match=f"no archived run in {tmp_path} matches 'cluster=nowhere'"):
+        load_sides({"baseline": "cluster=nowhere", "candidate": "gpu_moddel=x"}, tmp_path)
+    with pytest.raises(ValueError, match="no column 'gpu_moddel' in the runs"):
+        load_sides({"baseline": "cluster=mn5", "candidate": "gpu_moddel=x"}, tmp_path)

@@ -147,6 +147,27 @@ def archived_runs(history_dir, where: str | None = None, selectors=(), files=Non
     return query(files, f"SELECT * FROM runs WHERE {condition}", parameters, where=where)
 
 
+# Marks the rows of each selector set in archived_runs_each's one query: no column of a run is named so.
+SELECTED_MARK = "__scalesweep_selected_{}"
+
+
+def archived_runs_each(history_dir, selector_sets, where: str | None = None) -> list[pd.DataFrame]:
+    """archived_runs(history_dir, where, selectors) of each of `selector_sets`, from one reading
+    of the history: each reading opens every file (0.4 s of 1,000 files), and a comparison of two
+    selections made two."""
+    files = sweep_files(history_dir)
+    _refuse_bad_filter(where)
+    if not files:
+        return [pd.DataFrame(columns=list(SWEEP_COLUMNS)) for _ in selector_sets]
+    conditions = [_selector_condition(parse_selectors(selectors)) for selectors in selector_sets]
+    marks = [SELECTED_MARK.format(number) for number in range(len(conditions))]
+    selected = ", ".join(f"coalesce(({condition}), false) AS {mark}" for (condition, _), mark in zip(conditions, marks))
+    either = " OR ".join(f"({condition})" for condition, _ in conditions)
+    parameters = [value for _, values in conditions for value in values]
+    runs = query(files, f"SELECT *, {selected} FROM runs WHERE {either}", parameters * 2, where=where)
+    return [runs[runs[mark]].drop(columns=marks).reset_index(drop=True) for mark in marks]
+
+
 def archived_sweeps_of(history_dir, run_ids) -> dict[str, str]:
     """{run_id: the sweep id that archived it} for the `run_ids` the history holds (older files
     lack run ids). Each file is read once per process while it stays as it was (_held_runs)."""
