@@ -9,6 +9,8 @@ stderr, naming the file (and line and key where there is one); the exit status i
 Everything readable is still written. Exit status 2: nothing could be analysed at all.
 """
 
+from __future__ import annotations
+
 import argparse
 import math
 import os
@@ -16,18 +18,19 @@ import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from scalesweep import pipeline
-from scalesweep.analysis import tables
-from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import layout
 from scalesweep.contract.input_files import not_a_file, not_a_file_refusal
-from scalesweep.logs.read import parse_file
-from scalesweep.logs.run import LogFormatError, whole_number
 from scalesweep.contract.layout import RESULTS
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
-from scalesweep.report import terminal_table
-from scalesweep.tidy import copies
+
+if TYPE_CHECKING:
+    from scalesweep.analysis.settings import AnalysisSettings
+
+# Each command imports what it runs where it runs it (the analysis's tables, figures and log
+# readers for `analyze`, DuckDB and the comparison for `compare`): a command's start is part of
+# what its user waits for.
 
 REFUSED_EXIT = 1
 FAILED_EXIT = 2
@@ -80,6 +83,10 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
             world_sizes=None, network_csv=None):
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
     (already reported). `world_sizes`: {log file: GPUs} (--world-size)."""
+    from scalesweep import pipeline
+    from scalesweep.analysis import tables
+    from scalesweep.tidy import copies
+
     out = output_folder(out)
     if network_csv is not None and not_a_file(network_csv):
         raise ValueError(f"--network {not_a_file_refusal(network_csv, 'a network.csv file')}")
@@ -139,6 +146,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         return args.handler(args)
+    from scalesweep.analysis.settings import AnalysisSettings
+    from scalesweep.logs.run import LogFormatError
+
     try:
         settings = AnalysisSettings.from_options(
             efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
@@ -162,6 +172,8 @@ def file_count(text):
 
 def positive_count(text):
     """argparse type: a whole number >= 1."""
+    from scalesweep.logs.run import whole_number
+
     value = whole_number(text)
     if value is None or value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
@@ -236,8 +248,8 @@ def compare_command(args):
 
     try:
         with warnings_on_one_line("scalesweep compare"):
-            loaded = [sides.load_side(spec, args.history, args.where, role)
-                      for role, spec in (("baseline", args.baseline), ("candidate", args.candidate))]
+            loaded = sides.load_sides({"baseline": args.baseline, "candidate": args.candidate},
+                                      args.history, args.where)
             table, text = compare.write_comparison(*loaded, output_folder(args.out), args.confidence, args.seed,
                                                    lambda: query.spread_runs(args.history), args.allow_same)
     except (ValueError, FileNotFoundError) as error:
@@ -329,6 +341,9 @@ def parse_command(args):
     import json
     from dataclasses import asdict
 
+    from scalesweep.logs.read import parse_file
+    from scalesweep.logs.run import LogFormatError
+
     status = 0
     for path in args.logs:
         try:
@@ -370,12 +385,24 @@ def register_show(commands):
     cmd = commands.add_parser("show", help="the scaling table and sweet spot of a results folder, in the terminal")
     cmd.add_argument("results_dir", nargs="?", default=RESULTS, metavar="RESULTS_DIR",
                      help=f"a sweep's results folder or analyze's --out folder (default: {RESULTS})")
-    cmd.add_argument("--format", choices=terminal_table.FORMATS, default="text",
+    cmd.add_argument("--format", type=show_format, default="text",
                      help="text (fits 100 columns), csv or markdown")
     cmd.set_defaults(handler=show_command)
 
 
+def show_format(text):
+    """argparse type of show's --format: one of terminal_table.FORMATS (read here, where show
+    runs, not by every command's parser)."""
+    from scalesweep.report import terminal_table
+
+    if text not in terminal_table.FORMATS:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(terminal_table.FORMATS)})")
+    return text
+
+
 def show_command(args):
+    from scalesweep.report import terminal_table
+
     try:
         scaling, sweet_spot = terminal_table.results_tables(args.results_dir)
     except (terminal_table.ResultsMissing, ValueError, OSError) as error:

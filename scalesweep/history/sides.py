@@ -17,6 +17,7 @@ from scalesweep.history import sqlfilter
 from scalesweep.history.query import (
     FILE_SUFFIX,
     archived_runs,
+    archived_runs_each,
     files_of_sweeps,
     known_sweeps,
     query,
@@ -57,12 +58,37 @@ def load_side(spec: str, history_dir=DEFAULT_HISTORY_DIR, where: str | None = No
     archived .parquet file, `column=value[,column=value]` selectors over the history (the runs
     of every matching sweep), or a sweep id (or a unique prefix of one). `where` (SQL) then
     narrows the runs. `role` names the side in the error for a blank spec."""
-    refuse_blank_side(spec, role)
+    return load_sides({role: spec}, history_dir, where)[0]
+
+
+def load_sides(specs: dict, history_dir=DEFAULT_HISTORY_DIR, where: str | None = None) -> list[Side]:
+    """load_side of each {role: spec}, in order. Sides that are selectors over the history are
+    read from it together (archived_runs_each): a comparison of two selections reads every file
+    once, not twice."""
+    for role, spec in specs.items():
+        refuse_blank_side(spec, role)
+    selecting = [role for role, spec in specs.items() if _selects(spec)]
+    selected = {}
+    if len(selecting) > 1:
+        try:
+            selected = dict(zip(selecting, archived_runs_each(history_dir, [[specs[role]] for role in selecting])))
+        except ValueError:
+            pass  # each side on its own below, so that the error named is the first side's
+    return [_side(spec, history_dir, where, selected.get(role)) for role, spec in specs.items()]
+
+
+def _selects(spec: str) -> bool:
+    """Whether `spec` is column=value selectors (what load_side takes it for), not a path."""
+    return not Path(spec).exists() and "=" in spec
+
+
+def _side(spec: str, history_dir, where: str | None, selected: pd.DataFrame | None) -> Side:
+    """The side `spec` names; `selected`: its runs, where its selectors were read already."""
     path = Path(spec)
     if path.exists():
         runs = _runs_at(path)
     elif "=" in spec:
-        runs = archived_runs(history_dir, selectors=[spec])
+        runs = archived_runs(history_dir, selectors=[spec]) if selected is None else selected
         if runs.empty:
             raise ValueError(f"no archived run in {history_dir} matches {spec!r}")
     else:

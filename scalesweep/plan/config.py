@@ -10,6 +10,7 @@ through `load_strict` and rephrases schema errors with `schema_problem`.
 Snakemake alone ("Config file is not valid JSON or YAML"), and this names its file, line and column.
 """
 
+import copy
 import functools
 import json
 import re
@@ -17,10 +18,7 @@ import reprlib
 from collections import Counter
 from pathlib import Path
 
-import jsonschema
 import yaml
-from snakemake.exceptions import WorkflowError
-from snakemake.utils import update_config, validate
 
 from scalesweep.contract.input_files import not_a_file_refusal
 
@@ -206,6 +204,12 @@ def schema_problem(error):
 def validate_config(config, schema=CONFIG_SCHEMA):
     """Snakemake's validation (it fills in the schema's defaults), with a one-line ConfigError;
     then what the schema lets through but every job would refuse (scalesweep/plan/checks.py)."""
+    # Here, not at the top: the analysis imports this module for the schema's defaults alone
+    # (section_defaults), and jsonschema with Snakemake's utils cost a command 0.2 s to import.
+    import jsonschema
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
     checks.check_names_and_nul_bytes(config)
     try:
         validate(config, str(schema))
@@ -227,7 +231,9 @@ def validate_config(config, schema=CONFIG_SCHEMA):
 @functools.lru_cache(maxsize=4)
 def strict_validator(schema):
     """The schema's validator, with 32.0 no integer (checks.strict_integer)."""
-    document = yaml.safe_load(Path(schema).read_text())
+    import jsonschema
+
+    document = schema_document(schema)
     base = jsonschema.validators.validator_for(document)
     checker = base.TYPE_CHECKER.redefine("integer", checks.strict_integer)
     return jsonschema.validators.extend(base, type_checker=checker)(document)
@@ -238,12 +244,20 @@ def training_defaults(schema=CONFIG_SCHEMA) -> dict:
     return section_defaults("training", schema)
 
 
+@functools.lru_cache(maxsize=4)
+def schema_document(schema=CONFIG_SCHEMA) -> dict:
+    """The schema as read (shared: not to be changed). libyaml's loader where PyYAML has it,
+    the same document as the pure-Python one in 1/30 of the time (0.25 s of a command's start)."""
+    return yaml.load(Path(schema).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 @functools.lru_cache(maxsize=8)
 def section_defaults(section: str, schema=CONFIG_SCHEMA) -> dict:
     """The value of each setting of a config section when no config sets it: the schema is
     every default's one owner."""
-    properties = yaml.safe_load(Path(schema).read_text())["properties"][section]["properties"]
-    return {key: spec["default"] for key, spec in properties.items() if "default" in spec}
+    properties = schema_document(schema)["properties"][section]["properties"]
+    # copies: the validator reads the same document
+    return {key: copy.deepcopy(spec["default"]) for key, spec in properties.items() if "default" in spec}
 
 
 def whole_number_problem(error):
@@ -267,6 +281,8 @@ def check_sweep(paths, site=None):
     """Config files merged in order (then `site`, as a profile's `config:` entry gives it),
     validated and planned: what the workflow checks when parsed, except that no path is looked up
     (site.path_problems does that). Returns (config, runs, their settings, warnings)."""
+    from snakemake.utils import update_config
+
     config = {}
     for path in paths:
         update_config(config, load_strict(path))
