@@ -122,14 +122,12 @@ def read_runs_table(path):
     return runs
 
 
-def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, world_sizes=None,
-                 processes: int | None = 1):
+def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, world_sizes=None):
     """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv, each run once
     (scalesweep/tidy/copies.py: a run read twice, from two logs or a log and a table, is one run).
     `images_per_epoch`: the training set's size, for logs that count steps instead of images (Keras).
     `world_sizes`: {log file: GPUs} for logs that print no world size (discover.with_world_sizes);
-    a file there that is none of the logs read is a ValueError. `processes`: read the logs in
-    that many processes (tidy_tables; None: as many as the figures stage takes).
+    a file there that is none of the logs read is a ValueError.
 
     Returns (runs.csv's path or None when there is no run at all, [refused inputs], [copies
     left out]).
@@ -142,8 +140,7 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, wor
     items, unmatched = with_world_sizes(items, world_sizes)
     if unmatched:
         raise ValueError(f"--world-size {', '.join(unmatched)}: not among the logs read")
-    processes = capped_figure_processes(usable_cpu_count()) if processes is None else processes
-    tidied = tidy_tables(items, images_per_epoch, processes=processes)
+    tidied = tidy_tables(items, images_per_epoch)
     refused += tidied.refused
     frames, sources = [tidied.runs], [tidied.runs["log"].tolist()]
     for path in (p for p in paths if p.is_file() and is_runs_table(p)):

@@ -10,10 +10,7 @@ or breaks the record contract (scalesweep/contract/records.py); `tidy_tables` al
 """
 
 import math
-import multiprocessing
 import statistics
-from concurrent.futures import ProcessPoolExecutor
-from itertools import repeat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -82,16 +79,13 @@ def runs_table(items, images_per_epoch: int | None = None, peak_override: dict |
     return tables.epochs, tables.runs
 
 
-def tidy_tables(items, images_per_epoch: int | None = None, peak_override: dict | None = None,
-                processes: int = 1) -> TidyTables:
+def tidy_tables(items, images_per_epoch: int | None = None, peak_override: dict | None = None) -> TidyTables:
     """runs_table's tables, and the logs it refused (TidyTables.refused). `images_per_epoch`: the
-    dataset's training images, for logs that count steps instead (Keras; formats/keras.py: keras_epoch_images).
-    `processes`: the logs are read in that many processes when there are enough of them
-    (PARALLEL_READ_MIN_LOGS)."""
+    dataset's training images, for logs that count steps instead (Keras; formats/keras.py: keras_epoch_images)."""
     items = [(path, dict(axes)) for path, axes in items]
     extra_axes = _extra_axes(axes for _, axes in items)
-    readings = [reading for item_readings in _each_item_rows(items, images_per_epoch, peak_override, processes)
-                for reading in item_readings]
+    readings = [reading for path, axes in items
+                for reading in _rows_for_item(path, axes, images_per_epoch, peak_override)]
     ids = [run_row["run_id"] for run_row, _, _ in readings]
     later = copies.later_readings(ids)
     copy_lines = copies.copy_lines([run_row["log"] for run_row, _, _ in readings], ids, later)
@@ -192,25 +186,6 @@ def _extra_axes(run_axes) -> list[str]:
             )
         keys.update(axes)
     return sorted(keys - set(AXIS_COLUMNS))
-
-
-# Below this many logs a fresh process's imports (pandas; about a second) cost more than reading
-# its share of the logs saves (about a millisecond a log).
-PARALLEL_READ_MIN_LOGS = 2000
-
-
-def _each_item_rows(items: list, images_per_epoch, peak_override, processes: int) -> list:
-    """_rows_for_item of every (path, axes) item, in the items' order. With `processes` > 1 and
-    at least PARALLEL_READ_MIN_LOGS items, read in that many fresh processes ("spawn", as the
-    figures are: a fork would copy the locks of a Snakemake head's threads)."""
-    paths = [path for path, _ in items]
-    axes = [axes for _, axes in items]
-    more = (repeat(images_per_epoch), repeat(peak_override))
-    if processes <= 1 or len(items) < PARALLEL_READ_MIN_LOGS:
-        return list(map(_rows_for_item, paths, axes, *more))
-    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_rows_for_item, paths, axes, *more,
-                             chunksize=math.ceil(len(items) / (4 * processes))))
 
 
 def _rows_for_item(path, axes: dict, images_per_epoch=None, peak_override=None,
