@@ -42,10 +42,12 @@ FIGURE_TABLES = ("scaling", "fits", "predictions")
 FINDINGS_TABLES = ("scaling", "fits", "sweet_spot", "predictions")
 
 
-def write_tables(runs_csv, table_outputs: dict, settings: AnalysisSettings, network_csv=None) -> str:
+def write_tables(runs_csv, table_outputs: dict, settings: AnalysisSettings, network_csv=None,
+                 table_written=lambda name: None) -> str:
     """The tables stage: runs.csv (+ the network probe's network.csv) -> every table of
-    tables.TABLES at table_outputs[name]; the log line."""
-    return tables.write_tables(runs_csv, table_outputs, settings, network_csv)
+    tables.TABLES at table_outputs[name], `table_written(name)` called as each one is; the log
+    line."""
+    return tables.write_tables(runs_csv, table_outputs, settings, network_csv, table_written)
 
 
 # A login node is shared with other users: the figures stage never draws with more processes
@@ -85,9 +87,23 @@ def import_stage_modules() -> None:
 
 def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSettings, figures_dir,
                             findings_md, network_csv=None, figure_processes: int | None = 1):
-    """Every stage after the tidy tables, in order: yields each stage's log line as it ends."""
-    yield write_tables(runs_csv, table_outputs, settings, network_csv)
-    yield write_figures(table_outputs, figures_dir, figure_processes)
+    """Every stage after the tidy tables, in order: yields each stage's log line as it ends.
+
+    With more than one drawing process (`figure_processes`, as write_figures takes it) the
+    figures are drawn while the tables are computed: each figure as soon as its tables are
+    written (figures.FigureProcesses). The tables stage runs in one process, and on a laptop
+    the other cores would wait for it."""
+    processes = capped_figure_processes(usable_cpu_count() if figure_processes is None else figure_processes)
+    if processes <= 1:
+        yield write_tables(runs_csv, table_outputs, settings, network_csv)
+        yield write_figures(table_outputs, figures_dir, processes)
+    else:
+        from scalesweep.report import figures  # matplotlib and seaborn
+
+        paths = [table_outputs[name] for name in FIGURE_TABLES]
+        with figures.FigureProcesses(paths, figures_dir, processes) as drawing:
+            yield write_tables(runs_csv, table_outputs, settings, network_csv, drawing.table_written)
+            yield figures.figures_line(drawing.written())
     yield write_findings(table_outputs, findings_md)
 
 

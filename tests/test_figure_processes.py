@@ -116,3 +116,58 @@ def test_a_missing_or_empty_table_has_no_rows_for_any_group_and_no_shared_key_gi
     assert rows_by_group(pd.DataFrame(), ["model"])({"model": "a"}).empty
     table = pd.DataFrame({"p": [1, 2]})
     assert rows_by_group(table, ["model"])({"model": "a"})["p"].tolist() == [1, 2]
+
+
+def test_the_figures_drawn_before_the_fits_are_those_that_do_not_draw_them():
+    assert {name for name in figures.FIGURE_NAMES if figures.tables_of(name) == ("scaling",)} == {
+        "time_by_model", "time_all", "throughput_by_model", "throughput_all", "marginal_gain",
+        "karp_flatt", "throughput_efficiency", "step_breakdown", "comm_compute_ratio",
+        "bus_bandwidth", "energy_per_image"}
+    assert figures.FIGURE_TABLES == pipeline.FIGURE_TABLES
+
+
+@pytest.mark.slow  # every figure drawn twice
+def test_a_figure_of_the_scaling_table_alone_is_drawn_alike_with_every_table(table_files, tmp_path):
+    """FigureProcesses draws these before the fits and predictions exist."""
+    everything = figures.figure_tables([table_files[name] for name in figures.FIGURE_TABLES])
+    alone = figures.figure_makers(everything[0])
+    together = figures.figure_makers(*everything)
+    for name in (name for name in figures.FIGURE_NAMES if figures.tables_of(name) == ("scaling",)):
+        first = figures.save_figures({name: figures.build_figure(alone[name])}, tmp_path / "alone")
+        second = figures.save_figures({name: figures.build_figure(together[name])}, tmp_path / "together")
+        assert first[0].read_bytes() == second[0].read_bytes(), name
+
+
+@pytest.mark.slow  # fresh interpreters
+def test_figures_drawn_while_the_tables_are_computed_are_the_files_drawn_after(table_files, tmp_path):
+    runs_csv = table_files["scaling"].parent / "runs.csv"
+    outputs = tables.outputs_in(tmp_path / "tables")
+    lines = list(pipeline.tables_figures_findings(runs_csv, outputs, AnalysisSettings.from_config(),
+                                                  tmp_path / "figures", tmp_path / "findings.md",
+                                                  figure_processes=2))
+    assert lines[1].startswith(f"{2 * len(figures.FIGURE_NAMES)} figure files: ")
+    for name in tables.TABLES:
+        assert outputs[name].read_bytes() == table_files[name].read_bytes(), name
+    assert drawn(table_files, tmp_path / "after", 1) == {
+        path.name: path.read_bytes() for path in sorted((tmp_path / "figures").iterdir()) if path.suffix == ".png"}
+
+
+@pytest.mark.slow  # fresh interpreters
+def test_a_tables_stage_failing_after_figures_started_fails_with_its_error_and_no_findings(table_files, tmp_path, monkeypatch):
+    """The figures of the scaling table are handed out before the fits fail: the chain still
+    fails with the fits' error (once the figures already drawing have ended), and writes neither
+    the fits nor the findings."""
+    from scalesweep.analysis import fits
+
+    def failing_fit_table(*args, **kwargs):
+        raise ValueError("the fits failed")
+
+    monkeypatch.setattr(fits, "fit_table", failing_fit_table)
+    runs_csv = table_files["scaling"].parent / "runs.csv"
+    outputs = tables.outputs_in(tmp_path / "tables")
+    with pytest.raises(ValueError, match="the fits failed"):
+        list(pipeline.tables_figures_findings(runs_csv, outputs, AnalysisSettings.from_config(),
+                                              tmp_path / "figures", tmp_path / "findings.md",
+                                              figure_processes=2))
+    assert not (tmp_path / "findings.md").exists()
+    assert not outputs["fits"].exists()

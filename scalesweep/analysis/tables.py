@@ -8,6 +8,7 @@ jobsteps included) imports this module to parse the workflow.
 """
 
 from pathlib import Path
+from typing import Callable
 
 from scalesweep.analysis import predict, scaling, sweetspot
 from scalesweep.analysis.settings import AnalysisSettings
@@ -20,30 +21,38 @@ TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "co
 def analysis_tables(runs, settings: AnalysisSettings, network: predict.Network | None = None) -> dict:
     """Every table of the analysis, by name (TABLES), from a runs table (and the network probe's
     inter-node all-reduce, for the predictions beyond one node)."""
+    return dict(each_analysis_table(runs, settings, network))
+
+
+def each_analysis_table(runs, settings: AnalysisSettings, network: predict.Network | None = None):
+    """(name, table) for every table of TABLES as it is computed: the scaling table first, then
+    the fits and predictions, the other tables the figures are drawn from, so the figures stage
+    can start on a table while the next is computed."""
     from scalesweep.analysis import fits
 
     table = scaling.scaling_table(runs, settings.epoch_budget)
-    return {
-        "scaling": table,
-        "fits": fits.fit_table(runs, scaling=table),
-        "sweet_spot": sweetspot.sweet_spot_table(table, settings),
-        "acceleration": scaling.acceleration_table(runs),
-        "compare_models": scaling.comparison_table(table, by="model"),
-        "compare_datasets": scaling.comparison_table(table, by="dataset"),
-        "predictions": predict.prediction_table(runs, settings.predict_gpus, settings.gpus_per_node, network, table),
-    }
+    yield "scaling", table
+    yield "fits", fits.fit_table(runs, scaling=table)
+    yield "predictions", predict.prediction_table(runs, settings.predict_gpus, settings.gpus_per_node, network, table)
+    yield "sweet_spot", sweetspot.sweet_spot_table(table, settings)
+    yield "acceleration", scaling.acceleration_table(runs)
+    yield "compare_models", scaling.comparison_table(table, by="model")
+    yield "compare_datasets", scaling.comparison_table(table, by="dataset")
 
 
-def write_tables(runs_csv, outputs: dict, settings: AnalysisSettings, network_csv=None) -> str:
+def write_tables(runs_csv, outputs: dict, settings: AnalysisSettings, network_csv=None,
+                 table_written: Callable[[str], None] = lambda name: None) -> str:
     """runs.csv (and network.csv of the network probe, when given) -> every table of TABLES at
-    outputs[name]; the log line."""
+    outputs[name], `table_written(name)` called as each one is; the log line."""
     network = predict.read_network_csv(network_csv) if network_csv else None
-    tables = analysis_tables(read_runs(runs_csv), settings, network)
-    for name, table in tables.items():
+    rows = {}
+    for name, table in each_analysis_table(read_runs(runs_csv), settings, network):
         path = Path(outputs[name])
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_csv(table, path)
-    return ", ".join(f"{name}: {len(table)} rows" for name, table in tables.items())
+        rows[name] = len(table)
+        table_written(name)
+    return ", ".join(f"{name}: {rows[name]} rows" for name in TABLES)
 
 
 def outputs_in(folder) -> dict:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
-from itertools import repeat
 from pathlib import Path
 from typing import Callable
 
@@ -588,31 +587,89 @@ def write_figures(scaling_csv, fits_csv, predictions_csv, outdir, processes: int
 
     Drawing is most of an analysis' time at scale (text layout, twice per file), and one figure
     needs nothing of another: with `processes` > 1 each figure is drawn in one of that many
-    processes. They are started fresh ("spawn"), not forked: the Snakemake head that runs this
-    stage has threads of its own, and a fork copies whatever lock one of them holds."""
-    tables = figure_tables((scaling_csv, fits_csv, predictions_csv))
+    processes (FigureProcesses)."""
+    paths = (scaling_csv, fits_csv, predictions_csv)
+    tables = figure_tables(paths)  # a missing table is refused before any process starts
     if processes <= 1:
         written = save_figures(build_figures(*tables), outdir)
     else:
-        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_load_figure_makers, initargs=tables) as pool:
-            written = [path for paths in pool.map(_write_figure, FIGURE_NAMES, repeat(outdir))
-                       for path in paths]
+        with FigureProcesses(paths, outdir, processes) as drawing:
+            for table in FIGURE_TABLES:
+                drawing.table_written(table)
+            written = drawing.written()
+    return figures_line(written)
+
+
+def figures_line(written) -> str:
     return f"{len(written)} figure files: " + " ".join(Path(path).name for path in written)
 
 
 def figure_tables(paths) -> tuple:
-    """The scaling, fits and predictions tables the figures are drawn from."""
-    return tuple(pd.read_csv(path) for path in paths)
+    """The scaling, fits and predictions tables the figures are drawn from (None: a table not
+    given)."""
+    return tuple(None if path is None else pd.read_csv(path) for path in paths)
 
 
-# A drawing process's figure makers, made once when it starts (_load_figure_makers).
+# The tables figures are drawn from, in the order of figure_tables' arguments (pipeline's
+# FIGURE_TABLES too). All but six figures are drawn alike without the fits and predictions
+# (figure_makers passes those to these six only), so they can be drawn while those are computed.
+FIGURE_TABLES = ("scaling", "fits", "predictions")
+FROM_EVERY_TABLE = frozenset(f"{metric}_{suffix}" for metric in ("speedup", "tts_speedup", "efficiency")
+                             for suffix in ("by_model", "all"))
+
+
+def tables_of(figure_name: str) -> tuple[str, ...]:
+    """The FIGURE_TABLES `figure_name` is drawn from."""
+    return FIGURE_TABLES if figure_name in FROM_EVERY_TABLE else FIGURE_TABLES[:1]
+
+
+class FigureProcesses:
+    """The figures stage in `processes` fresh processes, each figure handed to one as soon as the
+    tables it is drawn from are written (table_written): the tables stage computes the fits and
+    predictions in this process while the others draw the figures of the scaling table.
+
+    The processes are started fresh ("spawn"), not forked: the Snakemake head that runs the stage
+    has threads of its own, and a fork copies whatever lock one of them holds. Leaving the block
+    with an error cancels the figures not yet started and waits for the others."""
+
+    def __init__(self, table_paths, outdir, processes: int):
+        self._paths = dict(zip(FIGURE_TABLES, table_paths))
+        self._outdir = outdir
+        self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+        self._tables: set[str] = set()
+        self._futures: dict = {}
+
+    def __enter__(self) -> FigureProcesses:
+        return self
+
+    def __exit__(self, error_type, error, traceback) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=error_type is not None)
+
+    def table_written(self, name: str) -> None:
+        """`name` (any table; those figures are not drawn from are ignored) is written: draw every
+        figure whose tables now all are."""
+        self._tables.add(name)
+        for figure_name in FIGURE_NAMES:
+            needs = tables_of(figure_name)
+            if figure_name in self._futures or not self._tables.issuperset(needs):
+                continue
+            paths = tuple(self._paths[table] if table in needs else None for table in FIGURE_TABLES)
+            self._futures[figure_name] = self._pool.submit(_write_figure, figure_name, paths, self._outdir)
+
+    def written(self) -> list[Path]:
+        """Every figure's files, in FIGURE_NAMES' order, once all are drawn; a figure that failed
+        raises its error here."""
+        missing = [name for name in FIGURE_NAMES if name not in self._futures]
+        if missing:
+            raise RuntimeError(f"figures never drawn, their tables not written: {', '.join(missing)}")
+        return [path for name in FIGURE_NAMES for path in self._futures[name].result()]
+
+
+# A drawing process's figure makers, by the table paths they were made from, made once.
 _PROCESS_MAKERS: dict = {}
 
 
-def _load_figure_makers(*tables) -> None:
-    _PROCESS_MAKERS.update(figure_makers(*tables))
-
-
-def _write_figure(name: str, outdir) -> list[Path]:
-    return save_figures({name: build_figure(_PROCESS_MAKERS[name])}, outdir)
+def _write_figure(name: str, table_paths: tuple, outdir) -> list[Path]:
+    if table_paths not in _PROCESS_MAKERS:
+        _PROCESS_MAKERS[table_paths] = figure_makers(*figure_tables(table_paths))
+    return save_figures({name: build_figure(_PROCESS_MAKERS[table_paths][name])}, outdir)
