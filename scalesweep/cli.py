@@ -294,7 +294,8 @@ def register_check_config(commands):
 def check_config_command(args):
     import yaml
 
-    from scalesweep.plan import matrix, preview, site
+    from scalesweep.plan import matrix, preview
+    from scalesweep.plan.cluster import site
     from scalesweep.plan.checks import ConfigError
     from scalesweep.plan.config import ConfigFileError, check_sweep, sources, training_defaults
 

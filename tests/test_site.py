@@ -13,7 +13,7 @@ from conftest import LOCAL_ENV, REPO, TINY, snakemake
 from mn5site import mn5_profile, run_with_profile
 from scalesweep.plan import checks, launch, matrix, preview
 from scalesweep.plan.config import training_defaults, validate_config
-from scalesweep.plan.site import (
+from scalesweep.plan.cluster.site import (
     account_problem,
     from_command_line,
     missing_paths_error,

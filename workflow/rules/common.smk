@@ -27,8 +27,8 @@ from scalesweep.plan import (
     launch,
     matrix,
     preview,
-    site,
 )  # noqa: E402
+from scalesweep.plan.cluster import site  # noqa: E402
 from scalesweep.plan import config as config_files  # noqa: E402
 
 # The code every trainer of this invocation runs, computed once where git is (the trainers may
@@ -394,7 +394,7 @@ def runs_locally():
 
 
 def site_problems(jobs, max_batch):
-    """What the site refuses of the jobs to run ({run path: settings}; scalesweep/plan/site.py);
+    """What the site refuses of the jobs to run ({run path: settings}; scalesweep/plan/cluster/site.py);
     never for a local run."""
     if runs_locally():
         return []

@@ -1,6 +1,6 @@
 # A head started again after a crash (docs/cluster-head.md): the lock the dead head left is
-# explained with the exact commands (scalesweep/plan/head_lock.py), and on SLURM the jobs it left
-# queued or running are waited for instead of submitted twice (scalesweep/plan/slurm_jobs.py), and a
+# explained with the exact commands (scalesweep/plan/cluster/head_lock.py), and on SLURM the jobs it left
+# queued or running are waited for instead of submitted twice (scalesweep/plan/cluster/slurm_jobs.py), and a
 # result on disk is never trained again (measured_results_are_final).
 import socket
 
@@ -8,7 +8,7 @@ from snakemake.io import IOFile
 
 from scalesweep import pipeline
 from scalesweep.logs import accounting
-from scalesweep.plan import head_lock, slurm_jobs
+from scalesweep.plan.cluster import head_lock, slurm_jobs
 
 HOST = socket.gethostname()
 
