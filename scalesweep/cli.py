@@ -26,7 +26,7 @@ from scalesweep.contract.layout import RESULTS
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
 
 if TYPE_CHECKING:
-    from scalesweep.analysis.settings import AnalysisSettings
+    from scalesweep.plan.analysis_settings import AnalysisSettings
 
 # Each command imports what it runs where it runs it (the analysis's tables, figures and log
 # readers for `analyze`, DuckDB and the comparison for `compare`): a command's start is part of
@@ -146,7 +146,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         return args.handler(args)
-    from scalesweep.analysis.settings import AnalysisSettings
+    from scalesweep.plan.analysis_settings import AnalysisSettings
     from scalesweep.logs.run import LogFormatError
 
     try:

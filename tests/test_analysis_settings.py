@@ -1,4 +1,4 @@
-"""The analysis settings (scalesweep/analysis/settings.py): one object whose defaults are the config
+"""The analysis settings (scalesweep/plan/analysis_settings.py): one object whose defaults are the config
 schema's, written nowhere else."""
 
 import ast
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scalesweep.analysis.settings import CONFIG_KEYS, DEFAULTS, AnalysisSettings
+from scalesweep.plan.analysis_settings import CONFIG_KEYS, DEFAULTS, AnalysisSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_ANALYSIS = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())[

@@ -157,7 +157,7 @@ def test_predictions_reach_the_tables_figures_and_findings(tmp_path):
     """analysis.predict_gpus through the tables stage into predictions.csv, the speedup and
     efficiency figures (the points drawn are the table's) and findings.md's words."""
     from scalesweep.analysis import tables
-    from scalesweep.analysis.settings import AnalysisSettings
+    from scalesweep.plan.analysis_settings import AnalysisSettings
     from scalesweep.report import figures, findings
 
     runs_csv = tmp_path / "runs.csv"

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Callable
 
 from scalesweep.analysis import predict, scaling, sweetspot
-from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import atomic, layout
+from scalesweep.plan.analysis_settings import AnalysisSettings
 from scalesweep.tidy.table import read_runs
 
 TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets", "predictions")

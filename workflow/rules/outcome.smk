@@ -1,9 +1,9 @@
 # How a sweep ends on the terminal (scalesweep/report/outcome.py): runs ok and failed, each
 # failure's reason and log, and where the tables, figures, findings, archive and report are.
 from scalesweep import pipeline
-from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import layout
 from scalesweep.plan import containers
+from scalesweep.plan.analysis_settings import AnalysisSettings
 from scalesweep.report import outcome
 
 

@@ -4,7 +4,7 @@
 from scalesweep import pipeline, rulelog
 from scalesweep.contract import layout
 from scalesweep.analysis import tables
-from scalesweep.analysis.settings import AnalysisSettings
+from scalesweep.plan.analysis_settings import AnalysisSettings
 
 
 rule tables:

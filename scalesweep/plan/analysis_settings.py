@@ -3,9 +3,11 @@ budget, greenest time bound, whether superlinear counts may be chosen) and the e
 projected times, GPU-hours and energy stand for.
 
 Their defaults are the config schema's (workflow/schemas/config.schema.yaml, section `analysis`),
-written nowhere else: the workflow builds the object from the config's `analysis:` section
-(`from_config`), `python -m scalesweep analyze` from its options (`from_options`), and the tables,
-the pipeline and the failure path pass it on whole.
+written nowhere else: the workflow builds the object once from the config's `analysis:` and
+`cluster:` sections (`from_config`, workflow/rules/common.smk), `python -m scalesweep analyze` from
+its options (`from_options`), and the tables, the pipeline and the failure path pass it on whole.
+It sits in plan/, below both its readers: the plan (the preview's GPU-hours the prediction saves,
+whether the sweep runs the network probe) and the analysis (the tables, the predictions).
 """
 
 from __future__ import annotations
