@@ -37,6 +37,20 @@ def test_the_config_and_the_options_replace_only_what_they_give():
     assert dataclasses.replace(DEFAULTS, epoch_budget=3.0) == options
 
 
+def test_the_counts_to_predict_are_the_configs_else_the_next_two_doublings():
+    assert DEFAULTS.predicted_counts(4) == (8, 16)
+    assert DEFAULTS.predicted_counts(3) == (6, 12)
+    assert AnalysisSettings.from_config({"predict_gpus": [12, 5]}).predicted_counts(4) == (12, 5)
+
+
+def test_a_nodes_gpus_are_the_analysis_sections_else_the_clusters_else_the_largest_measured():
+    both = AnalysisSettings.from_config({"gpus_per_node": 8}, {"gpus_per_node": 4})
+    assert (both.gpus_per_node, both.node_gpus(2), both.node_gpus()) == (8, 8, 8)
+    cluster = AnalysisSettings.from_config({}, {"gpus_per_node": 4})
+    assert (cluster.node_gpus(16), cluster.node_gpus()) == (4, 4)
+    assert (DEFAULTS.node_gpus(16), DEFAULTS.node_gpus()) == (16, None)
+
+
 @pytest.mark.parametrize("change, message", [
     ({"gpu_hour_budget": 0}, "gpu_hour_budget must be > 0 GPU-hours or None, got 0"),
     ({"epoch_budget": -1.0}, "epoch_budget must be > 0 epochs, got -1.0"),

@@ -33,7 +33,7 @@ def each_analysis_table(runs, settings: AnalysisSettings, network: predict.Netwo
     table = scaling.scaling_table(runs, settings.epoch_budget)
     yield "scaling", table
     yield "fits", fits.fit_table(runs, scaling=table)
-    yield "predictions", predict.prediction_table(runs, settings.predict_gpus, settings.gpus_per_node, network, table)
+    yield "predictions", predict.prediction_table(runs, settings, network, table)
     yield "sweet_spot", sweetspot.sweet_spot_table(table, settings)
     yield "acceleration", scaling.acceleration_table(runs)
     yield "compare_models", scaling.comparison_table(table, by="model")

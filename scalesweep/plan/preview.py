@@ -126,15 +126,17 @@ def warning_lines(warnings) -> str:
     return "\n".join(f"scalesweep: warning: {warning}" for warning in warnings)
 
 
-def prediction_savings(every_job, analysis: dict, gpus_per_node: int) -> tuple:
+def prediction_savings(every_job, analysis) -> tuple:
     """(the GPU counts the tables will predict, the GPU-hours running them would book): per
     configuration at the sweep's largest count, each predicted count at the same time limit, its
-    GPUs in proportion (docs/prediction.md). A framework on one node predicts no count beyond it."""
+    GPUs in proportion (docs/prediction.md). A framework on one node predicts no count beyond it.
+    `analysis`: the analysis settings (plan/analysis_settings.py), which say the counts and a
+    node's GPUs."""
     if not every_job:
         return (), 0.0
     largest = max(s["gpus"] for s in every_job)
-    counts = tuple(analysis.get("predict_gpus") or (2 * largest, 4 * largest))
-    node = analysis.get("gpus_per_node") or gpus_per_node
+    counts = analysis.predicted_counts(largest)
+    node = analysis.node_gpus(largest)
     hours = sum(count * s["time_limit_min"] / 60 for s in every_job if s["gpus"] == largest
                 for count in counts if count > largest and (count <= node or frameworks.get(s["framework"]).multinode))
     return counts, hours

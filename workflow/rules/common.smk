@@ -30,6 +30,7 @@ from scalesweep.plan import (
 )  # noqa: E402
 from scalesweep.plan.cluster import site  # noqa: E402
 from scalesweep.plan import config as config_files  # noqa: E402
+from scalesweep.plan.analysis_settings import AnalysisSettings  # noqa: E402
 
 # The code every trainer of this invocation runs, computed once where git is (the trainers may
 # run in a container without it); a SLURM job's own Snakemake inherits the submitter's value.
@@ -70,6 +71,10 @@ try:
 except checks.ConfigError as error:
     config_sources = config_files.sources(CONFIG_FILES, workflow.config_settings.config)
     raise WorkflowError(f"{error} {config_sources}") from None
+
+# The analysis settings, built once: the preview, the network probe's decision, rule tables and
+# the failure path (outcome.smk) all read this one object.
+ANALYSIS = AnalysisSettings.from_config(config["analysis"], config["cluster"])
 
 # A run's result and logs live at <framework>/model~M/dataset~D/gpus~N, then one folder level per
 # setting it measures away from the default (matrix.run_path, spelled by contract/layout.py); the two trainers are separate
@@ -440,11 +445,7 @@ def preview_of(max_batch):
             submission_checks()
             if PATH_PROBLEMS:
                 print(site.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
-            savings = preview.prediction_savings(
-                list(jobs.values()),
-                config["analysis"],
-                config["cluster"]["gpus_per_node"],
-            )
+            savings = preview.prediction_savings(list(jobs.values()), ANALYSIS)
             summary = preview.plan_summary(
                 RUNS,
                 EXCLUDED,
@@ -469,7 +470,7 @@ def preview_of(max_batch):
 def probe_to_run(forced):
     """The network probe's settings when this sweep runs its job (launch.network_probe_wanted,
     network.csv missing or --forceall), else None: for the preview."""
-    if not launch.network_probe_wanted(config):
+    if not launch.network_probe_wanted(ANALYSIS, config["matrix"]["framework"]):
         return None
     return NETWORK_PROBE_SETTINGS if forced or not Path(NETWORK_CSV).exists() else None
 
@@ -591,4 +592,8 @@ def network_probe_command(wildcards):
 
 def network_input(wildcards):
     """network.csv for the tables when the sweep runs the probe; none otherwise."""
-    return [NETWORK_CSV] if launch.network_probe_wanted(config) else []
+    return (
+        [NETWORK_CSV]
+        if launch.network_probe_wanted(ANALYSIS, config["matrix"]["framework"])
+        else []
+    )

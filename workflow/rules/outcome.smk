@@ -3,7 +3,6 @@
 from scalesweep import pipeline
 from scalesweep.contract import layout
 from scalesweep.plan import containers
-from scalesweep.plan.analysis_settings import AnalysisSettings
 from scalesweep.report import outcome
 
 
@@ -33,9 +32,7 @@ onerror:
                 dict(rules.tidy.output.items()),
                 {
                     "table_outputs": dict(rules.tables.output.items()),
-                    "settings": AnalysisSettings.from_config(
-                        config["analysis"], config.get("cluster")
-                    ),
+                    "settings": ANALYSIS,
                     "figures_dir": rules.figures.output[0],
                     "findings_md": rules.findings.output[0],
                 },

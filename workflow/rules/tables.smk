@@ -25,9 +25,7 @@ rule tables:
         layout.rule_log("tables"),
     localrule: True
     params:
-        **AnalysisSettings.from_config(
-            config["analysis"], config.get("cluster")
-        ).as_params(),
+        **ANALYSIS.as_params(),
     run:
         rulelog.run_logged(
             log[0],
