@@ -318,13 +318,14 @@ def check_config_command(args):
     jobs = {matrix.run_path(s, training_defaults()): s for s in settings}
     print(f"{', '.join(map(str, configs))}: {len(runs)} configurations to run")
     print(preview.cost_lines(list(jobs.values()), list(jobs.values()))[-1].strip())
-    needs, qos = config["site"], profile.resource("qos")
-    refusals = [site.account_problem(needs, profile.resource("slurm_account"), profile.resource_args()),
-                *site.qos_problems(needs, qos, jobs)]
-    if site.qos_warning(needs, qos):
-        print(f"warning: {site.qos_warning(needs, qos)}", file=sys.stderr)
+    # The profile's QoS is every job's: one rule, as the preview checks each rule's.
+    refusals, qos_warnings = site.job_problems(
+        config["site"], profile.resource("slurm_account"), profile.resource_args(), jobs,
+        rule_of=lambda settings: "all", qos_of=lambda rule: profile.resource("qos"))
+    for warning in qos_warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     problems = site.path_problems(config, settings)
-    for refusal in filter(None, refusals):
+    for refusal in refusals:
         print(f"error: {refusal}", file=sys.stderr)
     if problems:
         print(f"error: {site.missing_paths_error(problems)}", file=sys.stderr)

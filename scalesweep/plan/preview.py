@@ -17,6 +17,7 @@ import io
 from collections import Counter
 
 from scalesweep.contract import frameworks, layout
+from scalesweep.plan.cluster.site import missing_paths_warning
 from scalesweep.plan.launch import booked_gpu_hours, held_gpus, holds_whole_nodes, processes_per_node
 from scalesweep.plan.matrix import exclusion_counts
 
@@ -167,6 +168,26 @@ def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, local=F
     costs = local_cost_lines if local else cost_lines
     extra = [savings] if savings and not local else []
     return "\n".join([head, *costs(pending, list(jobs.values()), probe), *extra])
+
+
+def pending_runs(run_paths, jobs: dict, done) -> dict:
+    """{run path: settings} of the jobs still to run, for the site's checks: `jobs` maps each
+    job's result path to its settings in the order of `run_paths` (the run each job measures),
+    `done` holds the result paths that exist."""
+    return {run: settings for run, (result, settings) in zip(run_paths, jobs.items()) if result not in done}
+
+
+def preview_text(runs, excluded, jobs: dict, done: set, analysis, *, max_batch=False, local=False, probe=None,
+                 config_files=(), cli_files=(), path_problems=()) -> str:
+    """Everything the preview prints: the paths the jobs read that are missing or empty
+    (`path_problems`, site.path_problems), which files made the config (config_files_line) and the
+    plan (plan_summary; its arguments), with, for the sweep's runs, the GPU-hours the prediction
+    saves (`analysis`: the analysis settings) and the network probe's job (`probe`)."""
+    savings = "" if max_batch else savings_line(*prediction_savings(list(jobs.values()), analysis))
+    summary = plan_summary(runs, excluded, jobs, done, max_batch=max_batch, local=local, savings=savings,
+                           probe=None if max_batch else probe)
+    warning = [missing_paths_warning(path_problems)] if path_problems else []
+    return "\n".join([*warning, config_files_line(config_files, cli_files), summary])
 
 
 def config_files_line(files_used, cli_files) -> str:
