@@ -296,27 +296,11 @@ def synthetic_options(wildcards):
     return matrix.synthetic_options(config["datasets"][wildcards.dataset]["synthetic"])
 
 
-def preview_jobs(max_batch):
-    """{result path: settings} of the jobs the preview counts: the sweep's runs, or the
-    maximum-batch searches."""
-    if max_batch:
-        return {
-            max_batch_log(path): launch.max_batch_settings(SETTINGS[path])
-            for path in max_batch_paths()
-        }
-    return {run_log(path): SETTINGS[path] for path in RUN_PATHS}
-
-
 def trainer_rule_name(framework, multinode, max_batch):
     """train_<framework>[_multinode] or max_batch_<framework> (train.smk makes them)."""
     if max_batch:
         return f"max_batch_{framework}"
     return f"train_{framework}{'_multinode' if multinode else ''}"
-
-
-def train_rule(settings, max_batch):
-    multinode = launch.is_multinode(settings) and not max_batch
-    return trainer_rule_name(settings["framework"], multinode, max_batch)
 
 
 # The rules a training job runs under, made from the framework registry by train.smk.
@@ -398,93 +382,10 @@ def runs_locally():
     return executor_name() == "local"
 
 
-def site_problems(jobs, max_batch):
-    """What the site refuses of the jobs to run ({run path: settings}; scalesweep/plan/cluster/site.py);
-    never for a local run."""
-    if runs_locally():
-        return []
-    needs = config["site"]
-    defaults = workflow.resource_settings.default_resources
-    account = resource_value("slurm_account", "all")
-    problems = [site.account_problem(needs, account, defaults.args if defaults else [])]
-    by_rule = {}
-    for path, settings in jobs.items():
-        by_rule.setdefault(train_rule(settings, max_batch), {})[path] = settings
-    for rule_name, rule_jobs in sorted(by_rule.items()):
-        qos = resource_value("qos", rule_name)
-        problems += site.qos_problems(needs, qos, rule_jobs)
-        warning = site.qos_warning(needs, qos)
-        if warning and workflow.is_main_process:
-            print(preview.warning_lines([warning]), file=sys.stderr)
-    return [problem for problem in problems if problem]
-
-
 def submission_checks():
     """Before a run's first job: missing or empty paths (a preview only lists them)."""
     if not workflow.dryrun and workflow.is_main_process and PATH_PROBLEMS:
         raise WorkflowError(site.missing_paths_error(PATH_PROBLEMS))
-
-
-def preview_of(max_batch):
-    """An input function of the targets `all` and `find_max_batch`: prints the preview (the jobs
-    to run, their GPU-hours) once, when Snakemake builds the DAG for that target (only then are
-    the targets and --forceall known), and adds no input."""
-
-    def print_preview(wildcards):
-        if workflow.is_main_process and not PREVIEWED:
-            jobs = preview_jobs(max_batch)
-            forced = workflow.dag_settings.forceall
-            done = set() if forced else {path for path in jobs if Path(path).exists()}
-            runs = max_batch_paths() if max_batch else RUN_PATHS
-            pending = {
-                run: s for run, (path, s) in zip(runs, jobs.items()) if path not in done
-            }
-            refused = site_problems(pending, max_batch)
-            if refused:
-                raise WorkflowError(site.site_refusal(refused))
-            submission_checks()
-            if PATH_PROBLEMS:
-                print(site.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
-            savings = preview.prediction_savings(list(jobs.values()), ANALYSIS)
-            summary = preview.plan_summary(
-                RUNS,
-                EXCLUDED,
-                jobs,
-                done,
-                max_batch=max_batch,
-                local=runs_locally(),
-                savings="" if max_batch else preview.savings_line(*savings),
-                probe=None if max_batch else probe_to_run(forced),
-            )
-            print(
-                preview.config_files_line(CONFIG_FILES, workflow.overwrite_configfiles),
-                file=sys.stderr,
-            )
-            print(summary, file=sys.stderr)
-            PREVIEWED.append(max_batch)
-        return []
-
-    return print_preview
-
-
-def probe_to_run(forced):
-    """The network probe's settings when this sweep runs its job (launch.network_probe_wanted,
-    network.csv missing or --forceall), else None: for the preview."""
-    if not launch.network_probe_wanted(ANALYSIS, config["matrix"]["framework"]):
-        return None
-    return NETWORK_PROBE_SETTINGS if forced or not Path(NETWORK_CSV).exists() else None
-
-
-PREVIEWED = []
-if workflow.is_main_process:
-    WARNINGS = matrix.config_warnings(
-        config, EXCLUDED, SETTINGS.values()
-    ) + containers.sdm_warnings(
-        {str(method) for method in workflow.deployment_settings.deployment_method},
-        config["container"],
-    )
-    if WARNINGS:
-        print(preview.warning_lines(WARNINGS), file=sys.stderr)
 
 
 # ------------------------------------------------------------------ `snakemake trace` (trace.smk)

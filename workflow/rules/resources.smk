@@ -1,10 +1,8 @@
 # The resources of the training jobs: the threads a trainer takes, the SLURM resources the slurm
-# executor plugin reads from each job (scalesweep/plan/launch.py: slurm_resources), the user's
-# slurm_extra of the profile or the command line merged in, and the resources a profile gives every
-# job of a rule (the preview checks them against the site). Included before train.smk, whose rules
-# use them.
-from snakemake.iocontainers import Wildcards
-
+# executor plugin reads from each job (scalesweep/plan/launch.py: slurm_resources), and the user's
+# slurm_extra of the profile or the command line merged in. Included before train.smk, whose rules
+# use them. (The resources a profile gives every job of a rule, which the preview checks against the
+# site: preview.smk, resource_value.)
 from scalesweep.plan import launch
 
 
@@ -122,25 +120,3 @@ def train_rules_keep_their_slurm_extra(made_train_rules):
             getattr(rules, rule_name).rule.resources["slurm_extra"] = slurm_resource(
                 framework, "slurm_extra", ""
             )
-
-
-def resource_value(name, rule_name):
-    """A resource the profile (or the command line) gives every job of a rule, as a job would
-    get it: --set-resources for the rule, else --default-resources; None when neither sets it.
-    """
-    settings = workflow.resource_settings
-    for given in (
-        settings.overwrite_resources.get(rule_name, {}),
-        settings.default_resources or {},
-    ):
-        if name in given:
-            evaluated = given[name].evaluate(
-                Wildcards(),
-                input=[],
-                attempt=1,
-                threads=1,
-                rulename=rule_name,
-                async_run=workflow.async_run,
-            )
-            return evaluated.value
-    return None
