@@ -45,7 +45,7 @@ history_place.refuse_owned_history(
 # (preview.smk). Then the earlier head's SLURM jobs are awaited (restart.smk), here rather than
 # in the first training job's own inputs: Snakemake builds this job before any training job, whose
 # inputs then see what those jobs finished.
-# The traces `snakemake trace` made join only the report (reported_traces).
+# The traces `snakemake trace` made join only the report (trace.smk: reported_traces).
 rule all:
     input:
         preview_of(max_batch=False),

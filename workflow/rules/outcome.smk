@@ -6,6 +6,26 @@ from scalesweep.plan import containers
 from scalesweep.report import outcome
 
 
+# `snakemake trace` alone is no sweep: its end writes no failed rows into the tidy tables, it
+# names where the traces are.
+def traces_only():
+    """Whether this invocation's only target is `trace` (known once the DAG is being built)."""
+    return set(getattr(workflow.dag_settings, "targets", None) or ()) == {"trace"}
+
+
+TRACES_ONLY_LINE = (
+    f"scalesweep: traces and their summaries under {layout.TRACES}/ (docs/traces.md)"
+)
+
+
+def best_log(path):
+    """The run's result if it finished, else the log a failed attempt left, else None."""
+    for candidate in (run_log(path), layout.attempt_log("train", path)):
+        if Path(candidate).exists():
+            return candidate
+    return None
+
+
 onsuccess:
     print(
         TRACES_ONLY_LINE if traces_only() else outcome.sweep_outcome(),
