@@ -181,12 +181,15 @@ def test_no_account_is_refused_only_where_the_site_requires_one():
     assert account_problem(full_site(), None, []) is None
 
 
-def test_a_job_beyond_its_qos_is_named_with_the_limit_it_exceeds():
-    site = full_site(**MN5_SITE)
+def mn5_jobs():
+    """{run path: settings} of config/mn5.yaml's runs."""
     config = validated(yaml.safe_load(MN5.read_text()))
     runs, _ = matrix.plan(config, check_paths=False)
-    jobs = {matrix.run_path(s, training_defaults()): s
-            for s in (matrix.run_settings(run, config) for run in runs)}
+    return {matrix.run_path(s, training_defaults()): s for s in (matrix.run_settings(run, config) for run in runs)}
+
+
+def test_a_job_beyond_its_qos_is_named_with_the_limit_it_exceeds():
+    site, jobs = full_site(**MN5_SITE), mn5_jobs()
     assert qos_problems(site, "acc_debug", jobs) == []
     problems = qos_problems(site, "acc_training", jobs)
     vit = ("pytorch/model~vit_h_14/dataset~{}/gpus~{}/compile~true/epochs~5/num_workers~10/per_gpu_batch~128/"
@@ -211,11 +214,7 @@ def test_a_job_beyond_its_qos_is_named_with_the_limit_it_exceeds():
 
 
 def test_each_rules_jobs_are_checked_against_the_qos_it_is_submitted_with():
-    site = full_site(**MN5_SITE)
-    config = validated(yaml.safe_load(MN5.read_text()))
-    runs, _ = matrix.plan(config, check_paths=False)
-    jobs = {matrix.run_path(s, training_defaults()): s
-            for s in (matrix.run_settings(run, config) for run in runs)}
+    site, jobs = full_site(**MN5_SITE), mn5_jobs()
     rule_of = lambda settings: "multi" if settings["nodes"] > 1 else "single"  # noqa: E731
     qos = {"multi": "acc_training", "single": "acc_interactive"}
     # Every one-node job fits acc_interactive (1 node, 4 GPUs); of the jobs across nodes only the
