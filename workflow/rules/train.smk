@@ -12,7 +12,8 @@ import shlex
 from scalesweep.contract import layout
 from scalesweep.plan import matrix
 
-# The runner under the sweep's interpreter, quoted for bash, its braces kept from Snakemake's format.
+# The runner under the sweep's interpreter, quoted for bash; its braces doubled, kept from
+# Snakemake's format.
 RUNNER = shlex.join([PYTHON, script("run_attempt.py")])
 TRAIN_SHELL = (
     f"exec {RUNNER.replace('{', '{{').replace('}', '}}')}"
