@@ -10,6 +10,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/preview.smk"
 include: "workflow/rules/restart.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/images.smk"
@@ -40,8 +41,11 @@ history_place.refuse_owned_history(
 
 # Every run's result is a target itself: Snakemake does not rerun a missing intermediate file
 # whose consumers are up to date, and a missing run must always be run again.
-# The preview (and the site's refusals) first: nothing asks SLURM for a plan it would refuse.
-# The traces `snakemake trace` made join only the report (reported_traces).
+# The preview (and the site's refusals) first: nothing asks SLURM for a plan it would refuse
+# (preview.smk). Then the earlier head's SLURM jobs are awaited (restart.smk), here rather than
+# in the first training job's own inputs: Snakemake builds this job before any training job, whose
+# inputs then see what those jobs finished.
+# The traces `snakemake trace` made join only the report (trace.smk: reported_traces).
 rule all:
     input:
         preview_of(max_batch=False),

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 import make_imagefolder  # noqa: E402
 
 from scalesweep.analysis import predict  # noqa: E402
+from scalesweep.plan.analysis_settings import AnalysisSettings  # noqa: E402
 from scalesweep.tidy import rows  # noqa: E402
 
 COUNTS = (1, 2, 4)
@@ -60,7 +61,8 @@ def one_round(data: Path, folder: Path, args) -> dict:
     _, runs = rows.runs_table(logs)
     if (runs["status"] != "ok").any():
         raise RuntimeError(runs[["gpus", "status", "reason"]].to_string())
-    table = predict.prediction_table(runs, (PREDICTED,), PREDICTED)
+    settings = AnalysisSettings.from_config({"predict_gpus": [PREDICTED], "gpus_per_node": PREDICTED})
+    table = predict.prediction_table(runs, settings)
     row = table[table["gpus"] == PREDICTED].iloc[0]
     if row["method"] != predict.METHOD_MODEL:
         raise RuntimeError(f"no step-model prediction at {PREDICTED}: {row['method']}: {row['inputs']}")

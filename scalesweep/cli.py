@@ -26,7 +26,7 @@ from scalesweep.contract.layout import RESULTS
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
 
 if TYPE_CHECKING:
-    from scalesweep.analysis.settings import AnalysisSettings
+    from scalesweep.plan.analysis_settings import AnalysisSettings
 
 # Each command imports what it runs where it runs it (the analysis's tables, figures and log
 # readers for `analyze`, DuckDB and the comparison for `compare`): a command's start is part of
@@ -146,7 +146,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         return args.handler(args)
-    from scalesweep.analysis.settings import AnalysisSettings
+    from scalesweep.plan.analysis_settings import AnalysisSettings
     from scalesweep.logs.run import LogFormatError
 
     try:
@@ -294,7 +294,8 @@ def register_check_config(commands):
 def check_config_command(args):
     import yaml
 
-    from scalesweep.plan import matrix, preview, site
+    from scalesweep.plan import matrix, preview
+    from scalesweep.plan.cluster import site
     from scalesweep.plan.checks import ConfigError
     from scalesweep.plan.config import ConfigFileError, check_sweep, sources, training_defaults
 
@@ -317,13 +318,14 @@ def check_config_command(args):
     jobs = {matrix.run_path(s, training_defaults()): s for s in settings}
     print(f"{', '.join(map(str, configs))}: {len(runs)} configurations to run")
     print(preview.cost_lines(list(jobs.values()), list(jobs.values()))[-1].strip())
-    needs, qos = config["site"], profile.resource("qos")
-    refusals = [site.account_problem(needs, profile.resource("slurm_account"), profile.resource_args()),
-                *site.qos_problems(needs, qos, jobs)]
-    if site.qos_warning(needs, qos):
-        print(f"warning: {site.qos_warning(needs, qos)}", file=sys.stderr)
+    # The profile's QoS is every job's: one rule, as the preview checks each rule's.
+    refusals, qos_warnings = site.job_problems(
+        config["site"], profile.resource("slurm_account"), profile.resource_args(), jobs,
+        rule_of=lambda settings: "all", qos_of=lambda rule: profile.resource("qos"))
+    for warning in qos_warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     problems = site.path_problems(config, settings)
-    for refusal in filter(None, refusals):
+    for refusal in refusals:
         print(f"error: {refusal}", file=sys.stderr)
     if problems:
         print(f"error: {site.missing_paths_error(problems)}", file=sys.stderr)

@@ -20,7 +20,6 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep.analysis import tables
-from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract.hardware import usable_cpu_count
 from scalesweep.logs.discover import (
     Refused,
@@ -31,6 +30,7 @@ from scalesweep.logs.discover import (
     with_world_sizes,
     without_dangling_links,
 )
+from scalesweep.plan.analysis_settings import AnalysisSettings
 from scalesweep.report import outcome
 from scalesweep.tidy import after_failure
 from scalesweep.tidy.copies import without_copies

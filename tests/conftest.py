@@ -35,6 +35,8 @@ def tiny_sweep(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("sweep")
     result = snakemake(workdir, "--cores", "2")
     assert result.returncode == 0, result.stderr[-4000:]
+    # Printed once, with no flag: Snakemake builds rule all's job once (workflow/rules/preview.smk).
+    assert result.stderr.count(" configurations to run (") == 1, result.stderr[-4000:]
     return workdir
 
 

@@ -1,4 +1,4 @@
-"""The analysis settings (scalesweep/analysis/settings.py): one object whose defaults are the config
+"""The analysis settings (scalesweep/plan/analysis_settings.py): one object whose defaults are the config
 schema's, written nowhere else."""
 
 import ast
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scalesweep.analysis.settings import CONFIG_KEYS, DEFAULTS, AnalysisSettings
+from scalesweep.plan.analysis_settings import CONFIG_KEYS, DEFAULTS, AnalysisSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_ANALYSIS = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())[
@@ -35,6 +35,20 @@ def test_the_config_and_the_options_replace_only_what_they_give():
     assert from_config.epoch_budget == DEFAULTS.epoch_budget
     options = AnalysisSettings.from_options(efficiency_floor=None, epoch_budget=3.0, allow_superlinear=None)
     assert dataclasses.replace(DEFAULTS, epoch_budget=3.0) == options
+
+
+def test_the_counts_to_predict_are_the_configs_else_the_next_two_doublings():
+    assert DEFAULTS.predicted_counts(4) == (8, 16)
+    assert DEFAULTS.predicted_counts(3) == (6, 12)
+    assert AnalysisSettings.from_config({"predict_gpus": [12, 5]}).predicted_counts(4) == (12, 5)
+
+
+def test_a_nodes_gpus_are_the_analysis_sections_else_the_clusters_else_the_largest_measured():
+    both = AnalysisSettings.from_config({"gpus_per_node": 8}, {"gpus_per_node": 4})
+    assert (both.gpus_per_node, both.node_gpus(2), both.node_gpus()) == (8, 8, 8)
+    cluster = AnalysisSettings.from_config({}, {"gpus_per_node": 4})
+    assert (cluster.node_gpus(16), cluster.node_gpus()) == (4, 4)
+    assert (DEFAULTS.node_gpus(16), DEFAULTS.node_gpus()) == (16, None)
 
 
 @pytest.mark.parametrize("change, message", [

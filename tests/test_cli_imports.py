@@ -27,7 +27,7 @@ def test_the_cli_parser_loads_no_data_library():
 
 
 def test_the_analysis_settings_load_no_validator():
-    assert loaded_after("import scalesweep.analysis.settings", ("jsonschema", "snakemake")) == []
+    assert loaded_after("import scalesweep.plan.analysis_settings", ("jsonschema", "snakemake")) == []
 
 
 def test_shows_format_is_one_of_its_formats(capsys):

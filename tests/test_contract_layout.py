@@ -139,3 +139,8 @@ def test_the_default_history_folder_is_one_value_in_the_schema_config_and_packag
     assert schema["properties"]["history_dir"]["default"] == layout.DEFAULT_HISTORY
     assert config["history_dir"] == layout.DEFAULT_HISTORY
     assert history_place.DEFAULT_HISTORY_DIR == layout.DEFAULT_HISTORY
+
+
+def test_a_trace_folders_summaries_lie_inside_it_json_then_markdown():
+    assert layout.trace_summaries("results/traces/p") == ["results/traces/p/summary.json",
+                                                          "results/traces/p/summary.md"]

@@ -9,8 +9,8 @@ import math
 import pandas as pd
 import pytest
 
-from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis import scaling, sweetspot, tables
+from scalesweep.plan.analysis_settings import DEFAULTS
 from scalesweep.report import figures, plotkit
 from scalesweep.tidy import rows
 from scalesweep.tidy.table import group_keys, read_runs

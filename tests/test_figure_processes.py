@@ -11,7 +11,7 @@ import pytest
 from scalesweep import pipeline
 from scalesweep.analysis import tables
 from scalesweep.analysis.scaling import rows_by_group, scaling_table
-from scalesweep.analysis.settings import AnalysisSettings
+from scalesweep.plan.analysis_settings import AnalysisSettings
 from scalesweep.report import figures
 
 

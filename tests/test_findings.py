@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from layout_data import laptop_runs
-from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis import tables
+from scalesweep.plan.analysis_settings import DEFAULTS
 from scalesweep.report import findings
 
 

@@ -10,7 +10,7 @@ import pytest
 from epoch_logs import write_epochs_log
 from scalesweep import pipeline
 from scalesweep.analysis import tables
-from scalesweep.analysis.settings import AnalysisSettings
+from scalesweep.plan.analysis_settings import AnalysisSettings
 from scalesweep.report.plotkit import FLAGGED_LABEL
 
 # Each test reads a sweep analysed once per module, seconds of figures: the full suite's.

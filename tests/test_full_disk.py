@@ -157,7 +157,7 @@ def test_a_rebuild_the_disk_stops_part_way_leaves_no_mix_of_old_and_new(small_di
     tell two different sweeps; the derived files go, runs.csv stays, and the line says so."""
     from scalesweep import pipeline
     from scalesweep.analysis import tables
-    from scalesweep.analysis.settings import AnalysisSettings
+    from scalesweep.plan.analysis_settings import AnalysisSettings
 
     runs_csv = small_disk / "tidy" / "runs.csv"
     runs_csv.parent.mkdir()

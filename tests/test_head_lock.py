@@ -1,4 +1,4 @@
-"""The lock a killed head leaves (scalesweep/plan/head_lock.py): whether the head that took it still runs
+"""The lock a killed head leaves (scalesweep/plan/cluster/head_lock.py): whether the head that took it still runs
 here, ran elsewhere or is gone, and the exact commands to go on with, printed when the workflow
 is parsed."""
 
@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import LOCAL_ENV, REPO, SNAKEMAKE, TINY
-from scalesweep.plan import head_lock
+from scalesweep.plan.cluster import head_lock
 
 ARGV = ["/opt/venv/bin/snakemake", "--profile", "mn5", "--configfile", "config/my sweep.yaml"]
 

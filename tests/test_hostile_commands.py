@@ -273,7 +273,7 @@ def sweep_config(tmp, value):
         "container": {"runtime": "apptainer", "module": f"apptainer {value}",
                       "binds": [f"/scratch/{value}"], "images": {"pytorch": str(image)}},
     }
-    # Not empty: a run refuses to start on an empty dataset folder (scalesweep/plan/site.py).
+    # Not empty: a run refuses to start on an empty dataset folder (scalesweep/plan/cluster/site.py).
     (tmp / f"data {value}").mkdir(parents=True)
     (tmp / f"data {value}" / "train").write_text("")
     path = tmp / "sweep.yaml"

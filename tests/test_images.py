@@ -3,6 +3,7 @@ at one path apart in runs.csv and in a comparison's provenance diff."""
 
 import hashlib
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -39,6 +40,20 @@ def test_only_remote_images_are_pulled_and_local_ones_run_as_they_are():
     assert containers.digest_file("docker://a/b:1") == containers.image_file("docker://a/b:1") + ".sha256"
     assert containers.digest_file("/x/tf.sif").startswith("resources/containers/local/x-tf.sif-")
     assert containers.sweep_images({"runtime": "none", "images": {"pytorch": "p"}}, ["pytorch"]) == {}
+
+
+def test_the_image_rules_match_the_names_of_their_images_and_messages_name_the_keys():
+    pulled, local = "docker://a/b:1.0", "/x/tf.sif"
+    images = {"pytorch": pulled, "tensorflow": local, "jax": pulled}
+    pulled_name, local_name = containers.image_name(pulled), containers.image_name(local)
+    # Rule `images` takes the pulled image's name alone, `image_digest` the local one's alone.
+    for pulled_only, name, other in ((True, pulled_name, local_name), (False, local_name, pulled_name)):
+        pattern = containers.name_pattern(images.values(), pulled=pulled_only)
+        assert re.fullmatch(pattern, name) and not re.fullmatch(pattern, other)
+        assert not re.fullmatch(pattern, name.replace(".", "x"))  # its dots escaped
+    assert containers.name_pattern([local], pulled=True) == "(?!)"
+    assert containers.image_keys(images, pulled_name) == "container.images.pytorch and container.images.jax"
+    assert containers.image_keys(images, local_name) == "container.images.tensorflow"
 
 
 def test_digest_files_read_back_and_a_sandbox_folder_has_none(tmp_path):

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from scalesweep import pipeline
-from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis.tables import TABLES
 from scalesweep.contract import frameworks, layout, run_env
 from scalesweep.plan import checks, launch, matrix
 from scalesweep.plan import config as config_files
+from scalesweep.plan.analysis_settings import DEFAULTS
 from scalesweep.report import plotkit
 from scalesweep.tidy import provenance, rows
 from scalesweep.tidy.table import group_keys, read_runs

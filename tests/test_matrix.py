@@ -149,6 +149,21 @@ def test_gpu_count_patterns_split_single_and_multi_node():
     assert matrix.gpu_count_pattern([{"gpus": 1}], 4, multinode=True) == "(?!)"  # matches nothing
 
 
+def test_the_training_rules_are_one_per_framework_one_across_nodes_and_the_searches():
+    made = [matrix.trainer_rule_name(rule.framework.name, rule.multinode, rule.max_batch)
+            for rule in matrix.trainer_rules()]
+    # TensorFlow stays on one node; PyTorch also runs across nodes; each has its search.
+    assert made == ["train_tensorflow", "train_pytorch", "train_pytorch_multinode",
+                    "max_batch_tensorflow", "max_batch_pytorch"]
+
+
+def test_a_job_runs_under_its_frameworks_rule_across_nodes_only_when_it_spans_them():
+    assert matrix.job_rule({"framework": "pytorch", "nodes": 1}) == "train_pytorch"
+    assert matrix.job_rule({"framework": "pytorch", "nodes": 2}) == "train_pytorch_multinode"
+    assert matrix.job_rule({"framework": "pytorch", "nodes": 2}, max_batch=True) == "max_batch_pytorch"
+    assert matrix.job_rule({"framework": "tensorflow", "nodes": 1}, max_batch=True) == "max_batch_tensorflow"
+
+
 def test_synthetic_options_are_the_generators_options_quoted():
     assert matrix.synthetic_options({"train_images": 512, "seed": 0}) == "--seed 0 --train-images 512"
     assert matrix.synthetic_options({"seed": 0, "train_images": 512}) == "--seed 0 --train-images 512"

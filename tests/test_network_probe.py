@@ -219,15 +219,22 @@ def test_the_probe_runs_across_the_test_clusters_two_nodes(tmp_path, runtime):
 
 
 def test_the_sweep_probes_when_it_predicts_beyond_a_node():
-    config = {"matrix": {"framework": ["pytorch"], "gpus": [1, 2, 4]}, "cluster": {"gpus_per_node": 4},
-              "analysis": {"predict_gpus": [8, 16], "gpus_per_node": None}}
-    assert launch.network_probe_wanted(config)  # 8 and 16 lie beyond a node of 4
+    from scalesweep.plan.analysis_settings import AnalysisSettings
+
+    def wanted(analysis, cluster=None, frameworks=("pytorch",)):
+        settings = AnalysisSettings.from_config(analysis, cluster or {"gpus_per_node": 4})
+        return launch.network_probe_wanted(settings, frameworks)
+
+    assert wanted({"predict_gpus": [8, 16]})  # 8 and 16 lie beyond a node of 4
     # The default counts (next two doublings) book no 2-node job the user did not ask for.
-    assert not launch.network_probe_wanted({**config, "analysis": {"predict_gpus": None}})
-    assert not launch.network_probe_wanted({**config, "analysis": {"predict_gpus": [4]}})
-    assert not launch.network_probe_wanted({**config, "cluster": {"gpus_per_node": 16}})
-    single_node = {**config, "matrix": {"framework": ["tensorflow"], "gpus": [1, 2, 4]}}
-    assert not launch.network_probe_wanted(single_node)
+    assert not wanted({"predict_gpus": None})
+    assert not wanted({"predict_gpus": [4]})
+    assert not wanted({"predict_gpus": [8, 16]}, {"gpus_per_node": 16})
+    # The analysis section's node comes before the cluster section's.
+    assert not wanted({"predict_gpus": [8, 16], "gpus_per_node": 16})
+    assert wanted({"predict_gpus": [8]}, {"gpus_per_node": 16}) is False
+    assert wanted({"predict_gpus": [8], "gpus_per_node": 2}, {"gpus_per_node": 16})
+    assert not wanted({"predict_gpus": [8, 16]}, frameworks=("tensorflow",))
 
 
 def test_a_probed_network_drives_the_communication_rule(tmp_path):

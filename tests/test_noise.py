@@ -11,7 +11,7 @@ from epoch_logs import write_epochs_log
 from scalesweep import pipeline
 from scalesweep.analysis import tables
 from scalesweep.analysis.fits import FEW_POINTS_NOTE
-from scalesweep.analysis.settings import AnalysisSettings
+from scalesweep.plan.analysis_settings import AnalysisSettings
 
 # Steady epoch medians 10, 5.5, 3.2 s at 1, 2, 4 GPUs; each count's three repeats spread by
 # `spread` around that median (the median itself stays: the middle repeat is it).

@@ -11,6 +11,7 @@ import pytest
 
 from scalesweep.analysis import predict
 from scalesweep.analysis.predict import Measured, Network
+from scalesweep.plan.analysis_settings import AnalysisSettings
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -85,6 +86,12 @@ def test_t0_is_the_median_overhead_and_the_band_widens_by_the_noise():
     assert noisy["efficiency_pct"] == quiet["efficiency_pct"]
 
 
+def settings(predict_gpus, gpus_per_node):
+    """The analysis settings of a sweep predicting `predict_gpus` (None: the default counts) on
+    nodes of `gpus_per_node` (None: the largest measured count)."""
+    return AnalysisSettings.from_config({"predict_gpus": predict_gpus, "gpus_per_node": gpus_per_node})
+
+
 def book_runs(with_columns=True) -> pd.DataFrame:
     rows = []
     for dataset, images in BOOK_IMAGES.items():
@@ -104,28 +111,36 @@ def book_runs(with_columns=True) -> pd.DataFrame:
 
 
 def test_without_step_times_the_amdahl_fit_is_the_labelled_fallback():
-    table = predict.prediction_table(book_runs(with_columns=False), (8,), 4)
+    table = predict.prediction_table(book_runs(with_columns=False), settings((8,), 4))
     assert set(table["method"]) == {predict.METHOD_AMDAHL}
     assert (table["efficiency_low_pct"] <= table["efficiency_pct"]).all()
     one = book_runs()
     one = one[one.gpus == 1]
-    table = predict.prediction_table(one, (8,), 4)
+    table = predict.prediction_table(one, settings((8,), 4))
     assert set(table["method"]) == {predict.METHOD_MODEL}  # step times: flat = log at one count
-    lonely = predict.prediction_table(book_runs(with_columns=False).query("gpus == 1"), (8,), 4)
+    lonely = predict.prediction_table(book_runs(with_columns=False).query("gpus == 1"), settings((8,), 4))
     assert set(lonely["method"]) == {predict.METHOD_NONE} and lonely["efficiency_pct"].isna().all()
     assert "one measured GPU count" in lonely["inputs"].iloc[0]
 
 
+def test_without_counts_the_next_two_doublings_are_predicted_on_a_node_of_the_largest_count():
+    table = predict.prediction_table(book_runs(), settings(None, None))
+    # Measured 1, 2, 4: 4 is held out and checked, 8 = 2 x 4 and 16 = 4 x 4 are predicted, on
+    # nodes of 4 GPUs (the largest measured count): 2 and 4 nodes.
+    assert sorted(set(table.gpus)) == [4, 8, 16]
+    assert table.groupby("gpus")["nodes"].unique().map(list).to_dict() == {4: [1], 8: [2], 16: [4]}
+
+
 def test_a_single_node_framework_gets_no_prediction_beyond_its_node():
     runs = book_runs().assign(framework="tensorflow")
-    table = predict.prediction_table(runs, (4, 8), 4)
+    table = predict.prediction_table(runs, settings((4, 8), 4))
     beyond = table[table.gpus == 8]
     assert set(beyond["method"]) == {predict.METHOD_NONE}
     assert beyond["inputs"].str.contains("one node").all()
 
 
 def test_a_measured_count_is_predicted_from_the_counts_below_it():
-    table = predict.prediction_table(book_runs(), (8,), 4)
+    table = predict.prediction_table(book_runs(), settings((8,), 4))
     at_four = table[table.gpus == 4].set_index("dataset")
     assert (at_four["measured_gpus"] == "1/2").all()
     # Predicting 4 from 1 and 2 with the log rule: tau(4) = 537.1 + 10.1 = 547.2 ms against 544.3.
@@ -157,7 +172,6 @@ def test_predictions_reach_the_tables_figures_and_findings(tmp_path):
     """analysis.predict_gpus through the tables stage into predictions.csv, the speedup and
     efficiency figures (the points drawn are the table's) and findings.md's words."""
     from scalesweep.analysis import tables
-    from scalesweep.analysis.settings import AnalysisSettings
     from scalesweep.report import figures, findings
 
     runs_csv = tmp_path / "runs.csv"
@@ -192,14 +206,19 @@ def test_the_preview_prices_the_predicted_counts_it_saves():
             for framework in ("pytorch", "tensorflow") for gpus in (1, 2, 4)]
     # PyTorch at 4 GPUs, 30 min: 8 and 16 GPUs would book 8 x 0.5 + 16 x 0.5 = 12 GPU-hours;
     # TensorFlow stays on its node of 4: nothing to price.
-    counts, hours = preview.prediction_savings(jobs, {"predict_gpus": None, "gpus_per_node": None}, 4)
+    def savings(analysis, node):
+        return preview.prediction_savings(jobs, AnalysisSettings.from_config(analysis, {"gpus_per_node": node}))
+
+    counts, hours = savings({"predict_gpus": None, "gpus_per_node": None}, 4)
     assert counts == (8, 16) and hours == pytest.approx(12.0)
     line = preview.savings_line(counts, hours)
     assert line == ("  predicted, not run: 8, 16 GPUs per configuration (results/tables/predictions.csv); "
                     "running them would book about 12.0 GPU-hours at these time limits")
     # On a node of 8 both frameworks may go to 8: + 8 x 0.5 for TensorFlow.
-    assert preview.prediction_savings(jobs, {"predict_gpus": [8]}, 8)[1] == pytest.approx(8.0)
-    assert preview.savings_line(*preview.prediction_savings(jobs, {"predict_gpus": [2]}, 4)) == ""
+    assert savings({"predict_gpus": [8]}, 8)[1] == pytest.approx(8.0)
+    # The analysis section's node of 8 comes before the cluster's 4: the same 8 GPU-hours.
+    assert savings({"predict_gpus": [8], "gpus_per_node": 8}, 4)[1] == pytest.approx(8.0)
+    assert preview.savings_line(*savings({"predict_gpus": [2]}, 4)) == ""
     summary = preview.plan_summary(["a"], [], {}, set(), savings=line)
     assert summary.endswith(line)
 
@@ -209,7 +228,7 @@ def test_without_the_training_set_size_the_prediction_is_per_step():
     # efficiency at 8 with the log rule is (527.0 / 552.95) = 95.31 % of the 1-GPU step rate.
     runs = book_runs().drop(columns=["dataset_train_images", "epoch_overhead_s", "steps_per_epoch"])
     runs["throughput_img_s"] = runs["gpus"] * 128 / runs["step_time_s"]
-    row = predict.prediction_table(runs, (8,), 4).query("gpus == 8 and dataset == 'micro-224'").iloc[0]
+    row = predict.prediction_table(runs, settings((8,), 4)).query("gpus == 8 and dataset == 'micro-224'").iloc[0]
     assert row["method"] == predict.METHOD_MODEL and pd.isna(row["epoch_time_s"])
     assert row["efficiency_pct"] == pytest.approx(100 * 0.5270 / 0.55295, abs=0.01)
     assert "training-set size unknown" in row["inputs"]

@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis import fits, scaling, sweetspot
+from scalesweep.plan.analysis_settings import DEFAULTS
 from scalesweep.report import plotkit
 from scalesweep.report.figures import build_figures
 from scalesweep.tidy import rows

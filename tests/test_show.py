@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from scalesweep.analysis import tables
-from scalesweep.analysis.settings import DEFAULTS
+from scalesweep.plan.analysis_settings import DEFAULTS
 from scalesweep.report import terminal_table
 from scalesweep.tidy import rows
 

@@ -13,9 +13,10 @@ from conftest import LOCAL_ENV, REPO, TINY, snakemake
 from mn5site import mn5_profile, run_with_profile
 from scalesweep.plan import checks, launch, matrix, preview
 from scalesweep.plan.config import training_defaults, validate_config
-from scalesweep.plan.site import (
+from scalesweep.plan.cluster.site import (
     account_problem,
     from_command_line,
+    job_problems,
     missing_paths_error,
     path_problems,
     qos_problems,
@@ -180,12 +181,15 @@ def test_no_account_is_refused_only_where_the_site_requires_one():
     assert account_problem(full_site(), None, []) is None
 
 
-def test_a_job_beyond_its_qos_is_named_with_the_limit_it_exceeds():
-    site = full_site(**MN5_SITE)
+def mn5_jobs():
+    """{run path: settings} of config/mn5.yaml's runs."""
     config = validated(yaml.safe_load(MN5.read_text()))
     runs, _ = matrix.plan(config, check_paths=False)
-    jobs = {matrix.run_path(s, training_defaults()): s
-            for s in (matrix.run_settings(run, config) for run in runs)}
+    return {matrix.run_path(s, training_defaults()): s for s in (matrix.run_settings(run, config) for run in runs)}
+
+
+def test_a_job_beyond_its_qos_is_named_with_the_limit_it_exceeds():
+    site, jobs = full_site(**MN5_SITE), mn5_jobs()
     assert qos_problems(site, "acc_debug", jobs) == []
     problems = qos_problems(site, "acc_training", jobs)
     vit = ("pytorch/model~vit_h_14/dataset~{}/gpus~{}/compile~true/epochs~5/num_workers~10/per_gpu_batch~128/"
@@ -207,6 +211,26 @@ def test_a_job_beyond_its_qos_is_named_with_the_limit_it_exceeds():
         "under the profile's `default-resources:` (acc_debug, acc_interactive, acc_training)"]
     assert qos_problems(site, "acc_bscls", jobs) == []
     assert qos_warning(site, "acc_bscls").startswith("QoS acc_bscls has no limits in site.qos_limits")
+
+
+def test_each_rules_jobs_are_checked_against_the_qos_it_is_submitted_with():
+    site, jobs = full_site(**MN5_SITE), mn5_jobs()
+    rule_of = lambda settings: "multi" if settings["nodes"] > 1 else "single"  # noqa: E731
+    qos = {"multi": "acc_training", "single": "acc_interactive"}
+    # Every one-node job fits acc_interactive (1 node, 4 GPUs); of the jobs across nodes only the
+    # ViT ones at 32 GPUs (8 nodes) exceed acc_training's 4 nodes and 16 GPUs: 2 datasets x 2.
+    refusals, warnings = job_problems(site, None, ["qos=acc_debug"], jobs, rule_of, qos.get)
+    assert refusals[0].startswith("MareNostrum 5 refuses jobs without an account")
+    assert [refusal.split(":")[0] for refusal in refusals[1:]] == [
+        f"job pytorch/model~vit_h_14/dataset~{dataset}/gpus~32/compile~true/epochs~5/num_workers~10/"
+        "per_gpu_batch~128/precision~bf16" for dataset in ("micro-224", "micro-224", "tiny-224", "tiny-224")]
+    assert warnings == []
+    # A QoS without limits is said once per rule submitted with it, and checks nothing.
+    refusals, warnings = job_problems(site, "abc123", [], jobs, rule_of, {"multi": "acc_bscls"}.get)
+    assert len(refusals) == 1 and refusals[0].startswith("MareNostrum 5 refuses jobs without a QoS")
+    assert len(warnings) == 1 and warnings[0].startswith("QoS acc_bscls has no limits")
+    # Nothing to run: only the account is checked.
+    assert job_problems(site, "abc123", [], {}, rule_of, qos.get) == ([], [])
 
 
 def test_time_beyond_the_qos_is_refused():

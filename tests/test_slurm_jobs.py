@@ -1,4 +1,4 @@
-"""Which queued SLURM jobs a restarted head waits for (scalesweep/plan/slurm_jobs.py): this user's jobs
+"""Which queued SLURM jobs a restarted head waits for (scalesweep/plan/cluster/slurm_jobs.py): this user's jobs
 with the slurm plugin's comment whose working directory is this folder, and what each left. The
 whole restart on the test cluster is tests/test_slurm_restart.py."""
 
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 
-from scalesweep.plan import slurm_jobs
-from scalesweep.plan.slurm_jobs import QueuedJob
+from scalesweep.plan.cluster import slurm_jobs
+from scalesweep.plan.cluster.slurm_jobs import QueuedJob
 
 COMMENT = "rule_train_pytorch_wildcards_vit_tiny_synth-folder_1__epochs~2_per_gpu_batch~16"
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from processes import wait_for
-from scalesweep.plan import slurm_jobs
+from scalesweep.plan.cluster import slurm_jobs
 from test_slurm import REPO, SNAKEMAKE, cluster  # noqa: F401  (cluster: the fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -8,8 +8,8 @@ import pytest
 from epoch_logs import write_epochs_log
 from scalesweep import pipeline
 from scalesweep.analysis import tables
-from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract.steady import steady_metrics
+from scalesweep.plan.analysis_settings import AnalysisSettings
 
 
 def test_epochs_protocol_throughput_is_images_over_the_median_steady_time():

@@ -6,9 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from scalesweep.analysis.settings import DEFAULTS
 from scalesweep.analysis.scaling import SCALING_COLUMNS
 from scalesweep.analysis.sweetspot import gpu_hours, sweet_spot_table
+from scalesweep.plan.analysis_settings import DEFAULTS
 
 
 def scaling(gpus, time_s, efficiency_pct, total_time_s=None, epochs=10, model="a"):

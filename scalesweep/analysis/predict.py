@@ -31,6 +31,7 @@ import pandas as pd
 
 from scalesweep.analysis.scaling import flagged_gpus
 from scalesweep.contract import frameworks
+from scalesweep.plan.analysis_settings import AnalysisSettings
 from scalesweep.tidy.table import group_keys, iter_groups, key_tuple
 
 METHOD_MODEL = "step model (t0 + S x tau, log growth)"
@@ -210,12 +211,6 @@ def predict_count(n: int, measured: Measured, steps_of, gpus_per_node: int, netw
     return predict_model(n, measured, steps_of, gpus_per_node, network)
 
 
-def default_counts(measured_gpus) -> list[int]:
-    """The next two doublings beyond the largest measured count."""
-    top = int(max(measured_gpus))
-    return [2 * top, 4 * top]
-
-
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -297,12 +292,13 @@ def steps_per_epoch(train_images: int, gpus: int, per_gpu_batch: int) -> int:
     return int(train_images) // (gpus * int(per_gpu_batch))
 
 
-def prediction_table(runs: pd.DataFrame, predict_gpus, gpus_per_node: int | None,
-                     network: Network | None = None, scaling: pd.DataFrame | None = None) -> pd.DataFrame:
+def prediction_table(runs: pd.DataFrame, settings: AnalysisSettings, network: Network | None = None,
+                     scaling: pd.DataFrame | None = None) -> pd.DataFrame:
     """results/tables/predictions.csv: per group x GPU count, the prediction with its band,
-    method and inputs. The counts are `predict_gpus` (default: the next two doublings beyond the
-    largest measured) and every measured count above the second, each predicted from the counts
-    below it only: `measured_efficiency_pct` and `error_pts` then say how well the method did.
+    method and inputs. The counts are the settings' (`predicted_counts`, a node's GPUs `node_gpus`,
+    of the group's largest measured count) and every measured count above the second, each
+    predicted from the counts below it only: `measured_efficiency_pct` and `error_pts` then say
+    how well the method did.
     The counts the scaling table flags (superlinear: a measurement suspected wrong) are neither
     inputs nor checks."""
     keys = group_keys(runs)
@@ -314,8 +310,8 @@ def prediction_table(runs: pd.DataFrame, predict_gpus, gpus_per_node: int | None
         everything = inputs.measured()
         if everything is None:
             continue
-        node = gpus_per_node or everything.gpus[-1]
-        asked = list(predict_gpus) if predict_gpus else default_counts(everything.gpus)
+        node = settings.node_gpus(everything.gpus[-1])
+        asked = settings.predicted_counts(everything.gpus[-1])
         held_out = list(everything.gpus[2:])
         for n in sorted(set(asked) | set(held_out)):
             rows.append({**values, **_row(n, inputs, everything, node, network, values.get("framework"))})

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from scalesweep.analysis.breakdown import LOSS_COLUMNS, NO_BREAKDOWN_NOTE, PARTS, loss_table
-from scalesweep.analysis.settings import DEFAULTS
+from scalesweep.plan.analysis_settings import DEFAULTS
 from scalesweep.tidy.table import (
     BREAKDOWN_COLUMNS,
     check_runs,

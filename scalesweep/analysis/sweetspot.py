@@ -40,7 +40,7 @@ from scalesweep.analysis.scaling import (
     group_basis,
     is_usable,
 )
-from scalesweep.analysis.settings import DEFAULTS, AnalysisSettings
+from scalesweep.plan.analysis_settings import DEFAULTS, AnalysisSettings
 from scalesweep.tidy.table import iter_groups, table_group_keys
 
 INTENTS = ("fastest", "efficient", "budget", "greenest")

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Callable
 
 from scalesweep.analysis import predict, scaling, sweetspot
-from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import atomic, layout
+from scalesweep.plan.analysis_settings import AnalysisSettings
 from scalesweep.tidy.table import read_runs
 
 TABLES = ("scaling", "fits", "sweet_spot", "acceleration", "compare_models", "compare_datasets", "predictions")
@@ -33,7 +33,7 @@ def each_analysis_table(runs, settings: AnalysisSettings, network: predict.Netwo
     table = scaling.scaling_table(runs, settings.epoch_budget)
     yield "scaling", table
     yield "fits", fits.fit_table(runs, scaling=table)
-    yield "predictions", predict.prediction_table(runs, settings.predict_gpus, settings.gpus_per_node, network, table)
+    yield "predictions", predict.prediction_table(runs, settings, network, table)
     yield "sweet_spot", sweetspot.sweet_spot_table(table, settings)
     yield "acceleration", scaling.acceleration_table(runs)
     yield "compare_models", scaling.comparison_table(table, by="model")

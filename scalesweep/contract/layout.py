@@ -160,6 +160,13 @@ def trace_dir(run_path: str) -> str:
 # scripts/tf_trace.py).
 TRACE_SUMMARY_JSON = "summary.json"
 TRACE_SUMMARY_MD = "summary.md"
+
+
+def trace_summaries(trace_folder: str) -> list[str]:
+    """The summary files of a trace folder: JSON, then Markdown."""
+    return [f"{trace_folder}/{TRACE_SUMMARY_JSON}", f"{trace_folder}/{TRACE_SUMMARY_MD}"]
+
+
 # The files of a trace folder the report shows, as its pattern: the summary and each trace file.
 TRACE_REPORT_PATTERN = (
     r"{file,summary\.md|rank\d+\.pt\.trace\.json|plugins/profile/[^/]+/[^/]+\.xplane\.pb}"

@@ -24,7 +24,7 @@ from scalesweep.contract.input_files import not_a_file_refusal
 
 from scalesweep.plan import checks, matrix
 from scalesweep.plan.checks import ConfigError, did_you_mean
-from scalesweep.plan.site import check_images
+from scalesweep.plan.cluster.site import check_images
 
 # A link to workflow/schemas/config.schema.yaml in a checkout, a copy of it in an installed wheel.
 CONFIG_SCHEMA = Path(__file__).with_name("config.schema.yaml")

@@ -63,6 +63,20 @@ def sweep_images(container: dict, frameworks) -> dict:
     return {framework: container["images"][framework] for framework in sorted(set(frameworks))}
 
 
+def name_pattern(images, pulled: bool) -> str:
+    """A regex of the names (image_name) of the pulled (or local) `images`, a rule's wildcard
+    constraint; one matching nothing where there are none (a rule must still parse)."""
+    names = sorted({image_name(image) for image in images if is_pulled(image) == pulled})
+    return "|".join(map(re.escape, names)) or "(?!)"
+
+
+def image_keys(images: dict, name: str) -> str:
+    """The config keys of the image named `name` among {framework: image} (sweep_images), for
+    messages: container.images.<framework>, joined by "and"."""
+    return " and ".join(f"container.images.{framework}" for framework, image in images.items()
+                        if image_name(image) == name)
+
+
 def sha256_of(path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as file:

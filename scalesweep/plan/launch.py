@@ -411,19 +411,18 @@ def booked_gpu_hours(settings):
     return held_gpus(settings) * settings["time_limit_min"] / 60
 
 
-def network_probe_wanted(config):
+def network_probe_wanted(analysis, swept_frameworks):
     """Whether the sweep runs the network probe itself: when a framework that runs across nodes
-    is swept and a GPU count the config asks to predict (analysis.predict_gpus) lies beyond one
-    node; on a cluster across two nodes, locally in two processes standing in for them. The
-    default counts (the next two doublings) book no 2-node job the user did not ask for:
-    `snakemake probe_network` runs it alone."""
-    analysis, matrix = config.get("analysis") or {}, config["matrix"]
-    asked = analysis.get("predict_gpus")
+    is swept (`swept_frameworks`: matrix.framework) and a GPU count the config asks to predict
+    (the analysis settings' predict_gpus) lies beyond one node (their node_gpus); on a cluster
+    across two nodes, locally in two processes standing in for them. The default counts (the next
+    two doublings) book no 2-node job the user did not ask for: `snakemake probe_network` runs it
+    alone."""
+    asked = analysis.predict_gpus
     if not asked:
         return False
-    per_node = analysis.get("gpus_per_node") or config["cluster"]["gpus_per_node"]
-    spans_nodes = any(frameworks.get(name).multinode for name in matrix["framework"])
-    return spans_nodes and max(asked) > per_node
+    spans_nodes = any(frameworks.get(name).multinode for name in swept_frameworks)
+    return spans_nodes and max(asked) > analysis.node_gpus()
 
 
 def network_probe_shell(cluster, container, repo, workdir, host_python, out, models):

@@ -9,10 +9,11 @@ scalesweep/plan/checks.py). The warnings here are about what would run but hardl
 
 import itertools
 import math
-from collections import Counter
+from collections import Counter, namedtuple
 
 from scalesweep.contract import frameworks, layout, run_env
 from scalesweep.contract.records import FIRST_STEADY_EPOCH
+from scalesweep.plan.launch import is_multinode
 from scalesweep.plan.checks import (
     ConfigError,
     check_datasets,
@@ -299,7 +300,35 @@ def dataset_path(name, config):
 
 
 # ----------------------------------------------------------------------------- selections the
-# workflow makes from the planned runs (workflow/rules/common.smk)
+# workflow makes from the planned runs (workflow/rules/)
+
+# A rule a training job runs under, made from the framework registry by workflow/rules/train.smk.
+TrainerRule = namedtuple("TrainerRule", "framework multinode max_batch")
+
+
+def trainer_rules() -> list:
+    """Every rule a training job runs under, in the registry's order: per framework its rule,
+    and its rule across nodes where it runs across nodes; then each framework's maximum-batch
+    search."""
+    made = []
+    for framework in frameworks.FRAMEWORKS:
+        made.append(TrainerRule(framework, multinode=False, max_batch=False))
+        if framework.multinode:
+            made.append(TrainerRule(framework, multinode=True, max_batch=False))
+    return made + [TrainerRule(framework, multinode=False, max_batch=True) for framework in frameworks.FRAMEWORKS]
+
+
+def trainer_rule_name(framework: str, multinode: bool, max_batch: bool) -> str:
+    """train_<framework>[_multinode] or max_batch_<framework>."""
+    if max_batch:
+        return f"max_batch_{framework}"
+    return f"train_{framework}{'_multinode' if multinode else ''}"
+
+
+def job_rule(settings, max_batch: bool = False) -> str:
+    """The rule a planned job runs under: across nodes its framework's multinode rule; a
+    maximum-batch search (`max_batch`, on one node) max_batch_<framework>."""
+    return trainer_rule_name(settings["framework"], is_multinode(settings) and not max_batch, max_batch)
 
 
 def max_batch_runs(runs) -> list[int]:

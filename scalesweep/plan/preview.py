@@ -17,6 +17,7 @@ import io
 from collections import Counter
 
 from scalesweep.contract import frameworks, layout
+from scalesweep.plan.cluster.site import missing_paths_warning
 from scalesweep.plan.launch import booked_gpu_hours, held_gpus, holds_whole_nodes, processes_per_node
 from scalesweep.plan.matrix import exclusion_counts
 
@@ -126,15 +127,17 @@ def warning_lines(warnings) -> str:
     return "\n".join(f"scalesweep: warning: {warning}" for warning in warnings)
 
 
-def prediction_savings(every_job, analysis: dict, gpus_per_node: int) -> tuple:
+def prediction_savings(every_job, analysis) -> tuple:
     """(the GPU counts the tables will predict, the GPU-hours running them would book): per
     configuration at the sweep's largest count, each predicted count at the same time limit, its
-    GPUs in proportion (docs/prediction.md). A framework on one node predicts no count beyond it."""
+    GPUs in proportion (docs/prediction.md). A framework on one node predicts no count beyond it.
+    `analysis`: the analysis settings (plan/analysis_settings.py), which say the counts and a
+    node's GPUs."""
     if not every_job:
         return (), 0.0
     largest = max(s["gpus"] for s in every_job)
-    counts = tuple(analysis.get("predict_gpus") or (2 * largest, 4 * largest))
-    node = analysis.get("gpus_per_node") or gpus_per_node
+    counts = analysis.predicted_counts(largest)
+    node = analysis.node_gpus(largest)
     hours = sum(count * s["time_limit_min"] / 60 for s in every_job if s["gpus"] == largest
                 for count in counts if count > largest and (count <= node or frameworks.get(s["framework"]).multinode))
     return counts, hours
@@ -165,6 +168,26 @@ def plan_summary(runs, excluded, jobs: dict, done: set, max_batch=False, local=F
     costs = local_cost_lines if local else cost_lines
     extra = [savings] if savings and not local else []
     return "\n".join([head, *costs(pending, list(jobs.values()), probe), *extra])
+
+
+def pending_runs(run_paths, jobs: dict, done) -> dict:
+    """{run path: settings} of the jobs still to run, for the site's checks: `jobs` maps each
+    job's result path to its settings in the order of `run_paths` (the run each job measures),
+    `done` holds the result paths that exist."""
+    return {run: settings for run, (result, settings) in zip(run_paths, jobs.items()) if result not in done}
+
+
+def preview_text(runs, excluded, jobs: dict, done: set, analysis, *, max_batch=False, local=False, probe=None,
+                 config_files=(), cli_files=(), path_problems=()) -> str:
+    """Everything the preview prints: the paths the jobs read that are missing or empty
+    (`path_problems`, site.path_problems), which files made the config (config_files_line) and the
+    plan (plan_summary; its arguments), with, for the sweep's runs, the GPU-hours the prediction
+    saves (`analysis`: the analysis settings) and the network probe's job (`probe`)."""
+    savings = "" if max_batch else savings_line(*prediction_savings(list(jobs.values()), analysis))
+    summary = plan_summary(runs, excluded, jobs, done, max_batch=max_batch, local=local, savings=savings,
+                           probe=None if max_batch else probe)
+    warning = [missing_paths_warning(path_problems)] if path_problems else []
+    return "\n".join([*warning, config_files_line(config_files, cli_files), summary])
 
 
 def config_files_line(files_used, cli_files) -> str:

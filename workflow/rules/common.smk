@@ -1,11 +1,10 @@
-# Config validation, the run matrix and the input/params functions of the workflow (the training
-# jobs' threads and SLURM resources: resources.smk).
-import collections
+# The config read and checked, the run matrix and the wildcards, and what several rules files share
+# (a run's paths and settings, its inputs while unmeasured, the sweep's images, the executor). A
+# rules file keeps a helper only it uses, as a lambda (snakemake --lint allows no function beside
+# rules), and the logic it needs is scalesweep/plan/'s (docs/layout.md).
 import functools
 import json
 import os
-import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -18,18 +17,13 @@ min_version("9.0")
 # The analysis package sits beside the Snakefile; rules import it, they don't reimplement it.
 sys.path.insert(0, workflow.basedir)
 
-from scalesweep.contract import frameworks, layout  # noqa: E402
+from scalesweep.contract import layout  # noqa: E402
 from scalesweep.history import sides  # noqa: E402
-from scalesweep.plan import (
-    checks,
-    code_version,
-    containers,
-    launch,
-    matrix,
-    preview,
-    site,
-)  # noqa: E402
+from scalesweep.plan import checks, code_version, containers  # noqa: E402
+from scalesweep.plan import launch, matrix, preview  # noqa: E402
 from scalesweep.plan import config as config_files  # noqa: E402
+from scalesweep.plan.analysis_settings import AnalysisSettings  # noqa: E402
+from scalesweep.plan.cluster import site  # noqa: E402
 
 # The code every trainer of this invocation runs, computed once where git is (the trainers may
 # run in a container without it); a SLURM job's own Snakemake inherits the submitter's value.
@@ -71,9 +65,12 @@ except checks.ConfigError as error:
     config_sources = config_files.sources(CONFIG_FILES, workflow.config_settings.config)
     raise WorkflowError(f"{error} {config_sources}") from None
 
+# The analysis settings, built once: the preview, the network probe's decision, rule tables and
+# the failure path (outcome.smk) all read this one object.
+ANALYSIS = AnalysisSettings.from_config(config["analysis"], config["cluster"])
+
 # A run's result and logs live at <framework>/model~M/dataset~D/gpus~N, then one folder level per
-# setting it measures away from the default (matrix.run_path, spelled by contract/layout.py); the two trainers are separate
-# rules with their own commands and resources.
+# setting it measures away from the default (matrix.run_path, spelled by contract/layout.py).
 TRAINING_DEFAULTS = config_files.training_defaults()
 RUN_SETTINGS = [matrix.run_settings(run, config) for run in RUNS]
 RUN_PATHS = [matrix.run_path(settings, TRAINING_DEFAULTS) for settings in RUN_SETTINGS]
@@ -114,24 +111,8 @@ def run_pattern(framework):
     return layout.run_path(framework, "{model}", "{dataset}", "{gpus}", "{settings}")
 
 
-def settings_of(framework, wildcards):
-    return SETTINGS[run_path(framework, wildcards)]
-
-
 def run_log(path):
     return layout.run_result(path)
-
-
-def failed_run_log(path):
-    return layout.attempt_log("train", path)
-
-
-def best_log(path):
-    """The run's result if it finished, else the log a failed attempt left, else None."""
-    for candidate in (run_log(path), failed_run_log(path)):
-        if Path(candidate).exists():
-            return candidate
-    return None
 
 
 def all_run_logs():
@@ -154,6 +135,14 @@ def run_axes():
 
 def max_batch_log(path):
     return layout.max_batch_result(path)
+
+
+def max_batch_paths():
+    return [RUN_PATHS[index] for index in matrix.max_batch_runs(RUNS)]
+
+
+def max_batch_logs():
+    return [max_batch_log(path) for path in max_batch_paths()]
 
 
 def while_unmeasured(framework, result_of, inputs_of):
@@ -188,11 +177,26 @@ def dataset_input(framework, result_of=run_log):
     return while_unmeasured(framework, result_of, dataset_of)
 
 
-# The image each framework's trainer runs in (container runtimes only), and by file-safe name.
+def refusal(message):
+    """An input function refusing the job with `message` when Snakemake builds it: a rules file
+    holds rules, and functions only as lambdas (snakemake --lint)."""
+
+    def refuse(wildcards):
+        raise WorkflowError(message)
+
+    return refuse
+
+
+def submission_checks():
+    """Before a run's first job: missing or empty paths (a preview only lists them)."""
+    if not workflow.dryrun and workflow.is_main_process and PATH_PROBLEMS:
+        raise WorkflowError(site.missing_paths_error(PATH_PROBLEMS))
+
+
+# The image each framework's trainer runs in (container runtimes only).
 IMAGES = containers.sweep_images(
     config["container"], {run["framework"] for run in RUNS}
 )
-IMAGE_NAMES = {containers.image_name(image): image for image in IMAGES.values()}
 
 
 def image_needs(framework):
@@ -211,68 +215,6 @@ def image_inputs(framework, result_of=run_log):
     return while_unmeasured(framework, result_of, lambda settings: needed)
 
 
-def image_digest_files():
-    return [containers.digest_file(image) for image in IMAGES.values()]
-
-
-def image_names(pulled):
-    """A regex of the names of the sweep's pulled (or local) images; one matching nothing if none."""
-    names = sorted(
-        name
-        for name, image in IMAGE_NAMES.items()
-        if containers.is_pulled(image) == pulled
-    )
-    return "|".join(map(re.escape, names)) or "(?!)"
-
-
-def image_key(name):
-    """The config key(s) naming an image, for messages: container.images.<framework>."""
-    return " and ".join(
-        f"container.images.{framework}"
-        for framework, image in IMAGES.items()
-        if containers.image_name(image) == name
-    )
-
-
-def pull_command(wildcards):
-    image = IMAGE_NAMES[wildcards.image]
-    return launch.pull_command(config["container"], image, containers.pulled_sif(image))
-
-
-def local_image_path(wildcards):
-    return launch.absolute(IMAGE_NAMES[wildcards.image], WORKDIR)
-
-
-def trainer_command(framework, job_settings=lambda settings: settings):
-    """The job's command; its trainer processes share the job's threads at run time
-    (launch.omp_threads_word)."""
-
-    def command_of(wildcards):
-        settings = job_settings(settings_of(framework, wildcards))
-        return launch.job_command(
-            settings, config["container"], workflow.basedir, WORKDIR, PYTHON
-        )
-
-    return command_of
-
-
-def max_batch_command(framework):
-    return trainer_command(framework, launch.max_batch_settings)
-
-
-def max_batch_paths():
-    return [RUN_PATHS[index] for index in matrix.max_batch_runs(RUNS)]
-
-
-def max_batch_logs():
-    return [max_batch_log(path) for path in max_batch_paths()]
-
-
-def max_batch_axes():
-    runs = dict(zip(RUN_PATHS, RUNS))
-    return [runs[path] for path in max_batch_paths()]
-
-
 def gpu_counts(multinode):
     """A regex of the gpus wildcard values that need several nodes (or fit on one)."""
     return matrix.gpu_count_pattern(RUNS, config["cluster"]["gpus_per_node"], multinode)
@@ -282,100 +224,8 @@ def script(name):
     return os.path.join(workflow.basedir, "scripts", name)
 
 
-def shell_literal(word):
-    """A fixed word of a shell template: quoted for bash, braces kept from Snakemake's format."""
-    return shlex.quote(str(word)).replace("{", "{{").replace("}", "}}")
-
-
-def synthetic_options(wildcards):
-    return matrix.synthetic_options(config["datasets"][wildcards.dataset]["synthetic"])
-
-
-def preview_jobs(max_batch):
-    """{result path: settings} of the jobs the preview counts: the sweep's runs, or the
-    maximum-batch searches."""
-    if max_batch:
-        return {
-            max_batch_log(path): launch.max_batch_settings(SETTINGS[path])
-            for path in max_batch_paths()
-        }
-    return {run_log(path): SETTINGS[path] for path in RUN_PATHS}
-
-
-def trainer_rule_name(framework, multinode, max_batch):
-    """train_<framework>[_multinode] or max_batch_<framework> (train.smk makes them)."""
-    if max_batch:
-        return f"max_batch_{framework}"
-    return f"train_{framework}{'_multinode' if multinode else ''}"
-
-
-def train_rule(settings, max_batch):
-    multinode = launch.is_multinode(settings) and not max_batch
-    return trainer_rule_name(settings["framework"], multinode, max_batch)
-
-
-# The rules a training job runs under, made from the framework registry by train.smk.
-TrainerRule = collections.namedtuple("TrainerRule", "framework multinode max_batch")
-
-
-def trainer_rules():
-    """Every rule a training job runs under, in the registry's order."""
-    made = []
-    for framework in frameworks.FRAMEWORKS:
-        made.append(TrainerRule(framework, multinode=False, max_batch=False))
-        if framework.multinode:
-            made.append(TrainerRule(framework, multinode=True, max_batch=False))
-    return made + [
-        TrainerRule(f, multinode=False, max_batch=True) for f in frameworks.FRAMEWORKS
-    ]
-
-
-def result_of(trainer_rule):
-    return max_batch_log if trainer_rule.max_batch else run_log
-
-
-def reported_result(trainer_rule):
-    """A training rule's result, and for the sweep's runs (not the maximum-batch search) its
-    entry in the HTML report: every finished run's log, labelled by its configuration.
-    """
-    path = result_of(trainer_rule)(run_pattern(trainer_rule.framework.name))
-    if trainer_rule.max_batch:
-        return path
-    return report(
-        path,
-        caption="../report/run_log.rst",
-        category="Run logs",
-        labels={
-            "framework": trainer_rule.framework.name,
-            "model": "{model}",
-            "dataset": "{dataset}",
-            "gpus": "{gpus}",
-            "settings": "{settings}",
-        },
-    )
-
-
-def attempt_log(trainer_rule):
-    stage = "max_batch" if trainer_rule.max_batch else "train"
-    return layout.attempt_log(stage, run_pattern(trainer_rule.framework.name))
-
-
-def gpus_constraint(trainer_rule):
-    """The GPU counts of the rule: a framework running across nodes has one rule for a node, one
-    for several (the maximum-batch search stays on one node)."""
-    if not trainer_rule.framework.multinode:
-        return "[^/]+"
-    return gpu_counts(multinode=trainer_rule.multinode)
-
-
 def conda_env(framework):
     return f"../../{framework.conda_env}" if framework.conda_env else None
-
-
-def job_command(trainer_rule):
-    if trainer_rule.max_batch:
-        return max_batch_command(trainer_rule.framework.name)
-    return trainer_command(trainer_rule.framework.name)
 
 
 @functools.cache
@@ -393,202 +243,7 @@ def runs_locally():
     return executor_name() == "local"
 
 
-def site_problems(jobs, max_batch):
-    """What the site refuses of the jobs to run ({run path: settings}; scalesweep/plan/site.py);
-    never for a local run."""
-    if runs_locally():
-        return []
-    needs = config["site"]
-    defaults = workflow.resource_settings.default_resources
-    account = resource_value("slurm_account", "all")
-    problems = [site.account_problem(needs, account, defaults.args if defaults else [])]
-    by_rule = {}
-    for path, settings in jobs.items():
-        by_rule.setdefault(train_rule(settings, max_batch), {})[path] = settings
-    for rule_name, rule_jobs in sorted(by_rule.items()):
-        qos = resource_value("qos", rule_name)
-        problems += site.qos_problems(needs, qos, rule_jobs)
-        warning = site.qos_warning(needs, qos)
-        if warning and workflow.is_main_process:
-            print(preview.warning_lines([warning]), file=sys.stderr)
-    return [problem for problem in problems if problem]
-
-
-def submission_checks():
-    """Before a run's first job: missing or empty paths (a preview only lists them)."""
-    if not workflow.dryrun and workflow.is_main_process and PATH_PROBLEMS:
-        raise WorkflowError(site.missing_paths_error(PATH_PROBLEMS))
-
-
-def preview_of(max_batch):
-    """An input function of the targets `all` and `find_max_batch`: prints the preview (the jobs
-    to run, their GPU-hours) once, when Snakemake builds the DAG for that target (only then are
-    the targets and --forceall known), and adds no input."""
-
-    def print_preview(wildcards):
-        if workflow.is_main_process and not PREVIEWED:
-            jobs = preview_jobs(max_batch)
-            forced = workflow.dag_settings.forceall
-            done = set() if forced else {path for path in jobs if Path(path).exists()}
-            runs = max_batch_paths() if max_batch else RUN_PATHS
-            pending = {
-                run: s for run, (path, s) in zip(runs, jobs.items()) if path not in done
-            }
-            refused = site_problems(pending, max_batch)
-            if refused:
-                raise WorkflowError(site.site_refusal(refused))
-            submission_checks()
-            if PATH_PROBLEMS:
-                print(site.missing_paths_warning(PATH_PROBLEMS), file=sys.stderr)
-            savings = preview.prediction_savings(
-                list(jobs.values()),
-                config["analysis"],
-                config["cluster"]["gpus_per_node"],
-            )
-            summary = preview.plan_summary(
-                RUNS,
-                EXCLUDED,
-                jobs,
-                done,
-                max_batch=max_batch,
-                local=runs_locally(),
-                savings="" if max_batch else preview.savings_line(*savings),
-                probe=None if max_batch else probe_to_run(forced),
-            )
-            print(
-                preview.config_files_line(CONFIG_FILES, workflow.overwrite_configfiles),
-                file=sys.stderr,
-            )
-            print(summary, file=sys.stderr)
-            PREVIEWED.append(max_batch)
-        return []
-
-    return print_preview
-
-
-def probe_to_run(forced):
-    """The network probe's settings when this sweep runs its job (launch.network_probe_wanted,
-    network.csv missing or --forceall), else None: for the preview."""
-    if not launch.network_probe_wanted(config):
-        return None
-    return NETWORK_PROBE_SETTINGS if forced or not Path(NETWORK_CSV).exists() else None
-
-
-PREVIEWED = []
-if workflow.is_main_process:
-    WARNINGS = matrix.config_warnings(
-        config, EXCLUDED, SETTINGS.values()
-    ) + containers.sdm_warnings(
-        {str(method) for method in workflow.deployment_settings.deployment_method},
-        config["container"],
-    )
-    if WARNINGS:
-        print(preview.warning_lines(WARNINGS), file=sys.stderr)
-
-
-# ------------------------------------------------------------------ `snakemake trace` (trace.smk)
-TRACED_PATHS = [RUN_PATHS[index] for index in matrix.traced_runs(RUNS, config["trace"])]
-
-
-# `snakemake trace` alone is no sweep: its end writes no failed rows into the tidy tables
-# (outcome.smk), it names where the traces are.
-def traces_only():
-    """Whether this invocation's only target is `trace` (known once the DAG is being built)."""
-    return set(getattr(workflow.dag_settings, "targets", None) or ()) == {"trace"}
-
-
-TRACES_ONLY_LINE = (
-    f"scalesweep: traces and their summaries under {layout.TRACES}/ (docs/traces.md)"
-)
-
-
-def trace_output(framework):
-    """The trace folder; its summary and trace files go into the report, category Traces: that of
-    `snakemake trace --report traces.html` and the sweep's (reported_traces)."""
-    return report(
-        directory(layout.trace_dir(run_pattern(framework))),
-        patterns=[layout.TRACE_REPORT_PATTERN],
-        caption="../report/traces.rst",
-        category="Traces",
-        labels={
-            "framework": framework,
-            "model": "{model}",
-            "dataset": "{dataset}",
-            "gpus": "{gpus}",
-            "settings": "{settings}",
-            "file": "{file}",
-        },
-    )
-
-
-def trace_summaries(trace_folder):
-    """The summary files of a trace folder: JSON, then Markdown."""
-    return [
-        f"{trace_folder}/{layout.TRACE_SUMMARY_JSON}",
-        f"{trace_folder}/{layout.TRACE_SUMMARY_MD}",
-    ]
-
-
-def reported_traces(wildcards):
-    """The trace folders of planned configurations that `snakemake trace` made, for the sweep's
-    report to show; none otherwise. Only while a report is made (Snakemake runs no executor
-    then): a sweep never reruns a trace, which would change no measured number."""
-    if workflow.executor_plugin is not None:
-        return []
-    return [
-        layout.trace_dir(path)
-        for path in RUN_PATHS
-        if os.path.isdir(layout.trace_dir(path))
-    ]
-
-
-def trace_command(framework):
-    def command_of(wildcards):
-        path = run_path(framework, wildcards)
-        settings = matrix.trace_settings(
-            SETTINGS[path], config["trace"], layout.trace_dir(path)
-        )
-        return launch.job_command(
-            settings, config["container"], workflow.basedir, WORKDIR, PYTHON
-        )
-
-    return command_of
-
-
-def traced_outputs(wildcards):
-    if not TRACED_PATHS:
-        raise WorkflowError(
-            "config key 'trace.select': picks no planned configuration to trace "
-            f"({config['trace'].get('select', [])}); docs/traces.md"
-        )
-    return [layout.trace_dir(path) for path in TRACED_PATHS]
-
-
+# The network probe's table and its job's settings (probe.smk), which rule tables and the preview
+# read too.
 NETWORK_CSV = layout.table("network")
 NETWORK_PROBE_SETTINGS = launch.network_probe_settings(config["cluster"])
-
-
-def network_probe_command(wildcards):
-    """The probe's command (launch.network_probe_shell), built when its job is: a sweep without a
-    run of the probe framework has no gradients to all-reduce."""
-    models = launch.network_probe_models(SETTINGS.values())
-    if not models:
-        framework = NETWORK_PROBE_SETTINGS["framework"]
-        raise WorkflowError(
-            f"probe_network all-reduces the gradients of the sweep's {framework} models, "
-            f"and matrix.framework plans no {framework} run (docs/prediction.md)"
-        )
-    return launch.network_probe_shell(
-        config["cluster"],
-        config["container"],
-        workflow.basedir,
-        WORKDIR,
-        PYTHON,
-        NETWORK_CSV,
-        models,
-    )
-
-
-def network_input(wildcards):
-    """network.csv for the tables when the sweep runs the probe; none otherwise."""
-    return [NETWORK_CSV] if launch.network_probe_wanted(config) else []

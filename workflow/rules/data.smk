@@ -1,4 +1,13 @@
 # Synthetic datasets, written in exactly the on-disk formats of the real ones.
+from scalesweep.contract import layout
+from scalesweep.plan import matrix
+
+# The generator's options of each synthetic dataset: its `synthetic:` entry, by name.
+SYNTHETIC_OPTIONS = {
+    name: matrix.synthetic_options(spec["synthetic"])
+    for name, spec in config["datasets"].items()
+    if spec.get("synthetic") is not None
+}
 
 
 rule make_synthetic_cifar:
@@ -9,7 +18,7 @@ rule make_synthetic_cifar:
     conda:
         "../../envs/data.yaml"
     params:
-        options=synthetic_options,
+        options=lambda wildcards: SYNTHETIC_OPTIONS[wildcards.dataset],
         python=PYTHON,
         script=script("make_cifar.py"),
     shell:
@@ -24,7 +33,7 @@ rule make_synthetic_imagefolder:
     conda:
         "../../envs/data.yaml"
     params:
-        options=synthetic_options,
+        options=lambda wildcards: SYNTHETIC_OPTIONS[wildcards.dataset],
         python=PYTHON,
         script=script("make_imagefolder.py"),
     shell:

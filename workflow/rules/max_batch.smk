@@ -5,6 +5,7 @@
 from scalesweep import rulelog
 from scalesweep.contract import layout
 from scalesweep.analysis import max_batch
+from scalesweep.plan import matrix
 
 
 rule find_max_batch:
@@ -30,7 +31,7 @@ rule max_batch:
         layout.rule_log("max_batch"),
     localrule: True
     params:
-        configs=key_ordered(max_batch_axes()),
+        configs=key_ordered([RUNS[index] for index in matrix.max_batch_runs(RUNS)]),
     run:
         rulelog.run_logged(
             log[0],

@@ -1,10 +1,29 @@
 # How a sweep ends on the terminal (scalesweep/report/outcome.py): runs ok and failed, each
 # failure's reason and log, and where the tables, figures, findings, archive and report are.
 from scalesweep import pipeline
-from scalesweep.analysis.settings import AnalysisSettings
 from scalesweep.contract import layout
 from scalesweep.plan import containers
 from scalesweep.report import outcome
+
+
+# `snakemake trace` alone is no sweep: its end writes no failed rows into the tidy tables, it
+# names where the traces are.
+def traces_only():
+    """Whether this invocation's only target is `trace` (known once the DAG is being built)."""
+    return set(getattr(workflow.dag_settings, "targets", None) or ()) == {"trace"}
+
+
+TRACES_ONLY_LINE = (
+    f"scalesweep: traces and their summaries under {layout.TRACES}/ (docs/traces.md)"
+)
+
+
+def best_log(path):
+    """The run's result if it finished, else the log a failed attempt left, else None."""
+    for candidate in (run_log(path), layout.attempt_log("train", path)):
+        if Path(candidate).exists():
+            return candidate
+    return None
 
 
 onsuccess:
@@ -33,9 +52,7 @@ onerror:
                 dict(rules.tidy.output.items()),
                 {
                     "table_outputs": dict(rules.tables.output.items()),
-                    "settings": AnalysisSettings.from_config(
-                        config["analysis"], config.get("cluster")
-                    ),
+                    "settings": ANALYSIS,
                     "figures_dir": rules.figures.output[0],
                     "findings_md": rules.findings.output[0],
                 },

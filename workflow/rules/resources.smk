@@ -1,11 +1,35 @@
-# The resources of the training jobs: the threads a trainer takes, the SLURM resources the slurm
-# executor plugin reads from each job (scalesweep/plan/launch.py: slurm_resources), the user's
-# slurm_extra of the profile or the command line merged in, and the resources a profile gives every
-# job of a rule (the preview checks them against the site). Included before train.smk, whose rules
-# use them.
-from snakemake.iocontainers import Wildcards
+# What a training job is given: its command, the threads a trainer takes, the SLURM resources the
+# slurm executor plugin reads from each job (scalesweep/plan/launch.py: slurm_resources), with the
+# user's slurm_extra of the profile or the command line merged in. Included before train.smk and
+# trace.smk, whose rules use them. (The resources a profile gives every job of a rule, which the
+# preview checks against the site: preview.smk, resource_value.)
+from scalesweep.contract import layout
+from scalesweep.plan import launch, matrix
 
-from scalesweep.plan import launch
+
+def settings_of(framework, wildcards):
+    return SETTINGS[run_path(framework, wildcards)]
+
+
+def job_command(framework, max_batch=False, traced=False):
+    """An input function: the command of a job of the framework's rules (launch.job_command), a
+    run's, a maximum-batch search's (`max_batch`) or a trace run's (`traced`: trace.smk); its
+    trainer processes share the job's threads at run time (launch.omp_threads_word)."""
+
+    def command_of(wildcards):
+        path = run_path(framework, wildcards)
+        settings = SETTINGS[path]
+        if max_batch:
+            settings = launch.max_batch_settings(settings)
+        if traced:
+            settings = matrix.trace_settings(
+                settings, config["trace"], layout.trace_dir(path)
+            )
+        return launch.job_command(
+            settings, config["container"], workflow.basedir, WORKDIR, PYTHON
+        )
+
+    return command_of
 
 
 def job_threads(framework, wildcards):
@@ -111,36 +135,14 @@ def slurm_resources(framework, multinode=False):
 
 
 def train_rules_keep_their_slurm_extra(made_train_rules):
-    """Run after the train rules (train.smk's TrainerRules) are defined. --set-resources
+    """Run after the train rules (train.smk, matrix.trainer_rules) are defined. --set-resources
     <rule>:slurm_extra=... replaces a rule's own slurm_extra (Snakemake applies it after the rule's
     resources), dropping the workflow's options such as --exclusive: put back the train rules'
     own, which adds the command line's (user_slurm_extra)."""
     for made in made_train_rules:
         framework = made.framework.name
-        rule_name = trainer_rule_name(framework, made.multinode, max_batch=False)
+        rule_name = matrix.trainer_rule_name(framework, made.multinode, max_batch=False)
         if rule_name in COMMAND_LINE_SLURM_EXTRA:
             getattr(rules, rule_name).rule.resources["slurm_extra"] = slurm_resource(
                 framework, "slurm_extra", ""
             )
-
-
-def resource_value(name, rule_name):
-    """A resource the profile (or the command line) gives every job of a rule, as a job would
-    get it: --set-resources for the rule, else --default-resources; None when neither sets it.
-    """
-    settings = workflow.resource_settings
-    for given in (
-        settings.overwrite_resources.get(rule_name, {}),
-        settings.default_resources or {},
-    ):
-        if name in given:
-            evaluated = given[name].evaluate(
-                Wildcards(),
-                input=[],
-                attempt=1,
-                threads=1,
-                rulename=rule_name,
-                async_run=workflow.async_run,
-            )
-            return evaluated.value
-    return None

@@ -1,14 +1,16 @@
 # A head started again after a crash (docs/cluster-head.md): the lock the dead head left is
-# explained with the exact commands (scalesweep/plan/head_lock.py), and on SLURM the jobs it left
-# queued or running are waited for instead of submitted twice (scalesweep/plan/slurm_jobs.py), and a
-# result on disk is never trained again (measured_results_are_final).
+# explained with the exact commands (scalesweep/plan/cluster/head_lock.py), and on SLURM the jobs
+# it left queued or running are waited for instead of submitted twice
+# (scalesweep/plan/cluster/slurm_jobs.py), and a result on disk is never trained again
+# (measured_results_are_final).
+import functools
 import socket
 
 from snakemake.io import IOFile
 
 from scalesweep import pipeline
 from scalesweep.logs import accounting
-from scalesweep.plan import head_lock, slurm_jobs
+from scalesweep.plan.cluster import head_lock, slurm_jobs
 
 HOST = socket.gethostname()
 
@@ -53,21 +55,25 @@ def should_wait_for_earlier_jobs():
     )
 
 
-EARLIER_JOBS_AWAITED = []
-
-
 def await_earlier_slurm_jobs(wildcards):
-    """Adds no input. The first time the DAG asks (for the target `all` or a training job), it
-    waits for the SLURM jobs an earlier head of this folder left queued or running, so that the
-    DAG sees what they finished (docs/cluster-head.md)."""
-    if EARLIER_JOBS_AWAITED:
-        return []
-    EARLIER_JOBS_AWAITED.append(True)
+    """The input function of rule all and of every training job. It adds no input; the first
+    job Snakemake builds of them waits for the SLURM jobs an earlier head of this folder left
+    queued or running (earlier_jobs_awaited), so that the DAG sees what they finished
+    (docs/cluster-head.md). For the target `all` that is the job of rule all, built before any
+    training job, whose inputs (common.smk, while_unmeasured) then see what those jobs left.
+    """
+    earlier_jobs_awaited()
+    return []
+
+
+@functools.cache
+def earlier_jobs_awaited():
+    """Once per invocation, before the DAG decides what to run: the wait, then the measured
+    results made final. Cached: the later jobs asking find it done."""
     if should_wait_for_earlier_jobs():
         wait_for_earlier_jobs()
     if workflow.is_main_process:
         measured_results_are_final()
-    return []
 
 
 def wait_for_earlier_jobs():

@@ -4,13 +4,19 @@
 from scalesweep import pipeline, rulelog
 from scalesweep.contract import layout
 from scalesweep.analysis import tables
-from scalesweep.analysis.settings import AnalysisSettings
+from scalesweep.plan import launch
+from scalesweep.plan.analysis_settings import AnalysisSettings
 
 
 rule tables:
     input:
         layout.tidy_table("runs"),
-        network=network_input,
+        # network.csv when the sweep runs the network probe (probe.smk); none otherwise.
+        network=lambda wildcards: (
+            [NETWORK_CSV]
+            if launch.network_probe_wanted(ANALYSIS, config["matrix"]["framework"])
+            else []
+        ),
     output:
         **{
             name: report(
@@ -25,9 +31,7 @@ rule tables:
         layout.rule_log("tables"),
     localrule: True
     params:
-        **AnalysisSettings.from_config(
-            config["analysis"], config.get("cluster")
-        ).as_params(),
+        **ANALYSIS.as_params(),
     run:
         rulelog.run_logged(
             log[0],

@@ -9,7 +9,7 @@ from scalesweep.tidy import after_failure, rows
 rule tidy:
     input:
         logs=all_run_logs(),
-        digests=image_digest_files(),
+        digests=[containers.digest_file(image) for image in IMAGES.values()],
         written_after_failure=after_failure.marker_input(layout.WRITTEN_AFTER_FAILURE),
     output:
         epochs=report(

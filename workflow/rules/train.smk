@@ -7,57 +7,83 @@
 # link, so the logs of earlier attempts (a crash, a SLURM timeout) stay. `exec`: the runner is
 # the child of the Snakemake that runs the job, and stops the training when that Snakemake dies.
 # On SLURM the resources below shape each job (scalesweep/plan/launch.py: slurm_resources).
+import shlex
 
+from scalesweep.contract import layout
+from scalesweep.plan import matrix
+
+# The runner under the sweep's interpreter, quoted for bash; its braces doubled, kept from
+# Snakemake's format.
+RUNNER = shlex.join([PYTHON, script("run_attempt.py")])
 TRAIN_SHELL = (
-    f"exec {shell_literal(PYTHON)} {shell_literal(script('run_attempt.py'))}"
+    f"exec {RUNNER.replace('{', '{{').replace('}', '}}')}"
     " --log={log:q} --result={output:q} --command={params.command:q}"
 )
 
 
-# The training rules are made from the framework registry (scalesweep/contract/frameworks.py):
-# per framework train_<framework>, plus train_<framework>_multinode where it runs across nodes (an
-# `mpi` job for the slurm plugin: its shell runs in the batch step on the first node and starts one
-# torchrun per node itself, see launch.py), and max_batch_<framework> for the maximum-batch search
-# (max_batch.smk), the same job with another command and result.
-TRAINER_RULES = trainer_rules()
+# The training rules are made from the framework registry (scalesweep/contract/frameworks.py;
+# matrix.trainer_rules): per framework train_<framework>, plus train_<framework>_multinode where it
+# runs across nodes (an `mpi` job for the slurm plugin: its shell runs in the batch step on the
+# first node and starts one torchrun per node itself, see launch.py), and max_batch_<framework> for
+# the maximum-batch search (max_batch.smk), the same job with another command and result.
+# A framework running across nodes has one rule for a node, one for several (the gpus wildcard);
+# the search stays on one node. The sweep's runs (not the searches) go into the HTML report: every
+# finished run's log, labelled by its configuration.
+TRAINER_RULES = matrix.trainer_rules()
 
-for trainer_rule in TRAINER_RULES:
+for made in TRAINER_RULES:
+    result_of = max_batch_log if made.max_batch else run_log
+    result = result_of(run_pattern(made.framework.name))
 
     rule:
         name:
-            trainer_rule_name(
-                trainer_rule.framework.name,
-                trainer_rule.multinode,
-                trainer_rule.max_batch,
+            matrix.trainer_rule_name(
+                made.framework.name, made.multinode, made.max_batch
             )
         input:
-            data=dataset_input(
-                trainer_rule.framework.name, result_of=result_of(trainer_rule)
-            ),
-            image=image_inputs(
-                trainer_rule.framework.name, result_of=result_of(trainer_rule)
-            ),
+            data=dataset_input(made.framework.name, result_of=result_of),
+            image=image_inputs(made.framework.name, result_of=result_of),
             earlier_jobs=await_earlier_slurm_jobs,
         output:
-            reported_result(trainer_rule),
-        log:
-            attempt_log(trainer_rule),
-        wildcard_constraints:
-            gpus=gpus_constraint(trainer_rule),
-        conda:
-            conda_env(trainer_rule.framework)
-        threads: trainer_threads(trainer_rule.framework.name)
-        resources:
-            **slurm_resources(
-                trainer_rule.framework.name, multinode=trainer_rule.multinode
+            (
+                result
+                if made.max_batch
+                else report(
+                    result,
+                    caption="../report/run_log.rst",
+                    category="Run logs",
+                    labels={
+                        "framework": made.framework.name,
+                        "model": "{model}",
+                        "dataset": "{dataset}",
+                        "gpus": "{gpus}",
+                        "settings": "{settings}",
+                    },
+                )
             ),
+        log:
+            layout.attempt_log(
+                "max_batch" if made.max_batch else "train",
+                run_pattern(made.framework.name),
+            ),
+        wildcard_constraints:
+            gpus=(
+                gpu_counts(multinode=made.multinode)
+                if made.framework.multinode
+                else "[^/]+"
+            ),
+        conda:
+            conda_env(made.framework)
+        threads: trainer_threads(made.framework.name)
+        resources:
+            **slurm_resources(made.framework.name, multinode=made.multinode),
         params:
-            command=job_command(trainer_rule),
+            command=job_command(made.framework.name, max_batch=made.max_batch),
         shell:
             TRAIN_SHELL
 
 
-# --set-resources <rule>:slurm_extra=... would replace the train rules' own (common.smk).
+# --set-resources <rule>:slurm_extra=... would replace the train rules' own (resources.smk).
 train_rules_keep_their_slurm_extra(
     [made for made in TRAINER_RULES if not made.max_batch]
 )

@@ -207,6 +207,21 @@ def qos_warning(site, qos) -> str | None:
             "its jobs' nodes, GPUs and time are not checked")
 
 
+def job_problems(site, account, default_resources, jobs: dict, rule_of, qos_of) -> tuple[list, list]:
+    """(refusals, warnings) of the jobs to run ({run path: settings}) on the site: the account
+    every job needs (account_problem), then for each rule the jobs run under (`rule_of(settings)`,
+    in name order) the QoS it is submitted with (`qos_of(rule name)`) against the site's limits
+    (qos_problems, qos_warning). No job to run, no QoS to check."""
+    refusals, warnings, by_rule = [account_problem(site, account, default_resources)], [], {}
+    for run_path, settings in jobs.items():
+        by_rule.setdefault(rule_of(settings), {})[run_path] = settings
+    for rule_name, rule_jobs in sorted(by_rule.items()):
+        qos = qos_of(rule_name)
+        refusals += qos_problems(site, qos, rule_jobs)
+        warnings.append(qos_warning(site, qos))
+    return [refusal for refusal in refusals if refusal], [warning for warning in warnings if warning]
+
+
 def site_refusal(problems) -> str:
     return "\n".join(["the sweep cannot be submitted as planned:", *(f"  {p}" for p in problems)])
 

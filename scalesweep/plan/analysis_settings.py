@@ -3,9 +3,11 @@ budget, greenest time bound, whether superlinear counts may be chosen) and the e
 projected times, GPU-hours and energy stand for.
 
 Their defaults are the config schema's (workflow/schemas/config.schema.yaml, section `analysis`),
-written nowhere else: the workflow builds the object from the config's `analysis:` section
-(`from_config`), `python -m scalesweep analyze` from its options (`from_options`), and the tables,
-the pipeline and the failure path pass it on whole.
+written nowhere else: the workflow builds the object once from the config's `analysis:` and
+`cluster:` sections (`from_config`, workflow/rules/common.smk), `python -m scalesweep analyze` from
+its options (`from_options`), and the tables, the pipeline and the failure path pass it on whole.
+It sits in plan/, below both its readers: the plan (the preview's GPU-hours the prediction saves,
+whether the sweep runs the network probe) and the analysis (the tables, the predictions).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ class AnalysisSettings:
     epoch_budget: float  # training epochs the projections stand for
     greenest_time_bound_s: float | None  # sweet spot 'greenest'; None: no bound
     allow_superlinear: bool
-    # The prediction (analysis/predict.py): the GPU counts to predict (None: the next two
-    # doublings beyond the largest measured) and a node's GPUs (None: the largest measured count).
+    # The prediction (analysis/predict.py): the GPU counts to predict (None: predicted_counts) and
+    # a node's GPUs, the analysis section's else the cluster section's (None: node_gpus).
     predict_gpus: tuple | None
     gpus_per_node: int | None
 
@@ -60,6 +62,17 @@ class AnalysisSettings:
         """From command-line options by field name; one not given (None) takes the schema's default."""
         return dataclasses.replace(cls.from_config(), **{name: value for name, value in options.items()
                                                          if value is not None})
+
+    def predicted_counts(self, largest_measured: int) -> tuple:
+        """The GPU counts to predict: the config's (predict_gpus), else the next two doublings
+        beyond the largest measured count."""
+        return self.predict_gpus or (2 * largest_measured, 4 * largest_measured)
+
+    def node_gpus(self, largest_measured: int | None = None) -> int | None:
+        """A node's GPUs, where a prediction starts to pay for the network: the analysis
+        section's, else the cluster section's (from_config), else the largest measured count
+        (None before anything is measured)."""
+        return self.gpus_per_node or largest_measured
 
     def as_params(self) -> dict:
         """The settings by field name: a rule's params (a changed setting reruns the rule)."""
