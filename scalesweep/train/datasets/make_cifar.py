@@ -22,8 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cifar  # noqa: E402  (scripts/ is not a package: containers run these files directly)
+from scalesweep.train.datasets import cifar
 
 # Fixed per-class looks (not seeded): every generated set has the same classes, only the images
 # differ with the seed. Colours are RGB offsets in [-1, 1].

@@ -8,16 +8,16 @@ resizes on the host and caches float32 (about 9.8 GB for 50k images at 128 px).
 Where no GPU exists, --gpus N splits the CPU into N logical devices and mirrors over them, so a
 laptop runs the same code path. --gpus 0 is the CPU-only baseline (default strategy).
 
-This file is the TensorFlow backend of scripts/harness.py (docs/trainers.md): the harness runs
-the life cycle, the measurement options shared with scripts/train_torch.py (--protocol,
+This file is the TensorFlow backend of scalesweep/train/common/harness.py (docs/trainers.md): the
+harness runs the life cycle, the measurement options shared with the PyTorch backend (--protocol,
 --warmup-steps, --timed-steps, --oom-policy, --find-max-batch, ...), the out-of-memory policy, the
 maximum-batch search and the protocols; this file supplies the devices, the model, the training
 loop around Keras' model.train_step (every step timed, its data wait too) and the provenance,
-scripts/tf_data.py the data and scripts/tf_probes.py the step breakdown's probes and the FLOPs.
-It prints the reference's human header, Keras' epoch lines and the `:::SCALESWEEP` records of
-docs/records.md. Out of memory: summary status oom, exit 0; any
-other failure: summary status failed, exit non-zero. SCALESWEEP_FAIL_INJECT (scripts/runlog.py)
-injects failures at the first training step.
+data.py the data and probes.py the step breakdown's probes and the FLOPs (beside it in
+scalesweep/train/tf_backend/). It prints the reference's human header, Keras' epoch lines and the
+`:::SCALESWEEP` records of docs/records.md. Out of memory: summary status oom, exit 0; any other
+failure: summary status failed, exit non-zero. SCALESWEEP_FAIL_INJECT
+(scalesweep/train/common/faults.py) injects failures at the first training step.
 
     python scripts/train_tf.py --model resnet50v2 --data data/cifar10 --resolution 128 \\
         --gpus 2 --per-gpu-batch 2048 --epochs 5 [--compile] [--protocol steps]
@@ -33,7 +33,6 @@ import time
 # What a run costs starts here, before the framework import (seconds of a job's time, too).
 STARTED = time.perf_counter()
 from dataclasses import dataclass
-from pathlib import Path
 
 # Before the import: TF's C++ start-up chatter would bury the Keras epoch lines.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -42,20 +41,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import faults  # noqa: E402  (scripts/ is not a package: containers run these files directly)
-import harness  # noqa: E402
-import measure  # noqa: E402
-import node  # noqa: E402
-import repository  # noqa: E402,F401  (for scalesweep.contract.frameworks)
-import runlog  # noqa: E402
-import stepclock  # noqa: E402
-import stepparts  # noqa: E402
-import tf_compat  # noqa: E402
-import tf_probes  # noqa: E402
-from tf_model import APPLICATIONS, build_model, compile_model  # noqa: E402
-import trainer_args  # noqa: E402
-from tf_data import (  # noqa: E402
+from scalesweep.contract import frameworks  # noqa: E402
+from scalesweep.train.common import (  # noqa: E402
+    faults, harness, measure, node, runlog, stepclock, stepparts, trainer_args,
+)
+from scalesweep.train.tf_backend import compat, probes  # noqa: E402
+from scalesweep.train.tf_backend.data import (  # noqa: E402
     PASSES,
     STREAM,
     load_training_data,
@@ -63,8 +54,7 @@ from tf_data import (  # noqa: E402
     steps_per_epoch,
     with_injected_delay,
 )
-
-from scalesweep.contract import frameworks  # noqa: E402  (standard library only, as records.py)
+from scalesweep.train.tf_backend.model import APPLICATIONS, build_model, compile_model  # noqa: E402
 
 FRAMEWORK = frameworks.get("tensorflow")
 MODEL_NAMES = FRAMEWORK.model_names
@@ -104,7 +94,7 @@ def _gpu_strategy(physical_gpus, gpus: int):
     # Hiding the rest keeps TF from reserving memory on GPUs this run does not use.
     tf.config.set_visible_devices(used, "GPU")
     strategy = tf.distribute.MirroredStrategy(devices=[f"/gpu:{index}" for index in range(gpus)],
-                                              cross_device_ops=tf_probes.cross_device_ops(cpu_replicas=False))
+                                              cross_device_ops=probes.cross_device_ops(cpu_replicas=False))
     names = [f"GPU:{index} {_gpu_model_name(device)}" for index, device in enumerate(used)]
     return strategy, "gpu", names
 
@@ -118,7 +108,7 @@ def _cpu_replica_strategy(gpus: int):
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(gpus)])
     devices = [f"/cpu:{index}" for index in range(gpus)]
     strategy = tf.distribute.MirroredStrategy(devices=devices,
-                                              cross_device_ops=tf_probes.cross_device_ops(cpu_replicas=True))
+                                              cross_device_ops=probes.cross_device_ops(cpu_replicas=True))
     return strategy, "cpu", [f"CPU:{index}" for index in range(gpus)]
 
 
@@ -256,7 +246,7 @@ def prepare(args) -> Setup:
     started_wall = time.time()
     strategy, device_kind, devices = configure_devices(args.gpus)
     check_xla_placement(args.compile, device_kind, strategy.num_replicas_in_sync)
-    tf_probes.check_sync_delay(args.compile)
+    probes.check_sync_delay(args.compile)
     images, labels = load_training_data(args.data, args.max_train_images, args.seed)
     if not args.find_max_batch:
         steps_per_epoch(int(images.shape[0]), args.per_gpu_batch * strategy.num_replicas_in_sync)
@@ -290,14 +280,14 @@ def build_compiled_model(args, setup: Setup) -> tuple:
         jit = compile_model(model, harness.scaled_learning_rate(args.base_lr, args.gpus), args.compile)
         # The metrics', loss's and optimizer's variables built here, as model.fit does before its
         # first step, not by the first trace inside strategy.run (tf_compat says why).
-        tf_compat.build_training_state(model, setup.images[:1], setup.labels[:1])
+        compat.build_training_state(model, setup.images[:1], setup.labels[:1])
     return model, jit
 
 
 class KerasAttempt:
     """One training attempt (harness.Backend.build's attempt): the model and one endless iterator
     over the distributed dataset at one per-GPU batch, trained by our loop around Keras' own
-    model.train_step (scripts/tf_probes.py says why not model.fit).
+    model.train_step (probes.py says why not model.fit).
 
     Every step is timed on the clock from the fetch of its batch; data_ready() once the batch is
     on the devices; its end waits for them. Each window's loss and accuracy are Keras' metrics,
@@ -309,14 +299,14 @@ class KerasAttempt:
         self.failure = failure
         self.iterator = iter(strategy.experimental_distribute_dataset(dataset))
         self.batches = with_injected_delay(self.iterator)
-        # The device wait of every step (tf_compat.device_sync): TensorFlow 2.11 has no
+        # The device wait of every step (compat.device_sync): TensorFlow 2.11 has no
         # sync_devices, there the wait reads back what the step last produced.
-        self.sync = tf_compat.device_sync(strategy)
+        self.sync = compat.device_sync(strategy)
         self.produced = None
         self.clock = stepclock.StepClock(lambda: self.sync(self.produced))
-        self.train_step = tf_probes.replicated(strategy, model.train_step, jit)
+        self.train_step = probes.replicated(strategy, model.train_step, jit)
         self.header_updates = {"compile": jit}
-        self.interleaved = tf_probes.InterleavedProbe(model, strategy, jit, self.sync)
+        self.interleaved = probes.InterleavedProbe(model, strategy, jit, self.sync)
         self.batch = None
         self.interleaved_s = 0.0  # the probe steps' seconds, every window together
         self.steady_steps = 0
@@ -324,7 +314,7 @@ class KerasAttempt:
     def count_flops(self) -> None:
         """The header's flops_per_image, from the training step's graph, traced here instead of
         in the first step (the time to solution holds the trace either way; epoch 1 no more)."""
-        self.header_updates["flops_per_image"] = tf_probes.flops_per_image(
+        self.header_updates["flops_per_image"] = probes.flops_per_image(
             self.train_step, self.iterator.element_spec, self.global_batch)
 
     def _step(self) -> None:
@@ -354,7 +344,7 @@ class KerasAttempt:
 
     def fit_epochs(self, meter: harness.WindowMeter, epochs: int) -> None:
         """The epochs protocol, with Keras' own epoch lines (its ProgbarLogger, verbose=2)."""
-        progress = tf_compat.progbar_logger()
+        progress = compat.progbar_logger()
         progress.set_params({"verbose": 2, "epochs": epochs, "steps": self.steps})
         every = stepparts.probe_every(self.steps * (epochs - runlog.FIRST_STEADY_EPOCH + 1),
                                        self.strategy.num_replicas_in_sync)
@@ -388,9 +378,9 @@ class KerasAttempt:
 
     def breakdown_probes(self) -> dict:
         """The compute probes' seconds (taken between the steps) and the all-reduce probe of the
-        step breakdown (scripts/tf_probes.py)."""
+        step breakdown (probes.py)."""
         return {"compute": list(self.interleaved.seconds), "compute_paired": list(self.interleaved.paired),
-                "interleaved_s": self.interleaved_s, **tf_probes.allreduce_probe(self.model, self.strategy, self.sync)}
+                "interleaved_s": self.interleaved_s, **probes.allreduce_probe(self.model, self.strategy, self.sync)}
 
 
 class KerasBackend(harness.Backend):
@@ -453,9 +443,9 @@ class KerasBackend(harness.Backend):
         return error_reason(error)
 
     def tracer(self, attempt, out_dir: str, first: int, steps: int, ranks: str):
-        import tf_trace  # one process, every replica: rank 0's trace holds them all
+        from scalesweep.train.tf_backend import trace  # one process, every replica: rank 0's trace holds them all
 
-        return tf_trace.TfTracer(out_dir, first, steps)
+        return trace.TfTracer(out_dir, first, steps)
 
     def peak_memory_gb(self):
         visible_gpus = len(tf.config.get_visible_devices("GPU"))
@@ -486,7 +476,3 @@ def _check_own_args(parser, args) -> None:
 
 def main(argv=None) -> int:
     return harness.main(argv, parse_args, MODEL_NAMES, KerasBackend, STARTED)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

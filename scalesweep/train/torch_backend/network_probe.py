@@ -21,10 +21,10 @@ import time
 import torch
 import torch.distributed as dist
 
-import stepparts
-import torch_distributed
-from torch_model import MODELS, build_model
-from torch_probes import timed_allreduces
+from scalesweep.train.common import stepparts
+from scalesweep.train.torch_backend import distributed
+from scalesweep.train.torch_backend.model import MODELS, build_model
+from scalesweep.train.torch_backend.probes import timed_allreduces
 
 COLUMNS = ("busbw_gb_s", "algbw_gb_s", "allreduce_s", "latency_s", "nodes", "ranks", "model", "gradient_bytes",
            "bytes", "bucket_bytes", "buckets", "backend", "node_names", "seconds", "note")
@@ -149,10 +149,10 @@ def write_row(row: dict, path: str) -> None:
 def main(argv=None) -> int:
     args = parse(argv if argv is not None else sys.argv[1:])
     began = time.perf_counter()
-    console = torch_distributed.Console(torch_distributed.rank_hint())
-    world = torch_distributed.world_info_from_env()
+    console = distributed.Console(distributed.rank_hint())
+    world = distributed.world_info_from_env()
     gpus = world.world_size if torch.cuda.is_available() else 0
-    world, device = torch_distributed.start_process(gpus, console)
+    world, device = distributed.start_process(gpus, console)
     if not world.distributed:
         raise SystemExit("probe_network needs at least two processes (torchrun, one per GPU, on two nodes)")
     try:
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
                          f"{row['model']}: {row['gradient_bytes'] / 1e6:.1f} MB of gradients, {row['buckets']} "
                          f"bucket(s) of {row['bucket_bytes'] / MIB:g} MiB timed" + (f" ({row['note']})" if row["note"] else ""))
     finally:
-        torch_distributed.teardown()
+        distributed.teardown()
     return 0
 
 

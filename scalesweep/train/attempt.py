@@ -28,8 +28,8 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-import repository  # noqa: F401  (for scalesweep.contract.layout, standard library only)
 from scalesweep.contract import layout
 
 STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
@@ -40,6 +40,9 @@ POLL_S = 0.5
 # What a training gets between SIGTERM and SIGKILL (torchrun passes SIGTERM on to its workers).
 GRACE_S = 10.0
 STALE_EXIT = 1
+# The guard is this runner's program started again (scripts/run_attempt.py, which runs this module
+# from the repository whatever the working directory).
+PROGRAM = str(Path(__file__).resolve().parents[2] / "scripts" / "run_attempt.py")
 
 
 def claim_attempt(log: str) -> str:
@@ -153,7 +156,7 @@ def run_attempt(log: str, result: str, command: str, poll_s: float = POLL_S,
         signal.signal(signum, lambda number, frame: stop_requests.append(f"signal {signal.Signals(number).name}"))
     with open(attempt, "ab") as out:
         leader = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--guard-of", str(os.getpid()),
+            [sys.executable, PROGRAM, "--guard-of", str(os.getpid()),
              "bash", "-c", STRICT_BASH + command],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )

@@ -9,10 +9,11 @@ Without torchrun: one process, no process group (the `--gpus 0` CPU baseline). W
 gloo processes on the CPU stand in for GPUs. Rank 0 prints the reference's human log lines and
 the `:::SCALESWEEP` records of docs/records.md.
 
-The PyTorch backend of scripts/harness.py (docs/trainers.md): the harness runs the life cycle,
-the shared options, the out-of-memory policy, the maximum-batch search and the protocols; this
-file supplies the data, the model, the training step and provenance (torch_distributed.py: the
-DDP world; torch_probes.py: the step breakdown's probes). A step is timed from the fetch of its
+The PyTorch backend of scalesweep/train/common/harness.py (docs/trainers.md): the harness runs the
+life cycle, the shared options, the out-of-memory policy, the maximum-batch search and the
+protocols; this file supplies the data, the model, the training step and provenance (beside it in
+scalesweep/train/torch_backend/: distributed.py, the DDP world; probes.py, the step breakdown's
+probes). A step is timed from the fetch of its
 batch to its device-synchronized end.
 
 Out of memory under DDP: until the run's first epoch record (the steps in which the halve
@@ -33,7 +34,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import sys
 import time
 
 # What a run costs starts here, before the framework import (seconds of a job's time, too).
@@ -52,25 +52,21 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.utils.data import Subset  # noqa: E402
 
-import ddp_options  # noqa: E402
-import flops  # noqa: E402
-import faults  # noqa: E402
-import harness  # noqa: E402
-import measure  # noqa: E402
-import repository  # noqa: E402,F401  (for scalesweep.contract.frameworks)
-import runlog  # noqa: E402
-import stepclock  # noqa: E402
-import stepparts  # noqa: E402
-import torch_probes  # noqa: E402
-from torch_facts import run_facts  # noqa: E402
-from torch_model import MODELS, OPTIMIZERS, autocast_dtype, build_model, build_optimizer, count_parameters  # noqa: E402
-import trainer_args  # noqa: E402
-from torch_data import (DevicePrefetcher, RepeatingSampler, TrainData, load_split, load_train_data,  # noqa: E402
-                        make_loader, make_train_sampler, steps_per_epoch)
-from torch_distributed import (OUT_OF_MEMORY, Console, World, agree_on_oom, all_reduce_sum,  # noqa: E402
-                               energy_slots, is_primary, rank_hint, start_process,
-                               synchronize, teardown)
-from scalesweep.contract import frameworks  # noqa: E402  (standard library only, as records.py)
+from scalesweep.contract import frameworks  # noqa: E402
+from scalesweep.train.common import faults, harness, measure, runlog, stepclock, stepparts, trainer_args  # noqa: E402
+from scalesweep.train.torch_backend import ddp_options, flops, probes  # noqa: E402
+from scalesweep.train.torch_backend.data import (  # noqa: E402
+    DevicePrefetcher, RepeatingSampler, TrainData, load_split, load_train_data, make_loader, make_train_sampler,
+    steps_per_epoch,
+)
+from scalesweep.train.torch_backend.distributed import (  # noqa: E402
+    OUT_OF_MEMORY, Console, World, agree_on_oom, all_reduce_sum, energy_slots, is_primary, rank_hint, start_process,
+    synchronize, teardown,
+)
+from scalesweep.train.torch_backend.facts import run_facts  # noqa: E402
+from scalesweep.train.torch_backend.model import (  # noqa: E402
+    MODELS, OPTIMIZERS, autocast_dtype, build_model, build_optimizer, count_parameters,
+)
 
 FRAMEWORK = frameworks.get("pytorch")
 
@@ -137,7 +133,7 @@ class Trainer:
         # Until the run's first epoch record every step agrees on out-of-memory across the ranks
         # (the module's docstring says why, and what it costs).
         self.guarding_oom = True
-        # The step breakdown's measurements beside the timed steps (scripts/torch_probes.py).
+        # The step breakdown's measurements beside the timed steps (probes.py).
         self.probe_seconds, self.probe_pairs, self.interleaved_s, self.sync_waits = [], [], 0.0, []
         self.steady_steps = 0  # of every steady window so far: the probe steps' count runs across them
         if cuda:
@@ -178,7 +174,7 @@ class Trainer:
             wrapped = self.ddp = DistributedDataParallel(self.module, device_ids=device_ids,
                                                          **ddp_options.asked(self.args))
             self.header_updates = ddp_options.built_with(self.ddp)
-        self.joins = torch_probes.register_join_hook(self.ddp, self.device)
+        self.joins = probes.register_join_hook(self.ddp, self.device)
         self.model = torch.compile(wrapped) if self.args.compile else wrapped
         self.optimizer = build_optimizer(self.args.optimizer, self.model.parameters(), self.lr)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.args.precision == "fp16")
@@ -270,9 +266,9 @@ class Trainer:
                 self.joins.step_ended()
             self.steady_steps += bool(probe_every)
             if probe_every and stepparts.is_probe_step(self.steady_steps - 1, probe_every):
-                seconds, spent = torch_probes.probe_step(lambda: self._compute(*self.batch),
-                                                         lambda: synchronize(self.device), self.ddp, self.module,
-                                                         self.optimizer, self.scaler)
+                seconds, spent = probes.probe_step(lambda: self._compute(*self.batch),
+                                                   lambda: synchronize(self.device), self.ddp, self.module,
+                                                   self.optimizer, self.scaler)
                 self.probe_seconds.append(seconds)
                 self.probe_pairs.append(self.clock.durations[-1] - self.clock.data_waits[-1])
                 probed += spent
@@ -309,7 +305,7 @@ class Trainer:
         if self.joins is not None:
             joins = self.joins.take()
             if steady:
-                every = torch_probes.gather_joins(joins, self.device, self.world.world_size)
+                every = probes.gather_joins(joins, self.device, self.world.world_size)
                 waits = stepparts.own_waits(every, self.world.rank)
                 self.sync_waits += measure.timed_durations(waits, meter.first_step, meter.warmup_steps)
         # Loss, accuracy and every rank's energy (its own slot) in the one reduction after the clock.
@@ -344,13 +340,13 @@ class Trainer:
             self._window(meter, number, window, lambda: stream, phase, every if phase == "timed" else 0)
 
     def breakdown_probes(self) -> dict:
-        """The step breakdown's measurements (scripts/torch_probes.py): the probe steps between
+        """The step breakdown's measurements (probes.py): the probe steps between
         the timed steps, the join waits, the all-reduce probe."""
         if not self.probe_seconds:  # no steady window: nothing to break down
             return {"compute": [], "allreduce": [], "ranks": self.world.world_size, "gradient_bytes": 0}
         return {"compute": list(self.probe_seconds), "compute_paired": list(self.probe_pairs),
                 "interleaved_s": self.interleaved_s, "sync_waits": self.sync_waits,
-                **torch_probes.allreduce_probe(self.module, self.device, self.world.world_size)}
+                **probes.allreduce_probe(self.module, self.device, self.world.world_size)}
 
     def probe(self, steps: int) -> None:
         """`steps` training steps, agreed on out-of-memory: torch.OutOfMemoryError on every rank
@@ -475,9 +471,9 @@ class TorchBackend(harness.Backend):
     def tracer(self, trainer: Trainer, out_dir: str, first: int, steps: int, ranks: str):
         if not harness.traces_rank(ranks, self.world.rank):
             return None
-        import torch_trace
+        from scalesweep.train.torch_backend import trace
 
-        return torch_trace.TorchTracer(trainer.module, self.device, out_dir, self.world.rank, first, steps)
+        return trace.TorchTracer(trainer.module, self.device, out_dir, self.world.rank, first, steps)
 
     def release_memory(self) -> None:
         release_memory(self.device, self.args.compile)
@@ -526,7 +522,3 @@ def _check_own_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def main(argv=None) -> int:
     return harness.main(argv, parse_args, MODELS, TorchBackend, STARTED)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
