@@ -4,6 +4,7 @@ the registry, the backends and the schema names a framework in a string (so it c
 """
 
 import ast
+import dataclasses
 import io
 import re
 import subprocess
@@ -109,6 +110,16 @@ def test_model_list_is_the_registry(framework):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == list(framework.model_names)
     assert all(set(defaults) == {"per_gpu_batch", "base_lr"} for defaults in framework.models.values())
+
+
+def test_a_framework_without_a_program_of_its_own_runs_through_the_generic_one():
+    """TensorFlow and PyTorch keep their programs (the measured runs' commands name them); an entry
+    that names only its backend runs as `scripts/train.py <name>`, which runs that backend."""
+    entry = dataclasses.replace(frameworks.get("pytorch"), trainer_script=None)
+    assert entry.trainer_argv == (frameworks.GENERIC_TRAINER_SCRIPT, "pytorch")
+    assert launch.trainer_script("pytorch", "/repo") == ["/repo/scripts/train_torch.py"]
+    assert all((ROOT / "scripts" / framework.trainer_argv[0]).is_file() for framework in frameworks.FRAMEWORKS)
+    assert (ROOT / "scripts" / frameworks.GENERIC_TRAINER_SCRIPT).is_file()
 
 
 def test_a_lookup_of_an_unknown_framework_names_the_known_ones():

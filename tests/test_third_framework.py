@@ -101,9 +101,11 @@ def test_a_new_framework_is_one_backend_file_and_one_registry_entry(repo):
 def test_the_new_framework_runs_through_every_stage_of_the_workflow(repo, tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(sweep_config()))
 
-    preview = snakemake_in(repo, tmp_path, "-n")
+    preview = snakemake_in(repo, tmp_path, "-n", "-p")
     assert preview.returncode == 0, preview.stderr[-4000:]
     assert f"train_{NAME}" in preview.stdout and "2 configurations to run" in preview.stderr
+    # Its jobs run the generic program with the framework's name: no program of its own.
+    assert f"{repo}/scripts/train.py {NAME} --model softmax" in preview.stdout + preview.stderr
 
     done = snakemake_in(repo, tmp_path, "--cores", "2")
     assert done.returncode == 0, done.stderr[-4000:]
