@@ -25,17 +25,18 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "scripts"
 from scalesweep.analysis.predict import steps_per_epoch  # noqa: E402
 from scalesweep.contract.records import FIRST_STEADY_EPOCH  # noqa: E402
 from scalesweep.logs.read import parse_log  # noqa: E402
+from scalesweep.plan import launch  # noqa: E402
 from scalesweep.tidy.rows import runs_table  # noqa: E402
 from scalesweep.train.common import faults, harness, measure, runlog, stepclock  # noqa: E402
 from scalesweep.train.datasets import make_cifar, make_imagefolder  # noqa: E402
 from stacks import TRAINER_PYTHON_ENV, container_python, trainer_python  # noqa: E402
 
 FRAMEWORKS = ("tensorflow", "pytorch")
-TRAINERS = {"tensorflow": SCRIPTS / "train_tf.py", "pytorch": SCRIPTS / "train_torch.py"}
+# What the workflow's jobs run for each framework: its program under scripts/, or scripts/train.py <name>.
+TRAINERS = {framework: launch.trainer_script(framework, ROOT) for framework in FRAMEWORKS}
 MODULES = {"tensorflow": "scalesweep.train.tf_backend.trainer", "pytorch": "scalesweep.train.torch_backend.trainer"}
 MODELS = {"tensorflow": "cnn_small", "pytorch": "vit_tiny"}
 OPTIONS = {"tensorflow": ("--resolution", "32"), "pytorch": ("--resolution", "32", "--num-workers", "0")}
@@ -109,7 +110,7 @@ def command(framework: str, data, devices: int, *options) -> list[str]:
     launcher = [trainer_python(framework)]
     if framework == "pytorch" and devices > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(devices)]
-    return [*launcher, str(TRAINERS[framework]), "--data", str(data), "--model", MODELS[framework],
+    return [*launcher, *TRAINERS[framework], "--data", str(data), "--model", MODELS[framework],
             "--gpus", str(devices), *OPTIONS[framework], *map(str, options)]
 
 
