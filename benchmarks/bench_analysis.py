@@ -13,11 +13,11 @@ DAG building), as a user waits for them. The goals (30 s and 10 s on a 2-core la
 reported as ratios, never judged: the benchmark exits non-zero only when a step fails or its
 output is wrong (runs missing from runs.csv, another configuration count than asked).
 
-The logs are what the trainers print (docs/records.md, written by scripts/runlog.py, the
-trainers' own record writer): Keras / reference-DDP human lines and `:::SCALESWEEP` records, over
-264 groups (framework x model x dataset x per-GPU batch x precision) x GPU counts x repeats, with
-Amdahl-like epoch times, noise, and a few crashed, killed, timed-out and out-of-memory runs.
-A manifest.csv beside them gives each log's axes, as the workflow passes them to the tidy step.
+The logs are what the trainers print (docs/records.md, written by scalesweep/train/common/runlog.py,
+the trainers' own record writer): Keras / reference-DDP human lines and `:::SCALESWEEP` records,
+over 264 groups (framework x model x dataset x per-GPU batch x precision) x GPU counts x repeats,
+with Amdahl-like epoch times, noise, and a few crashed, killed, timed-out and out-of-memory runs. A
+manifest.csv beside them gives each log's axes, as the workflow passes them to the tidy step.
 """
 
 import argparse
@@ -40,9 +40,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
 
-import runlog  # noqa: E402  (scripts/: the trainers' record writer)
+from scalesweep.train.common import runlog  # noqa: E402  (the trainers' record writer)
 
 from scalesweep.plan import matrix  # noqa: E402
 

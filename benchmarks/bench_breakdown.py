@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import make_imagefolder  # noqa: E402
-import runlog  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from scalesweep.train.common import runlog  # noqa: E402
+from scalesweep.train.datasets import make_imagefolder  # noqa: E402
 
 
 def summary_of(args, data: Path, epochs: int) -> dict:

@@ -24,10 +24,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import energy  # noqa: E402
-import make_imagefolder  # noqa: E402
-import runlog  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from scalesweep.train.common import energy, runlog  # noqa: E402
+from scalesweep.train.datasets import make_imagefolder  # noqa: E402
 
 
 def build_fake_nvml(folder: Path) -> str:

@@ -26,9 +26,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
-import make_imagefolder  # noqa: E402
+from scalesweep.train.datasets import make_imagefolder  # noqa: E402
 
 from scalesweep.analysis import predict  # noqa: E402
 from scalesweep.plan.analysis_settings import AnalysisSettings  # noqa: E402

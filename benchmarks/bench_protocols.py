@@ -30,10 +30,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
-import make_cifar  # noqa: E402
-import measure  # noqa: E402
+from scalesweep.train.common import measure  # noqa: E402
+from scalesweep.train.datasets import make_cifar  # noqa: E402
 
 from scalesweep.tidy import rows  # noqa: E402
 

@@ -1,18 +1,19 @@
 """What timing every step costs: the PyTorch trainer's throughput with its step clock against
 without one (issue 16).
 
-Builds one scripts/train_torch.py Trainer (same model, batch and synthetic images for every side)
-and runs its step loop (Trainer._run_steps) in windows of --steps steps, one window per side per
-round, the sides' order rotating from round to round so each round pairs them under the same
-conditions. A window's throughput is images / seconds between two device waits around it. Sides:
+Builds one PyTorch trainer (scalesweep/train/torch_backend/trainer.py's Trainer) (same model, batch
+and synthetic images for every side) and runs its step loop (Trainer._run_steps) in windows of
+--steps steps, one window per side per round, the sides' order rotating from round to round so each
+round pairs them under the same conditions. A window's throughput is images / seconds between two
+device waits around it. Sides:
 
 - `none`: no instrumentation (a clock that records nothing); on CUDA the batches still come
   through the trainer's prefetcher, as in a timed run.
 - `clock`: the trainer's own clock: host timers on the CPU (stepclock.StepClock), CUDA events read
   once per window on a GPU (stepclock.EventStepClock).
-- `heartbeat`: the trainer's clock with its heartbeat (scripts/heartbeat.py) at the rule a run
-  uses, the window taken as one epoch: a line every tenth of it (issue 29: what the progress
-  lines cost).
+- `heartbeat`: the trainer's clock with its heartbeat (scalesweep/train/common/heartbeat.py) at
+  the rule a run uses, the window taken as one epoch: a line every tenth of it (issue 29: what the
+  progress lines cost).
 - `synced` (CUDA only): the clock before issue 16, a device wait at each step's begin, data ready
   and end, and the batch copied on the compute stream (no prefetch).
 
@@ -36,14 +37,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import heartbeat  # noqa: E402
-import measure  # noqa: E402
-import stepclock  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from scalesweep.train.common import heartbeat, measure, stepclock  # noqa: E402
 import torch  # noqa: E402
-import train_torch  # noqa: E402
-from torch_data import TrainData  # noqa: E402
-from torch_distributed import Console, start_process, synchronize, teardown  # noqa: E402
+from scalesweep.train.torch_backend import trainer as train_torch  # noqa: E402
+from scalesweep.train.torch_backend.data import TrainData  # noqa: E402
+from scalesweep.train.torch_backend.distributed import Console, start_process, synchronize, teardown  # noqa: E402
 
 
 class UntimedClock:

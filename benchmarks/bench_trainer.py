@@ -5,13 +5,13 @@
         [--no-bf16] [--only rss|throughput]
 
 Two figures, each side in its own subprocess, on the same synthetic CIFAR-10 pickles
-(scripts/make_cifar.py), same model, batch, replicas and resolution:
+(scalesweep/train/datasets/make_cifar.py), same model, batch, replicas and resolution:
 
 1. Host memory of the input path for --rss-images images at --resolution px. Reference
    (benchmarks/reference_tf.py): load the pickles, build its tf.data pipeline, iterate it once,
-   which fills the float32 `.cache()`. Ours (scripts/train_tf.py's own functions): load the
-   pickles into uint8 host tensors, build the tf.data pipeline, iterate it once. Figure: peak
-   RSS minus the process's RSS after importing TensorFlow, Keras and the side's module, so the
+   which fills the float32 `.cache()`. Ours (scalesweep/train/tf_backend/data.py's own functions):
+   load the pickles into uint8 host tensors, build the tf.data pipeline, iterate it once. Figure:
+   peak RSS minus the process's RSS after importing TensorFlow, Keras and the side's module, so the
    ratio is about the input path, not the framework. Goal: ours <= 1/20 of the reference.
 2. Steady training throughput: the reference script and train_tf.py train ResNet50V2 (--model)
    for --epochs whole epochs over --train-images images, --per-gpu-batch x --replicas per step.
@@ -49,9 +49,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts"
 BENCHMARKS = REPO / "benchmarks"
-sys.path.insert(0, str(SCRIPTS))
+sys.path.insert(0, str(REPO))
 
-import make_cifar  # noqa: E402  (numpy only: this process never imports TensorFlow)
+from scalesweep.train.datasets import make_cifar  # noqa: E402  (numpy only: this process never imports TensorFlow)
 
 PYTHON = sys.executable
 RECORD_PREFIX = ":::SCALESWEEP "
@@ -85,7 +85,7 @@ def measure_input_path(side: str, data: Path, batch: int, resolution: int) -> di
         sys.path.insert(0, str(BENCHMARKS))
         import reference_tf as module
     else:
-        import tf_data as module  # what train_tf.py loads and iterates
+        from scalesweep.train.tf_backend import data as module  # what the TensorFlow trainer loads and iterates
     baseline = peak_rss_mib()
     started = time.perf_counter()
     if side == "reference":

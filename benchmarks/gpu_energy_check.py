@@ -32,9 +32,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import energy  # noqa: E402
-import runlog  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from scalesweep.train.common import energy, runlog  # noqa: E402
 
 SMI_TIME_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
 MIN_WINDOW_S = 30.0

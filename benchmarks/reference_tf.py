@@ -12,12 +12,12 @@ sparse categorical cross-entropy, accuracy, built and compiled in the strategy's
 Departures, each needed to run it here and none touching the training path:
 - `--data` instead of the cluster path written into the script.
 - Train batches of any size are concatenated; the original preallocates exactly 5 x 10,000.
-- No GPU: `--n_gpus` logical CPU devices stand in, as in scripts/train_tf.py. They must exist
+- No GPU: `--n_gpus` logical CPU devices stand in, as in the TensorFlow trainer. They must exist
   before TF's runtime starts, so the devices are listed before the data is loaded (the reference
   lists them after; the order does not change what runs).
 - `--resolution` (default 128, the reference's) to shrink a benchmark; the model's input follows.
 - `--epoch-times` adds a callback printing each epoch's wall time and median step time, measured
-  as scripts/train_tf.py measures them (Keras 3 prints whole seconds only). Off by default. Its
+  as the TensorFlow trainer measures them (Keras 3 prints whole seconds only). Off by default. Its
   per-step hook changes no behaviour: Keras' progress bar already hooks every step end, which
   keeps Keras from dispatching step-end callbacks asynchronously.
 

@@ -1,5 +1,6 @@
-/* A fake NVML with the functions scripts/energy.py calls, for tests without a GPU (compiled by
- * tests/test_energy.py; loaded through SCALESWEEP_NVML_LIBRARY like the real libnvidia-ml.so.1).
+/* A fake NVML with the functions scalesweep/train/common/energy.py calls, for tests without a GPU
+ * (compiled by tests/test_energy.py; loaded through SCALESWEEP_NVML_LIBRARY like the real
+ * libnvidia-ml.so.1).
  *
  * Device i draws (100 + 10 i) W: its total-energy counter is that power x CLOCK_MONOTONIC seconds,
  * in millijoules, so a test can predict any window's energy from time.perf_counter() (the same

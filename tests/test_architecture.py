@@ -1,5 +1,7 @@
 """The package's architecture (docs/layout.md): layers in import order, each importing only itself
-and the layers before it; the layers the workflow imports when it is parsed stay light; no import
+and the layers before it; the layers the workflow imports when it is parsed stay light; the
+trainers (scalesweep/train/) beside the layers, importing only the contract, imported by none of
+them, their harness apart from every backend and each backend apart from the others; no import
 cycle; no folder a reader cannot take in at a glance.
 
 The checks read the source (AST), so they see the imports inside functions too: a lazy import of
@@ -16,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from scalesweep.contract import frameworks
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "scalesweep"
 # The layers in import order: each may import itself and those before it.
@@ -25,6 +29,20 @@ LAYERS = ("contract", "plan", "logs", "tidy", "analysis", "report", "history")
 HEAVY = ("matplotlib", "scipy", "duckdb", "torch", "tensorflow")
 LIGHT_LAYERS = ("contract", "plan")
 MAX_MODULES_PER_FOLDER = 12
+# The trainers: beside the layers, not one of them. They run inside the training containers and
+# import only the contract of the package; none of the layers or the top modules imports them.
+TRAIN = "train"
+# The trainers' parts (the folder or module under scalesweep/train/) and what each may import of
+# the trainers besides itself: the harness (common) and the datasets only themselves; a backend
+# (a part named *_backend) common and the datasets, never another backend; the rest (attempt.py)
+# common and the datasets.
+TRAIN_PARTS_ONLY_THEMSELVES = ("common", "datasets")
+SHARED_TRAIN_PARTS = ("common", "datasets")
+BACKEND_SUFFIX = "_backend"
+# What the trainers' harness may never load (it runs in every framework's container, standard
+# library only), and what no backend adds to what its framework loads itself.
+ANALYSIS_LIBRARIES = ("pandas", "scipy", "matplotlib", "duckdb")
+FRAMEWORK_LIBRARIES = ("torch", "tensorflow", "keras", "numpy")
 
 
 # ----------------------------------------------------------------------------- reading the package
@@ -69,35 +87,78 @@ def import_graph(root: Path, package: str = PACKAGE) -> dict[str, list[tuple[str
 
 
 def layer_of(module: str, package: str = PACKAGE):
-    """The layer's position in LAYERS; 'top' for the package's own modules (cli, pipeline, ...),
-    None for the package itself (its __init__, which every layer may import)."""
+    """The layer's position in LAYERS; TRAIN for the trainers; 'top' for the package's own
+    modules (cli, pipeline, ...), None for the package itself (its __init__, which every layer
+    may import)."""
     parts = module.split(".")
     if len(parts) == 1:
         return None
     if parts[1] in LAYERS:
         return LAYERS.index(parts[1])
+    if parts[1] == TRAIN:
+        return TRAIN
     return "top"
+
+
+def train_part(module: str):
+    """The trainers' part a module of scalesweep.train belongs to: 'common', 'datasets', a
+    backend's name, 'attempt'; None for scalesweep.train itself (its __init__)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else None
+
+
+def is_backend(part) -> bool:
+    return part is not None and part.endswith(BACKEND_SUFFIX)
 
 
 # ----------------------------------------------------------------------------- the checks
 
 def layer_violations(root: Path, package: str = PACKAGE) -> list[str]:
-    """Every import of a later layer, or of a top-level module, by a module of a layer."""
+    """Every import of a later layer, or of a top-level module, by a module of a layer; every
+    import of the trainers by a layer or a top-level module."""
     problems = []
     for module, imports in import_graph(root, package).items():
         own = layer_of(module, package)
-        if own is None or own == "top":
+        if own is None or own == TRAIN:
             continue
         for target, line in imports:
             theirs = layer_of(target, package)
-            if theirs == "top" or (theirs is not None and theirs > own):
+            if theirs == TRAIN:
+                problems.append(f"{module}:{line} imports {target} (only the trainers import {package}.{TRAIN})")
+            elif own != "top" and (theirs == "top" or (theirs is not None and theirs > own)):
                 problems.append(f"{module}:{line} imports {target} ({LAYERS[own]} may import only "
                                 f"{', '.join(LAYERS[:own + 1])})")
     return problems
 
 
-def non_standard_imports(root: Path, layer: str = "contract", package: str = PACKAGE) -> list[str]:
-    """Imports of a layer's modules beyond the standard library and the layer itself."""
+def trainer_violations(root: Path, package: str = PACKAGE) -> list[str]:
+    """Every import by a module of the trainers of the package beyond the contract and the
+    trainers, of a backend by anything but itself, and of any other part of the trainers by the
+    harness (common) or the datasets."""
+    problems = []
+    for module, imports in import_graph(root, package).items():
+        if layer_of(module, package) != TRAIN:
+            continue
+        own = train_part(module)
+        for target, line in imports:
+            theirs = layer_of(target, package)
+            if theirs != TRAIN:
+                if theirs not in (None, LAYERS.index("contract")):
+                    problems.append(f"{module}:{line} imports {target} (the trainers import only "
+                                    f"{package}.contract of the package)")
+                continue
+            part = train_part(target)
+            allowed = {own} if own in TRAIN_PARTS_ONLY_THEMSELVES else {own, *SHARED_TRAIN_PARTS}
+            if part is not None and part not in allowed:
+                problems.append(f"{module}:{line} imports {target} ({own} may import only "
+                                f"{', '.join(sorted(allowed))} of the trainers)")
+    return problems
+
+
+def non_standard_imports(root: Path, layer: str = "contract", package: str = PACKAGE, allowed=()) -> list[str]:
+    """Imports of a layer's modules (or a part's: "train.common") beyond the standard library,
+    the layer itself and `allowed` (modules, with what is below them: "numpy",
+    "scalesweep.contract")."""
     modules = package_modules(root, package)
     problems = []
     for name, path in modules.items():
@@ -105,10 +166,18 @@ def non_standard_imports(root: Path, layer: str = "contract", package: str = PAC
             continue
         for target, line in imported_modules(path, name, modules):
             top = target.split(".")[0]
-            own = target == package or target.startswith(f"{package}.{layer}")
-            if not own and top not in sys.stdlib_module_names:
+            own = target == package or any(target == prefix or target.startswith(prefix + ".")
+                                           for prefix in (f"{package}.{layer}", *allowed))
+            if not own and top not in sys.stdlib_module_names and top not in allowed:
                 problems.append(f"{name}:{line} imports {target}")
     return problems
+
+
+def third_party_imports(root: Path, modules, package: str = PACKAGE) -> list[str]:
+    """The top-level names of what `modules` import beyond the standard library and the package."""
+    files = package_modules(root, package)
+    found = {target.split(".")[0] for name in modules for target, _ in imported_modules(files[name], name, files)}
+    return sorted(name for name in found if name != package and name not in sys.stdlib_module_names)
 
 
 def import_cycles(graph: dict) -> list[list[str]]:
@@ -172,6 +241,29 @@ def heavy_imports(modules, root: Path = ROOT, watched=HEAVY) -> list[str]:
     return json.loads(done.stdout)
 
 
+def trainer_modules(root: Path, part: str, package: str = PACKAGE) -> list[str]:
+    """The modules of one part of the trainers ("common", "tf_backend"), its __main__ left out
+    (importing it would run it)."""
+    prefix = f"{package}.{TRAIN}.{part}"
+    return [name for name in package_modules(root, package)
+            if (name == prefix or name.startswith(prefix + ".")) and not name.endswith(".__main__")]
+
+
+def backend_heavy_imports(root: Path, part: str, watched=ANALYSIS_LIBRARIES) -> list[str]:
+    """What importing a backend's modules loads of `watched` beyond what its framework (every
+    library the backend imports) loads by itself: TensorFlow's Keras loads pandas, scipy and
+    matplotlib where they are installed, which no backend can help; its own code must not."""
+    modules = trainer_modules(root, part)
+    framework = third_party_imports(root, modules)
+    return sorted(set(heavy_imports(modules, root, watched)) - set(heavy_imports(framework, root, watched)))
+
+
+def backends(root: Path, package: str = PACKAGE) -> list[str]:
+    """The trainers' backends: the parts named *_backend, a folder or one module."""
+    return sorted({train_part(name) for name in package_modules(root, package)
+                   if layer_of(name, package) == TRAIN and is_backend(train_part(name))})
+
+
 # ----------------------------------------------------------------------------- the package
 
 def test_no_module_imports_a_later_layer():
@@ -182,10 +274,47 @@ def test_the_contract_imports_only_the_standard_library():
     assert non_standard_imports(ROOT, "contract") == []
 
 
+def test_the_trainers_import_only_the_contract_and_keep_their_parts_apart():
+    assert trainer_violations(ROOT) == []
+
+
+def test_every_registered_backend_is_a_backend_part_of_the_trainers():
+    """So the boundaries above hold for each: a registry entry's backend is scalesweep.train.<name>_backend."""
+    registered = sorted(framework.backend for framework in frameworks.FRAMEWORKS)
+    assert [f"{PACKAGE}.{TRAIN}.{backend}" for backend in backends(ROOT)] == registered
+
+
+def test_the_trainers_harness_imports_only_the_standard_library_and_the_contract():
+    assert non_standard_imports(ROOT, "train.common", allowed=("scalesweep.contract",)) == []
+    assert non_standard_imports(ROOT, "train.attempt", allowed=("scalesweep.contract",)) == []
+
+
+def test_the_datasets_import_only_numpy_and_pil():
+    assert non_standard_imports(ROOT, "train.datasets", allowed=("scalesweep.contract", "numpy", "PIL")) == []
+
+
+def test_no_backend_imports_an_analysis_library():
+    for backend in backends(ROOT):
+        assert set(third_party_imports(ROOT, trainer_modules(ROOT, backend))).isdisjoint(ANALYSIS_LIBRARIES), backend
+
+
 def test_the_workflow_and_the_trainers_load_no_heavy_library():
     light = [name for name in package_modules(ROOT)
              if any(name.startswith(f"{PACKAGE}.{layer}") for layer in LIGHT_LAYERS)]
     assert len(light) > 10 and heavy_imports(light) == []
+
+
+def test_the_trainers_harness_loads_no_framework_and_no_analysis_library():
+    common = trainer_modules(ROOT, "common")
+    assert len(common) >= 10
+    assert heavy_imports(common, watched=ANALYSIS_LIBRARIES + FRAMEWORK_LIBRARIES) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", backends(ROOT))
+def test_a_backend_loads_no_analysis_library_of_its_own(backend):
+    assert len(trainer_modules(ROOT, backend)) >= 5
+    assert backend_heavy_imports(ROOT, backend) == []
 
 
 def test_no_module_of_the_package_is_part_of_an_import_cycle():
@@ -199,7 +328,7 @@ def test_no_folder_holds_more_than_twelve_modules():
 def test_every_module_of_the_package_sits_in_a_layer_or_at_the_top():
     """A new folder is a new layer: it needs its place in LAYERS (and docs/layout.md)."""
     folders = {name.split(".")[1] for name in package_modules(ROOT) if name.count(".") >= 2}
-    assert folders <= set(LAYERS)
+    assert folders <= {*LAYERS, TRAIN}
 
 
 # ----------------------------------------------------------------------------- each check can fail
@@ -231,6 +360,68 @@ def test_imports_of_earlier_layers_and_by_the_top_pass(tmp_path):
         "tidy/__init__.py": "", "tidy/rows.py": "from scalesweep.contract import records\nimport scalesweep\n",
         "cli.py": "from scalesweep.tidy import rows\n"})
     assert layer_violations(root) == [] and non_standard_imports(root) == []
+
+
+TRAINERS = {"train/__init__.py": "", "train/common/__init__.py": "", "train/common/harness.py": "",
+            "train/datasets/__init__.py": "", "train/datasets/cifar.py": "", "train/attempt.py": "",
+            "train/tf_backend/__init__.py": "", "train/tf_backend/trainer.py": "",
+            "train/torch_backend/__init__.py": "", "train/torch_backend/trainer.py": "",
+            "contract/__init__.py": "", "contract/records.py": "", "plan/__init__.py": "", "plan/launch.py": "",
+            "cli.py": ""}
+
+
+@pytest.mark.parametrize("module, text", [
+    ("plan/launch.py", "from scalesweep.train.common import harness\n"),
+    ("cli.py", "def later():\n    import scalesweep.train.attempt\n"),
+    ("train/common/harness.py", "from scalesweep.train.tf_backend import trainer\n"),
+    ("train/common/harness.py", "from scalesweep.train.datasets import cifar\n"),
+    ("train/common/harness.py", "from scalesweep.plan import launch\n"),
+    ("train/datasets/cifar.py", "from ..common import harness\n"),
+    ("train/tf_backend/trainer.py", "from scalesweep.train.torch_backend import trainer\n"),
+    ("train/torch_backend/trainer.py", "def later():\n    from scalesweep.train.tf_backend.trainer import main\n"),
+    ("train/attempt.py", "from scalesweep.train import torch_backend\n"),
+    ("train/tf_backend/trainer.py", "from scalesweep import cli\n"),
+])
+def test_an_import_across_the_trainers_boundaries_is_found(tmp_path, module, text):
+    root = write_package(tmp_path, {**TRAINERS, module: text})
+    assert len(layer_violations(root) + trainer_violations(root)) == 1
+
+
+def test_the_trainers_imports_that_keep_the_boundaries_pass(tmp_path):
+    root = write_package(tmp_path, {
+        **TRAINERS,
+        "train/common/harness.py": "from scalesweep.contract import records\nfrom . import stepclock\n",
+        "train/common/stepclock.py": "import time\n",
+        "train/tf_backend/trainer.py": "import numpy\nfrom scalesweep.train.common import harness\n"
+                                       "from scalesweep.train.datasets import cifar\nfrom . import model\n",
+        "train/tf_backend/model.py": "",
+        "train/numpy_backend.py": "import scalesweep.train.common.harness\nimport scalesweep.train\n",
+        "train/attempt.py": "from scalesweep.contract import records\n"})
+    assert layer_violations(root) == [] and trainer_violations(root) == []
+    assert backends(root) == ["numpy_backend", "tf_backend", "torch_backend"]
+    assert non_standard_imports(root, "train.common", allowed=("scalesweep.contract",)) == []
+    assert non_standard_imports(root, "train.tf_backend", allowed=("scalesweep.contract",)) == [
+        "scalesweep.train.tf_backend.trainer:1 imports numpy", "scalesweep.train.tf_backend.trainer:2 imports "
+        "scalesweep.train.common.harness", "scalesweep.train.tf_backend.trainer:3 imports scalesweep.train.datasets.cifar"]
+    assert third_party_imports(root, trainer_modules(root, "tf_backend")) == ["numpy"]
+
+
+def test_a_library_a_trainer_module_loads_is_found_and_the_framework_s_own_are_not(tmp_path):
+    """The fresh interpreter's answer, on stand-ins: `pandas` here is an empty module beside the
+    package (first on the path), `framework` a library that loads it by itself."""
+    root = write_package(tmp_path, {
+        **TRAINERS,
+        "train/common/harness.py": "import json\n", "train/common/stepclock.py": "__import__('pandas')\n",
+        "train/common/__main__.py": "raise SystemExit('never imported')\n",
+        "train/tf_backend/trainer.py": "import framework\n",
+        "train/torch_backend/trainer.py": "import framework\n__import__('scipy')\n"})
+    (root / "pandas.py").write_text("")
+    (root / "scipy.py").write_text("")
+    (root / "framework.py").write_text("import pandas\n")
+    assert "scalesweep.train.common.__main__" not in trainer_modules(root, "common")
+    assert heavy_imports(trainer_modules(root, "common"), root, ANALYSIS_LIBRARIES) == ["pandas"]
+    assert backend_heavy_imports(root, "tf_backend") == []
+    assert backend_heavy_imports(root, "torch_backend") == ["scipy"]
 
 
 def test_a_contract_module_importing_a_third_party_library_is_found(tmp_path):

@@ -1,6 +1,7 @@
-"""The trainer contract both framework backends of scripts/harness.py pass: the same tests, run
-against scripts/train_tf.py and scripts/train_torch.py (docs/trainers.md: a third framework's
-backend is done when it passes them too).
+"""The trainer contract both framework backends of scalesweep/train/common/harness.py pass: the
+same tests, run against scripts/train_tf.py and scripts/train_torch.py, the programs the workflow
+runs (scalesweep/train/tf_backend/, torch_backend/; docs/trainers.md: a third framework's backend
+is done when it passes them too).
 
 Each test runs the real trainer in a subprocess on tiny data (TensorFlow: cnn_small on 256
 synthetic CIFAR images; PyTorch: vit_tiny on a 104-image folder), with "devices" CPU replicas
@@ -24,23 +25,19 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "scripts"
-import faults  # noqa: E402
-import harness  # noqa: E402
-import stepclock  # noqa: E402
-import make_cifar  # noqa: E402
-import make_imagefolder  # noqa: E402
-import measure  # noqa: E402
-import runlog  # noqa: E402
-from scalesweep.contract.records import FIRST_STEADY_EPOCH  # noqa: E402
 from scalesweep.analysis.predict import steps_per_epoch  # noqa: E402
+from scalesweep.contract.records import FIRST_STEADY_EPOCH  # noqa: E402
 from scalesweep.logs.read import parse_log  # noqa: E402
+from scalesweep.plan import launch  # noqa: E402
 from scalesweep.tidy.rows import runs_table  # noqa: E402
+from scalesweep.train.common import faults, harness, measure, runlog, stepclock  # noqa: E402
+from scalesweep.train.datasets import make_cifar, make_imagefolder  # noqa: E402
 from stacks import TRAINER_PYTHON_ENV, container_python, trainer_python  # noqa: E402
 
 FRAMEWORKS = ("tensorflow", "pytorch")
-TRAINERS = {"tensorflow": SCRIPTS / "train_tf.py", "pytorch": SCRIPTS / "train_torch.py"}
-MODULES = {"tensorflow": "train_tf", "pytorch": "train_torch"}
+# What the workflow's jobs run for each framework: its program under scripts/, or scripts/train.py <name>.
+TRAINERS = {framework: launch.trainer_script(framework, ROOT) for framework in FRAMEWORKS}
+MODULES = {"tensorflow": "scalesweep.train.tf_backend.trainer", "pytorch": "scalesweep.train.torch_backend.trainer"}
 MODELS = {"tensorflow": "cnn_small", "pytorch": "vit_tiny"}
 OPTIONS = {"tensorflow": ("--resolution", "32"), "pytorch": ("--resolution", "32", "--num-workers", "0")}
 # What each backend's injected failures (faults.FAIL_INJECT_ENV) say: the framework's own error types.
@@ -113,7 +110,7 @@ def command(framework: str, data, devices: int, *options) -> list[str]:
     launcher = [trainer_python(framework)]
     if framework == "pytorch" and devices > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(devices)]
-    return [*launcher, str(TRAINERS[framework]), "--data", str(data), "--model", MODELS[framework],
+    return [*launcher, *TRAINERS[framework], "--data", str(data), "--model", MODELS[framework],
             "--gpus", str(devices), *OPTIONS[framework], *map(str, options)]
 
 
@@ -290,7 +287,7 @@ def parsed(framework: str) -> tuple:
               for argv, _ in BAD_COMMAND_LINES]
     lines = [[part.format(model=MODELS[framework]) for part in argv] for argv in lines]
     probe = PARSE_PROBE.format(module=MODULES[framework])
-    done = subprocess.run([trainer_python(framework), "-c", probe, str(SCRIPTS), json.dumps(lines)],
+    done = subprocess.run([trainer_python(framework), "-c", probe, str(ROOT), json.dumps(lines)],
                           capture_output=True, text=True, timeout=300, env=clean_env())
     assert done.returncode == 0, done.stderr[-3000:]
     return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -299,7 +296,7 @@ def parsed(framework: str) -> tuple:
 @pytest.mark.slow
 def test_measurement_options_parse_alike_with_the_shared_defaults(framework):
     # One command builder (scalesweep/plan/launch.py) drives both trainers: same names, same defaults,
-    # the defaults defined once (scripts/runlog.py).
+    # the defaults defined once (scalesweep/train/common/measure.py).
     defaults, measurement = parsed(framework)[0]["args"], parsed(framework)[1]["args"]
     assert {key: defaults[key] for key in MEASUREMENT_PARSED} == {
         "protocol": "epochs", "warmup_steps": measure.DEFAULT_WARMUP_STEPS, "timed_steps": measure.DEFAULT_TIMED_STEPS,

@@ -14,7 +14,7 @@ from scalesweep.tidy import rows
 from scalesweep.tidy.table import BREAKDOWN_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
-import runlog  # noqa: E402
+from scalesweep.train.common import runlog  # noqa: E402
 
 
 def breakdown_log(tmp_path, gpus, per_gpu_batch, parts, name=None, header_extra=None):

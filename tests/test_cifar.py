@@ -1,4 +1,5 @@
-"""CIFAR-10 pickle loader (scripts/cifar.py) and synthetic generator (scripts/make_cifar.py).
+"""CIFAR-10 pickle loader (scalesweep/train/datasets/cifar.py) and synthetic generator
+(scalesweep/train/datasets/make_cifar.py).
 
 numpy only: no framework is imported in this process.
 """
@@ -12,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import cifar  # noqa: E402
-import make_cifar  # noqa: E402
+from scalesweep.train.datasets import cifar, make_cifar  # noqa: E402
 from stacks import container_python  # noqa: E402
 
 

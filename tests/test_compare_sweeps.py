@@ -1,10 +1,10 @@
 """Acceptance of the sweep comparison with the real trainers (issue 11, criterion 1).
 
 Two sweeps of the PyTorch tiny ViT through the whole workflow (Snakemake, trainers, tidy, tables,
-the archive rule into one shared history folder): the baseline with 4 repeats, the candidate with
-3 repeats and a known slowdown injected into every training step (SCALESWEEP_INJECT_STEP_DELAY_S,
-scripts/faults.py), compared by the workflow itself (config key compare_with). Then the
-regression gate (--fail-above) on the injected slowdown and on two sides that differ only by
+the archive rule into one shared history folder): the baseline with 4 repeats, the candidate with 3
+repeats and a known slowdown injected into every training step (SCALESWEEP_INJECT_STEP_DELAY_S,
+scalesweep/train/common/faults.py), compared by the workflow itself (config key compare_with). Then
+the regression gate (--fail-above) on the injected slowdown and on two sides that differ only by
 noise, the baseline's even and odd repeats: it fails the one and passes the other.
 
 PyTorch only: the TensorFlow tiny model adds 20-50 s of graph building per run and nothing the
@@ -26,7 +26,7 @@ from scalesweep.cli import main
 from scalesweep.history import archive, query
 from scalesweep.report.compare_figure import SLOWER
 
-import faults  # noqa: E402
+from scalesweep.train.common import faults  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

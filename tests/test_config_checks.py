@@ -20,8 +20,7 @@ from scalesweep.plan.config import (
     validate_config,
 )
 
-import make_cifar  # noqa: E402
-import make_imagefolder  # noqa: E402
+from scalesweep.train.datasets import make_cifar, make_imagefolder  # noqa: E402
 
 @pytest.fixture
 def config():

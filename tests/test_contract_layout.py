@@ -1,6 +1,6 @@
 """Every on-disk path of a sweep is spelled by scalesweep/contract/layout.py (docs/layout.md): no
 results/, logs/ or resources/ path literal anywhere else in the package, the trainers' scripts or
-the rules, and the writers and readers of a path (scripts/run_attempt.py and logs/discover.py,
+the rules, and the writers and readers of a path (scalesweep/train/attempt.py and logs/discover.py,
 matrix.run_path and logs/run.py) agree because both go through it.
 
 tests/test_layout.py is the figures' layout check; this file is about where files go.
@@ -11,13 +11,13 @@ import re
 import tokenize
 from pathlib import Path
 
-import run_attempt
 import yaml
 
 from scalesweep.contract import frameworks, layout
 from scalesweep.logs import discover
 from scalesweep.logs.run import run_identity
 from scalesweep.plan import history_place
+from scalesweep.train import attempt as run_attempt
 
 ROOT = Path(__file__).resolve().parents[1]
 # A folder of the sweep's own, at the start of a literal or after a separator: "results/tidy",
@@ -85,7 +85,7 @@ def checked_files():
 
 def test_no_sweep_path_is_spelled_outside_the_layout_module():
     files = checked_files()
-    assert ROOT / "scripts" / "run_attempt.py" in files and ROOT / "workflow" / "rules" / "common.smk" in files
+    assert ROOT / "scalesweep" / "train" / "attempt.py" in files and ROOT / "workflow" / "rules" / "common.smk" in files
     found = [f"{path.relative_to(ROOT)}:{hit}" for path in files for hit in path_literals(path.read_text())]
     assert found == [], "build these paths with scalesweep/contract/layout.py:\n" + "\n".join(found)
 

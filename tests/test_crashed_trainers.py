@@ -24,8 +24,8 @@ SUBSCRIPT = "TypeError: 'type' object is not subscriptable"
 IMPORT_CRASH = f"""\
 Traceback (most recent call last):
   File "/repo/scripts/train_tf.py", line 30, in <module>
-    import harness
-  File "/repo/scripts/harness.py", line 120, in <module>
+    from scalesweep.train.common import harness
+  File "/repo/scalesweep/train/common/harness.py", line 120, in <module>
     def subset(indices: list[int]) -> list[int]:
 {SUBSCRIPT}
 """
@@ -43,11 +43,11 @@ CIFAR_ERROR = ("CifarFormatError: /data/cifar/data_batch_1: not a readable CIFAR
                "(UnpicklingError: invalid load key, 'x'.)")
 DATA_TRACEBACK = f"""\
 Traceback (most recent call last):
-  File "/repo/scripts/harness.py", line 213, in run
+  File "/repo/scalesweep/train/common/harness.py", line 213, in run
     backend.setup(args)
-  File "/repo/scripts/cifar.py", line 72, in load_batch
+  File "/repo/scalesweep/train/datasets/cifar.py", line 72, in load_batch
     raise CifarFormatError(...)
-cifar.{CIFAR_ERROR}
+scalesweep.train.datasets.cifar.{CIFAR_ERROR}
 """
 HEADER = record("header", framework="tensorflow", model="resnet50v2", dataset="cifar128", gpus=2,
                 world_size=2, per_gpu_batch=16, global_batch=32, epochs=2, protocol="epochs")
@@ -70,7 +70,7 @@ CASES = {
     "torchrun-import-crash": (TORCHRUN_IMPORT_CRASH, ("pytorch", "vit_tiny", "tiny", 4), SUBSCRIPT),
     "data-crash-before-header": (DATA_CRASH_BEFORE_HEADER, TF_RUN, CIFAR_ERROR),
     "data-crash-after-header": (DATA_CRASH_AFTER_HEADER, TF_RUN, CIFAR_ERROR),
-    "data-crash-without-summary": (DATA_CRASH_WITHOUT_SUMMARY, TF_RUN, f"cifar.{CIFAR_ERROR}"),
+    "data-crash-without-summary": (DATA_CRASH_WITHOUT_SUMMARY, TF_RUN, f"scalesweep.train.datasets.cifar.{CIFAR_ERROR}"),
     "too-few-images": (TOO_FEW_IMAGES, ("pytorch", "vit_tiny", "tiny", 1), TOO_FEW),
 }
 

@@ -1,6 +1,7 @@
-"""GPU energy without a GPU: scripts/energy.py against a fake NVML (tests/fake_nvml.c, compiled
-here with gcc) whose device i draws (100 + 10 i) W, loaded through SCALESWEEP_NVML_LIBRARY by the
-same ctypes loader as the real libnvidia-ml.so.1; then both trainers, 1 and 2 processes/replicas."""
+"""GPU energy without a GPU: scalesweep/train/common/energy.py against a fake NVML
+(tests/fake_nvml.c, compiled here with gcc) whose device i draws (100 + 10 i) W, loaded through
+SCALESWEEP_NVML_LIBRARY by the same ctypes loader as the real libnvidia-ml.so.1; then both trainers,
+1 and 2 processes/replicas."""
 
 import json
 import os
@@ -13,8 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-import energy  # noqa: E402
-import runlog  # noqa: E402
+from scalesweep.train.common import energy, runlog  # noqa: E402
 
 FAKE_KNOBS = ("FAKE_NVML_DEVICES", "FAKE_NVML_WRAP_AFTER", "FAKE_NVML_FAIL_AFTER",
               "FAKE_NVML_NOT_SUPPORTED", "FAKE_NVML_NO_INIT")
@@ -151,7 +151,7 @@ def parse(stdout: str) -> list:
 
 @pytest.fixture(scope="module")
 def imagefolder(tmp_path_factory) -> Path:
-    import make_imagefolder
+    from scalesweep.train.datasets import make_imagefolder
 
     out = tmp_path_factory.mktemp("energy") / "ds"
     make_imagefolder.make_imagefolder(str(out), 4, 26, 3, size=32, seed=0)
@@ -160,7 +160,7 @@ def imagefolder(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cifar(tmp_path_factory) -> Path:
-    import make_cifar
+    from scalesweep.train.datasets import make_cifar
 
     return make_cifar.generate(tmp_path_factory.mktemp("cifar"), train_images=256, test_images=10, seed=0).parent
 
@@ -278,8 +278,7 @@ class SlowCounters:
 
 
 def test_counter_reads_stay_outside_the_windows_seconds():
-    import harness
-    import stepclock
+    from scalesweep.train.common import harness, stepclock
 
     log = runlog.RunLog(emit=lambda record: None)
     clock = stepclock.StepClock()

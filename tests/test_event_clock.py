@@ -1,7 +1,7 @@
 """stepclock.EventStepClock, the CUDA step clock, on fake events: step times from paired device
 timestamps, read back with one wait per read, never per step."""
 
-import stepclock
+from scalesweep.train.common import stepclock
 import pytest
 
 

@@ -1,8 +1,9 @@
-"""Injected failures for tests and drills (scripts/faults.py): the modes both trainers read."""
+"""Injected failures for tests and drills (scalesweep/train/common/faults.py): the modes both
+trainers read."""
 
 import pytest
 
-import faults
+from scalesweep.train.common import faults
 
 def test_fail_inject_mode_rejects_unknown_values():
     assert faults.fail_inject_mode({}) is None

@@ -1,6 +1,7 @@
-"""Model FLOPs from torch.utils.flop_counter (scripts/flops.py) against the operation counts
-torchvision publishes in its weights' metadata (`_ops`: GFLOPs of one forward at the weights'
-resolution with a multiply-add counted once; forward FLOPs = 2 x `_ops` in our convention)."""
+"""Model FLOPs from torch.utils.flop_counter (scalesweep/train/torch_backend/flops.py) against the
+operation counts torchvision publishes in its weights' metadata (`_ops`: GFLOPs of one forward at
+the weights' resolution with a multiply-add counted once; forward FLOPs = 2 x `_ops` in our
+convention)."""
 
 import sys
 from functools import partial
@@ -12,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 torch = pytest.importorskip("torch")
 import torchvision  # noqa: E402
 
-import flops  # noqa: E402
+from scalesweep.train.torch_backend import flops  # noqa: E402
 
 WEIGHTS = {
     "resnet50": torchvision.models.ResNet50_Weights.IMAGENET1K_V1,

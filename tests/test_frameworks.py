@@ -4,6 +4,7 @@ the registry, the backends and the schema names a framework in a string (so it c
 """
 
 import ast
+import dataclasses
 import io
 import re
 import subprocess
@@ -17,10 +18,11 @@ from scalesweep.plan import launch
 from stacks import trainer_python
 
 ROOT = Path(__file__).resolve().parents[1]
-# Where a framework's name may stand in a string: its registry entry and its backend (the trainer
-# and its own modules). The schema (YAML) names none either, but its descriptions may.
+# Where a framework's name may stand in a string: its registry entry and its backend (a folder or
+# one module named *_backend in the trainers' package). The schema (YAML) names none either, but
+# its descriptions may.
 ALLOWED = ("scalesweep/contract/frameworks.py",)
-BACKEND_FILE = re.compile(r"scripts/(train_\w+|tf_\w+|torch_\w+)\.py$")
+BACKEND_FILE = re.compile(r"scalesweep/train/(\w+_backend/\w+|\w+_backend)\.py$")
 
 
 def name_pattern(names=frameworks.NAMES):
@@ -76,6 +78,7 @@ def checked_files(root: Path):
 def test_no_framework_is_named_in_a_string_outside_the_registry_and_the_backends():
     files = checked_files(ROOT)
     assert any(path.name == "launch.py" for path in files) and any(path.suffix == ".smk" for path in files)
+    assert any(path.name == "harness.py" for path in files) and not any("_backend" in path.as_posix() for path in files)
     found = [hit for path in files for hit in framework_names_in(path)]
     assert found == [], "branch on the registry entry instead:\n" + "\n".join(found)
 
@@ -102,12 +105,21 @@ def test_the_name_check_finds_comparisons_keys_and_rule_strings_but_not_prose(tm
 @pytest.mark.parametrize("framework", frameworks.FRAMEWORKS, ids=frameworks.NAMES)
 def test_model_list_is_the_registry(framework):
     """The trainer builds exactly the models its entry lists, in the entry's order."""
-    script = ROOT / "scripts" / framework.trainer_script
-    done = subprocess.run([trainer_python(framework.name), str(script), "--list-models"], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run([trainer_python(framework.name), *launch.trainer_script(framework.name, ROOT),
+                           "--list-models"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == list(framework.model_names)
     assert all(set(defaults) == {"per_gpu_batch", "base_lr"} for defaults in framework.models.values())
+
+
+def test_a_framework_without_a_program_of_its_own_runs_through_the_generic_one():
+    """TensorFlow and PyTorch keep their programs (the measured runs' commands name them); an entry
+    that names only its backend runs as `scripts/train.py <name>`, which runs that backend."""
+    entry = dataclasses.replace(frameworks.get("pytorch"), trainer_script=None)
+    assert entry.trainer_argv == (frameworks.GENERIC_TRAINER_SCRIPT, "pytorch")
+    assert launch.trainer_script("pytorch", "/repo") == ["/repo/scripts/train_torch.py"]
+    assert all((ROOT / "scripts" / framework.trainer_argv[0]).is_file() for framework in frameworks.FRAMEWORKS)
+    assert (ROOT / "scripts" / frameworks.GENERIC_TRAINER_SCRIPT).is_file()
 
 
 def test_a_lookup_of_an_unknown_framework_names_the_known_ones():

@@ -1,6 +1,6 @@
-"""The trainers' shared options (scripts/trainer_args.py) and the config schema say the same thing:
-the trainers own the defaults and scalesweep/contract/records.py the vocabularies; the schema, which a
-container cannot read, keeps copies this test holds in step."""
+"""The trainers' shared options (scalesweep/train/common/trainer_args.py) and the config schema say
+the same thing: the trainers own the defaults and scalesweep/contract/records.py the vocabularies;
+the schema, which a container cannot read, keeps copies this test holds in step."""
 
 import argparse
 from pathlib import Path
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import trainer_args
 from scalesweep.contract import records
+from scalesweep.train.common import trainer_args
 
 SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml").read_text())
 TRAINING = SCHEMA["properties"]["training"]["properties"]
@@ -22,7 +22,7 @@ AS_ENVIRONMENT = {"env"}
 
 def trainer_defaults() -> argparse.Namespace:
     """The shared options' defaults and the PyTorch trainer's own (num_workers, channels_last)."""
-    import train_torch
+    from scalesweep.train.torch_backend import trainer as train_torch
 
     shared = vars(trainer_args.common_parser(models=("m",), data_help="").parse_args([]))
     torch_own = vars(train_torch.parse_args(["--model", train_torch.MODELS[0], "--data", "."]))

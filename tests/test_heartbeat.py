@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import heartbeat
-import make_cifar
-import make_imagefolder
-import trainer_args
 from scalesweep.contract.records import PREFIX
+from scalesweep.train.common import heartbeat, trainer_args
+from scalesweep.train.datasets import make_cifar, make_imagefolder
 
 ROOT = Path(__file__).resolve().parents[1]
 LINE = re.compile(r"\[heartbeat\] step (\d+) of (?:at most )?(\d+) \((\d+) %\), ([\d.]+) images/s so far, "

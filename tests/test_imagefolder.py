@@ -1,4 +1,5 @@
-"""scripts/make_imagefolder.py: real JPEG image folders in the reference layout, written atomically."""
+"""scalesweep/train/datasets/make_imagefolder.py (scripts/make_imagefolder.py): real JPEG image
+folders in the reference layout, written atomically."""
 
 import hashlib
 import os
@@ -10,7 +11,7 @@ import pytest
 from PIL import Image
 
 
-import make_imagefolder  # noqa: E402
+from scalesweep.train.datasets import make_imagefolder  # noqa: E402
 
 
 def files_under(root: Path) -> list[Path]:

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import stepparts
 from scalesweep.contract import records
 from scalesweep.logs import invariants
 from scalesweep.logs.read import LogFormatError, parse_log
 from scalesweep.tidy import rows, table
+from scalesweep.train.common import stepparts
 
 START = "2025-11-14T10:00:00+00:00"
 # Steady epochs 2 and 3: 18 s for 8 steps, so the breakdown's step is 2.25 s; the throughput is

@@ -153,7 +153,7 @@ def test_launched_ranks_see_their_env_and_ddp_is_built_with_the_bucket(tmp_path)
     config["training"].update(protocol="steps", warmup_steps=1, timed_steps=2)
     (settings,), _ = planned(config)
     data = tmp_path / "data"
-    import make_imagefolder
+    from scalesweep.train.datasets import make_imagefolder
 
     make_imagefolder.make_imagefolder(str(data), 2, 16, 2, size=32, seed=0)
     settings = {**settings, "data_path": str(data)}

@@ -15,8 +15,8 @@ from processes import default_signal_actions, processes_in, wait_for
 pytestmark = pytest.mark.slow
 
 RUN = "pytorch/model~vit_tiny/dataset~synth-folder/gpus~1/epochs~2/per_gpu_batch~16"
-# Every timed step of the first training busy-waits this long (scripts/faults.py): it is still
-# training when the head is killed.
+# Every timed step of the first training busy-waits this long (scalesweep/train/common/faults.py):
+# it is still training when the head is killed.
 SLOW_STEPS = {"SCALESWEEP_INJECT_STEP_DELAY_S": "2"}
 
 

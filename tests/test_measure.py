@@ -1,6 +1,6 @@
-"""The measurement rules both trainers follow (scripts/measure.py; standard library, no framework):
-percentiles, warm-up, windows from clock readings, the maximum-batch search, and the adaptive
-timed window (`--timed-steps auto`) on step-time series whose behaviour is known, with the
+"""The measurement rules both trainers follow (scalesweep/train/common/measure.py; standard library,
+no framework): percentiles, warm-up, windows from clock readings, the maximum-batch search, and the
+adaptive timed window (`--timed-steps auto`) on step-time series whose behaviour is known, with the
 batch-means interval it stops on. RECORDED_STEPS were recorded from a Keras fit on this machine
 (ResNet50V2, 128 px, batch 16, one CPU device, 2 cores); the first step holds graph tracing."""
 
@@ -10,7 +10,7 @@ import statistics
 import numpy as np
 import pytest
 
-import measure  # noqa: E402
+from scalesweep.train.common import measure  # noqa: E402
 
 
 def run_window(series, target_pct=1.0, cap=500):

@@ -1,4 +1,5 @@
-"""The inter-node network probe (scripts/probe_network.py, docs/prediction.md): its row from
+"""The inter-node network probe (scripts/probe_network.py, the module
+scalesweep/train/torch_backend/network_probe.py; docs/prediction.md): its row from
 hand-computed timings, its job command quoted, and the real job across the test SLURM cluster's
 two nodes with gloo."""
 
@@ -15,11 +16,11 @@ import yaml
 
 from scalesweep.plan import launch
 
+from scalesweep.train.common import stepparts
+from scalesweep.train.torch_backend import network_probe as probe_network
+from stacks import container_python
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-import probe_network  # noqa: E402
-import stepparts  # noqa: E402
-from stacks import container_python  # noqa: E402
 
 
 PROBED = {"model": "vit_h_14@224", "gradient_bytes": 2_528_183_200, "bytes": 100_000_000,
@@ -65,7 +66,7 @@ FIRST_BUCKET_CHECK = """
 import argparse, json, sys
 sys.path.insert(0, sys.argv[1])
 import torch, torch.distributed as dist
-import ddp_options
+from scalesweep.train.torch_backend import ddp_options
 parser = argparse.ArgumentParser()
 ddp_options.add_ddp_options(parser)
 asked = ddp_options.asked(parser.parse_args([]))
@@ -85,7 +86,7 @@ def test_the_trainer_builds_ddp_without_the_1_mib_first_bucket(interpreter, tmp_
     1 MiB only when bucket_cap_mb is left unset; the trainer always passes it (25 by default), so
     its buckets are the probe's, in the container's torch 2.4 as in the pinned torch."""
     python = sys.executable if interpreter == "pinned" else container_python("pytorch")
-    run = subprocess.run([str(python), "-c", FIRST_BUCKET_CHECK, str(REPO / "scripts"), str(tmp_path / "store")],
+    run = subprocess.run([str(python), "-c", FIRST_BUCKET_CHECK, str(REPO), str(tmp_path / "store")],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     built = json.loads(run.stdout.strip().splitlines()[-1])

@@ -1,11 +1,12 @@
-"""Where a run ran, as its header says (scripts/node.py): SLURM and container variables, node
-load, threads, GPUs from nvidia-smi, the CPU model. Standard library only: no framework import."""
+"""Where a run ran, as its header says (scalesweep/train/common/node.py): SLURM and container
+variables, node load, threads, GPUs from nvidia-smi, the CPU model. Standard library only: no
+framework import."""
 
 import os
 import stat
 from pathlib import Path
 
-import node
+from scalesweep.train.common import node
 
 NVIDIA_SMI_OUTPUT = "NVIDIA H100, 535.104.05, 65247\nNVIDIA H100, 535.104.05, 65247\n\n"
 

@@ -31,7 +31,7 @@ from scalesweep.report.figures import build_figures
 from scalesweep.tidy import rows
 
 ROOT = Path(__file__).resolve().parents[1]
-import runlog  # noqa: E402
+from scalesweep.train.common import runlog  # noqa: E402
 
 STEP_TIMES = {1: 0.100, 2: 0.120, 4: 0.160}
 TIMED_STEPS, PER_GPU_BATCH, TRAIN_IMAGES = 50, 32, 10_000

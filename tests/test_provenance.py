@@ -14,9 +14,9 @@ from scalesweep.tidy.rows import runs_table
 from scalesweep.tidy.table import group_keys
 
 
-import node  # noqa: E402
+from scalesweep.train.common import node  # noqa: E402
 
-import faults  # noqa: E402
+from scalesweep.train.common import faults  # noqa: E402
 
 GPU_HEADER = {
     "record": "header", "schema": 1, "framework": "pytorch", "model": "vit_h_14",

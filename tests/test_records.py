@@ -1,6 +1,6 @@
-"""The record contract on read (scalesweep/contract/records.py): its table matches docs/records.md, the
-writer's records (scripts/runlog.py) pass it, and no hostile log gets past parse + tidy +
-check_runs as anything but a row (fuzzed with hypothesis)."""
+"""The record contract on read (scalesweep/contract/records.py): its table matches docs/records.md,
+the writer's records (scalesweep/train/common/runlog.py) pass it, and no hostile log gets past
+parse + tidy + check_runs as anything but a row (fuzzed with hypothesis)."""
 
 import json
 import math
@@ -21,10 +21,7 @@ from scalesweep.logs.run import LogFormatError
 from scalesweep.tidy import rows, table
 
 ROOT = Path(__file__).resolve().parents[1]
-import harness  # noqa: E402
-import measure  # noqa: E402
-import node  # noqa: E402
-import runlog  # noqa: E402
+from scalesweep.train.common import harness, measure, node, runlog  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # The table and docs/records.md
@@ -91,7 +88,7 @@ def test_required_keys_and_consistency():
 
 
 def trainer_header(protocol: str = "epochs", **overrides) -> dict:
-    """A header as scripts/train_tf.py and train_torch.py build it, from runlog's helpers."""
+    """A header as the backends' trainers build it, from runlog's helpers."""
     args = SimpleNamespace(find_max_batch=protocol == "max_batch", protocol=protocol, epochs=3,
                            warmup_steps=5, timed_steps=7, max_batch_limit=64)
     environ = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "as01r1b[05-06]", "APPTAINER_CONTAINER": "/tf.sif"}

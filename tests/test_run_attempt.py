@@ -1,6 +1,6 @@
-"""scripts/run_attempt.py, the train rules' shell: numbered attempts, a result only from the latest
-attempt and never half-written, and no training left running once the Snakemake that started it
-(or the runner itself) is gone. The processes here are real; `sleep` stands in for a trainer."""
+"""scripts/run_attempt.py (scalesweep/train/attempt.py), the train rules' shell: numbered
+attempts, a result only from the latest attempt and never half-written, and no training left
+running once the Snakemake that started it (or the runner itself) is gone. The processes here are real; `sleep` stands in for a trainer."""
 
 import os
 import signal
@@ -11,10 +11,15 @@ from pathlib import Path
 
 import pytest
 
-import run_attempt
 from processes import default_signal_actions, processes_with, wait_for
+from scalesweep.train import attempt as run_attempt
 
-RUNNER = Path(run_attempt.__file__)
+# The program the train rules run, and the one the runner starts again as its guard.
+RUNNER = Path(__file__).resolve().parents[1] / "scripts" / "run_attempt.py"
+
+
+def test_the_guard_is_the_runner_s_own_program():
+    assert Path(run_attempt.PROGRAM) == RUNNER and RUNNER.is_file()
 
 
 def test_every_attempt_claims_its_own_numbered_log(tmp_path):

@@ -1,5 +1,6 @@
-"""The record writer both trainers share (scripts/runlog.py): record lines, epoch and summary
-records, SIGTERM. Standard library only, so everything runs in this process: no framework import.
+"""The record writer both trainers share (scalesweep/train/common/runlog.py): record lines, epoch
+and summary records, SIGTERM. Standard library only, so everything runs in this process: no
+framework import.
 """
 
 import io
@@ -13,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import measure  # noqa: E402
-import runlog  # noqa: E402
+from scalesweep.train.common import measure, runlog  # noqa: E402
 
 PREFIX = ":::SCALESWEEP "
 
@@ -37,10 +37,9 @@ def test_records_stay_whole_in_a_log_other_processes_write_to_at_once(tmp_path):
     # Every rank, torchrun and C++ libraries (which write a line in pieces) share one O_APPEND
     # log; under PYTHONUNBUFFERED=1 `print` wrote a record and its newline in two calls, and
     # another process's text landed between them (a corrupt record, seen in CI).
-    scripts = Path(runlog.__file__).parent
     log = tmp_path / "attempt.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(scripts)}
-    records = ("import runlog\n"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    records = ("from scalesweep.train.common import runlog\n"
                "for i in range(3000):\n"
                "    print('a human line', i)\n"
                "    runlog.emit({'record': 'epoch', 'epoch': i, 'reason': 'x' * 600})\n")

@@ -1,11 +1,11 @@
-"""The breakdown keys of the summary record (scripts/stepparts.py), by hand."""
+"""The breakdown keys of the summary record (scalesweep/train/common/stepparts.py), by hand."""
 
 import sys
 from pathlib import Path
 
 import pytest
 
-import stepparts  # noqa: E402
+from scalesweep.train.common import stepparts  # noqa: E402
 
 
 def test_parts_add_up_to_the_wall_time_per_step():

@@ -1,8 +1,9 @@
-"""A third framework is one backend file in scripts/ and one entry in the framework registry
-(issue 27; docs/trainers.md, "A new framework, file by file"): in a copy of the repository, the
-numpy data-parallel backend of tests/data/frameworks/ is added that way, git shows that nothing
-else changed, and the real workflow previews, trains at 1 and 2 stand-in GPUs, tidies, and writes
-the tables, figures and findings for it.
+"""A third framework is one backend module in scalesweep/train/ and one entry in the framework
+registry (issue 27; docs/trainers.md, "A new framework, file by file"): in a copy of the
+repository, the numpy data-parallel backend of tests/data/frameworks/ is added that way, git shows
+that nothing else changed, and the real workflow previews, trains at 1 and 2 stand-in GPUs (through
+scripts/train.py, the program of a framework without one of its own), tidies, and writes the
+tables, figures and findings for it.
 """
 
 import csv
@@ -20,7 +21,9 @@ from conftest import LOCAL_ENV, REPO, SNAKEMAKE
 pytestmark = pytest.mark.slow
 
 THIRD = REPO / "tests" / "data" / "frameworks"
-BACKEND = "train_numpy_dp.py"
+BACKEND = "numpy_dp_backend.py"
+# Where the backend goes: the entry names it as the module scalesweep.train.numpy_dp_backend.
+BACKEND_PLACE = Path("scalesweep/train") / BACKEND
 NAME = "numpy_dp"
 REGISTRY = Path("scalesweep/contract/frameworks.py")
 
@@ -58,7 +61,7 @@ def repo(tmp_path_factory) -> Path:
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-qm", "as it is")
-    shutil.copy2(THIRD / BACKEND, repo / "scripts" / BACKEND)
+    shutil.copy2(THIRD / BACKEND, repo / BACKEND_PLACE)
     registry = repo / REGISTRY
     registry.write_text(with_entry(registry.read_text(), (THIRD / "numpy_dp_entry.py").read_text()))
     return repo
@@ -90,7 +93,7 @@ def read_csv(path: Path) -> list[dict]:
 
 def test_a_new_framework_is_one_backend_file_and_one_registry_entry(repo):
     changed = git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()
-    assert sorted(changed) == [f" M {REGISTRY.as_posix()}", f"?? scripts/{BACKEND}"]
+    assert sorted(changed) == [f" M {REGISTRY.as_posix()}", f"?? {BACKEND_PLACE.as_posix()}"]
     assert git(repo, "diff", "--numstat").split()[:2] == [str(len((THIRD / "numpy_dp_entry.py").read_text()
                                                                   .splitlines())), "0"]
 
@@ -98,9 +101,11 @@ def test_a_new_framework_is_one_backend_file_and_one_registry_entry(repo):
 def test_the_new_framework_runs_through_every_stage_of_the_workflow(repo, tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(sweep_config()))
 
-    preview = snakemake_in(repo, tmp_path, "-n")
+    preview = snakemake_in(repo, tmp_path, "-n", "-p")
     assert preview.returncode == 0, preview.stderr[-4000:]
     assert f"train_{NAME}" in preview.stdout and "2 configurations to run" in preview.stderr
+    # Its jobs run the generic program with the framework's name: no program of its own.
+    assert f"{repo}/scripts/train.py {NAME} --model softmax" in preview.stdout + preview.stderr
 
     done = snakemake_in(repo, tmp_path, "--cores", "2")
     assert done.returncode == 0, done.stderr[-4000:]

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import faults
-import make_cifar
-import make_imagefolder
+from scalesweep.train.common import faults
+from scalesweep.train.datasets import make_cifar, make_imagefolder
 from conftest import TINY, snakemake
 from scalesweep.logs import traces
 from scalesweep.plan import matrix

@@ -1,5 +1,6 @@
-"""TensorFlow trainer (scripts/train_tf.py, its data scripts/tf_data.py); its record writer has
-tests/test_runlog.py, the contract both trainers share tests/test_backends.py.
+"""TensorFlow trainer (scripts/train_tf.py, the backend scalesweep/train/tf_backend/: trainer.py,
+its data data.py); its record writer has tests/test_runlog.py, the contract both trainers share
+tests/test_backends.py.
 
 TensorFlow runs only in subprocesses: importing tensorflow here and torch later in the same pytest
 process (another stage's tests) segfaults. Records are parsed with json directly, following
@@ -20,10 +21,8 @@ SCRIPTS = ROOT / "scripts"
 TRAINER = SCRIPTS / "train_tf.py"
 PREFIX = ":::SCALESWEEP "
 
-import faults  # noqa: E402
-import make_cifar  # noqa: E402
-import measure  # noqa: E402
-import stepparts  # noqa: E402
+from scalesweep.train.common import faults, measure, stepparts  # noqa: E402
+from scalesweep.train.datasets import make_cifar  # noqa: E402
 from stacks import container_python  # noqa: E402
 from test_backends import assert_finished_run  # noqa: E402  (the epochs protocol's contract)
 
@@ -39,8 +38,9 @@ def run_trainer(data, *args, timeout=300) -> subprocess.CompletedProcess:
 
 
 def tf_probe(code: str, python: str = sys.executable) -> dict:
-    """Run `code` (which prints one JSON object last) in a fresh interpreter with scripts/ on the path."""
-    script = f"import sys\nsys.path.insert(0, {str(SCRIPTS)!r})\n" + textwrap.dedent(code)
+    """Run `code` (which prints one JSON object last) in a fresh interpreter with the repository on
+    the path."""
+    script = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n" + textwrap.dedent(code)
     done = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -71,7 +71,7 @@ def test_device_preprocessing_equals_the_reference_host_path():
         """
         import json
         import keras, numpy as np, tensorflow as tf
-        import tf_model
+        from scalesweep.train.tf_backend import model as tf_model
         images = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
         out = {}
         for resolution in (32, 48, 128):
@@ -104,7 +104,8 @@ def test_device_preprocessing_equals_the_reference_input_path(cifar_256):
         import json
         import keras, numpy as np, tensorflow as tf
         sys.path.insert(0, {str(ROOT / "benchmarks")!r})
-        import reference_tf, tf_data, tf_model, train_tf
+        import reference_tf
+        from scalesweep.train.tf_backend import data as tf_data, model as tf_model
         out = {{}}
         for resolution in (64, 128):
             reference_ds, _ = reference_tf.load_cifar(16, {str(cifar_256)!r} + "/cifar-10-batches-py", resolution)
@@ -134,7 +135,7 @@ def test_dataset_gives_whole_shuffled_uint8_batches():
         """
         import json
         import numpy as np
-        import tf_data
+        from scalesweep.train.tf_backend import data as tf_data
         images = np.arange(70, dtype=np.uint8)[:, None, None, None] * np.ones((1, 32, 32, 3), np.uint8)
         labels = np.arange(70) % 10
         dataset = tf_data.make_dataset(images, labels, global_batch=16, seed=1)
@@ -168,7 +169,7 @@ def test_errors_are_classified_and_reasons_are_informative():
         """
         import json
         import tensorflow as tf
-        import train_tf
+        from scalesweep.train.tf_backend import trainer as train_tf
         try:
             tf.zeros([2**43])  # 32 TiB
         except Exception as exc:
@@ -199,7 +200,7 @@ def test_endless_datasets_pass_by_pass_and_as_a_stream():
         """
         import json
         import numpy as np
-        import tf_data
+        from scalesweep.train.tf_backend import data as tf_data
         images = np.arange(10, dtype=np.uint8)[:, None, None, None] * np.ones((1, 32, 32, 3), np.uint8)
         labels = np.arange(10) % 10
         def ids(repeat, global_batch, batches):
@@ -225,7 +226,7 @@ def test_dataset_rejects_an_unknown_repeat_mode():
         """
         import json
         import numpy as np
-        import tf_data
+        from scalesweep.train.tf_backend import data as tf_data
         try:
             tf_data.make_dataset(np.zeros((4, 32, 32, 3), np.uint8), np.zeros(4), 2, 0, repeat="forever")
         except ValueError as error:
@@ -364,7 +365,10 @@ def test_benchmark_input_path_figures(tmp_path):
 def test_max_train_images_picks_the_shared_seeded_subset(cifar_256):
     """The same images the PyTorch trainer would pick for that seed (measure.subset_indices)."""
     picked = tf_probe(f"""
-        import json, numpy as np, cifar, measure, tf_data
+        import json, numpy as np
+        from scalesweep.train.common import measure
+        from scalesweep.train.datasets import cifar
+        from scalesweep.train.tf_backend import data as tf_data
         images, labels = tf_data.load_training_data({str(cifar_256)!r}, 40, seed=7)
         parts = [cifar.read_batch(cifar.batches_dir({str(cifar_256)!r}) / name) for name in cifar.TRAIN_BATCHES]
         all_images, all_labels = np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
@@ -378,7 +382,7 @@ def test_max_train_images_picks_the_shared_seeded_subset(cifar_256):
 
 
 # ---------------------------------------------------------------------------------------------
-# Step breakdown (scripts/tf_probes.py) and FLOPs
+# Step breakdown (scalesweep/train/tf_backend/probes.py) and FLOPs
 # ---------------------------------------------------------------------------------------------
 
 # cnn_small's trainable weights: convolutions 3x3x3x16, 3x3x16x32, 3x3x32x64 without bias, batch
@@ -401,7 +405,7 @@ def assert_parts_add_up(summary: dict) -> None:
 TF_COMPAT_PROBE = """
 import json
 import keras, tensorflow as tf
-import tf_compat
+from scalesweep.train.tf_backend import compat as tf_compat
 
 # Zero weights: every image gets the softmax of zeros over 4 classes, 1/4 each.
 inputs = keras.Input((3,))
@@ -462,7 +466,7 @@ def test_graph_flops_count_the_ops_the_graph_runs():
         """
         import json
         import tensorflow as tf
-        import tf_probes
+        from scalesweep.train.tf_backend import probes as tf_probes
         kernel, w, unused_w = tf.ones([3, 3, 3, 4]), tf.ones([8, 16]), tf.ones([8, 32])
         @tf.function
         def f(image, x):
@@ -487,7 +491,7 @@ def test_resnet50_flops_match_the_published_count():
         """
         import json
         import keras, tensorflow as tf
-        import tf_probes
+        from scalesweep.train.tf_backend import probes as tf_probes
         model = keras.applications.ResNet50(weights=None)
         macs = 0
         for layer in model.layers:
@@ -525,7 +529,7 @@ def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
         f"""
         import json
         import numpy as np
-        import train_tf
+        from scalesweep.train.tf_backend import trainer as train_tf
         backend = train_tf.KerasBackend()
         backend.setup(train_tf.parse_args(["--data", {str(cifar_256)!r}, "--model", "cnn_small", "--gpus", "2",
                                            "--resolution", "32", "--per-gpu-batch", "16"]))

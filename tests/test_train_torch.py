@@ -1,6 +1,7 @@
-"""scripts/train_torch.py and its modules torch_distributed.py and torch_data.py: rank layout,
-sampling, models, the training step, and real DDP runs under torchrun (gloo, CPU). The contract
-both trainers share (OOM policy, maximum-batch search, protocols) is tests/test_backends.py's."""
+"""scripts/train_torch.py (the backend scalesweep/train/torch_backend/: trainer.py) and its modules
+distributed.py and data.py: rank layout, sampling, models, the training step, and real DDP runs
+under torchrun (gloo, CPU). The contract both trainers share (OOM policy, maximum-batch search,
+protocols) is tests/test_backends.py's."""
 
 import json
 import os
@@ -26,16 +27,13 @@ if "tensorflow" in sys.modules and "torchvision" not in sys.modules:
 
 import torch  # noqa: E402
 
-import faults  # noqa: E402
-import harness  # noqa: E402
-import make_imagefolder  # noqa: E402
-import measure  # noqa: E402
-import runlog  # noqa: E402
-import torch_data  # noqa: E402
-import torch_distributed  # noqa: E402
-import torch_probes  # noqa: E402
-import torch_model  # noqa: E402
-import train_torch  # noqa: E402
+from scalesweep.train.common import faults, harness, measure, runlog  # noqa: E402
+from scalesweep.train.datasets import make_imagefolder  # noqa: E402
+from scalesweep.train.torch_backend import data as torch_data  # noqa: E402
+from scalesweep.train.torch_backend import distributed as torch_distributed  # noqa: E402
+from scalesweep.train.torch_backend import model as torch_model  # noqa: E402
+from scalesweep.train.torch_backend import probes as torch_probes  # noqa: E402
+from scalesweep.train.torch_backend import trainer as train_torch  # noqa: E402
 
 CLASSES, TRAIN_PER_CLASS, VAL_PER_CLASS = 4, 26, 3  # 104 train images, 12 val
 
@@ -166,7 +164,7 @@ def test_steps_per_epoch_matches_the_real_sampler_and_loader(images, world_size,
 
 
 def test_max_train_images_picks_a_seeded_subset_across_classes():
-    # The rule both trainers share (scripts/runlog.py).
+    # The rule both trainers share (scalesweep/train/common/runlog.py).
     assert measure.subset_indices(100, 0, seed=0) == list(range(100))
     assert measure.subset_indices(100, 500, seed=0) == list(range(100))
     picked = measure.subset_indices(100, 30, seed=0)
@@ -420,8 +418,8 @@ AGREEMENT_PROBE = """
 import sys
 import torch
 import torch.distributed as dist
-sys.path.insert(0, {scripts!r})
-import torch_distributed
+sys.path.insert(0, {root!r})
+from scalesweep.train.torch_backend import distributed as torch_distributed
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -449,7 +447,7 @@ dist.destroy_process_group()
 @pytest.mark.slow
 def test_rank_local_out_of_memory_stops_every_rank(tmp_path):
     probe = tmp_path / "agreement_probe.py"
-    probe.write_text(textwrap.dedent(AGREEMENT_PROBE.format(scripts=str(ROOT / "scripts"))))
+    probe.write_text(textwrap.dedent(AGREEMENT_PROBE.format(root=str(ROOT))))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                str(probe)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=180, env=clean_env(), cwd=ROOT)

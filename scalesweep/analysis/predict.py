@@ -73,8 +73,9 @@ class Network:
 
 
 def read_network_csv(path) -> Network:
-    """The network probe's row (scripts/probe_network.py); ValueError naming the file when it
-    holds no positive bus bandwidth (a prediction must not rest on a broken probe)."""
+    """The network probe's row (scripts/probe_network.py,
+    scalesweep/train/torch_backend/network_probe.py); ValueError naming the file when it holds no
+    positive bus bandwidth (a prediction must not rest on a broken probe)."""
     try:
         row = pd.read_csv(path).iloc[0]
         busbw, latency = float(row["busbw_gb_s"]), float(row.get("latency_s", 0.0) or 0.0)

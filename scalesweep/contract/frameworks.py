@@ -1,10 +1,11 @@
 """The framework registry: one frozen entry per framework, holding everything the workflow, the
 launcher and the analysis must know about it, so that nothing else branches on a framework's name.
 
-A new framework is a backend file in scripts/ and one entry in FRAMEWORKS (docs/trainers.md, "A new
-framework, file by file"); the schema, the rules (workflow/rules/train.smk, max_batch.smk), the
-launcher and the checks read the entries. tests/test_frameworks.py checks that each entry's models
-are what its trainer builds, and that no framework name is compared as a string elsewhere.
+A new framework is a backend under scalesweep/train/ (one module or one folder) and one entry in
+FRAMEWORKS naming it (docs/trainers.md, "A new framework, file by file"); the schema, the rules
+(workflow/rules/train.smk, max_batch.smk), the launcher and the checks read the entries.
+tests/test_frameworks.py checks that each entry's models are what its trainer builds, and that no
+framework name is compared as a string elsewhere.
 
 Standard library only, Python 3.8: the trainers import it inside the course's containers.
 """
@@ -44,6 +45,10 @@ class TrainerOption:
         return [self.flag, str(value)]
 
 
+# The program under scripts/ that runs a framework's backend by the framework's name
+# (`train.py NAME OPTIONS...`), for a framework without a program of its own.
+GENERIC_TRAINER_SCRIPT = "train.py"
+
 # DistributedDataParallel's own default bucket size (torch.nn.parallel.DistributedDataParallel,
 # bucket_cap_mb=25 in torch 2.4 and later): the trainer's default and the schema's.
 DDP_BUCKET_CAP_MB = 25
@@ -59,10 +64,16 @@ class Framework:
     logs, if any; `shards_before_batching`: the trainer splits the images over the ranks before
     batching (epoch_steps); `single_node_reason`: why a framework that does not run across nodes stops at one
     (the matrix's `<name>-single-node` exclusion says it); `conda_env`: the rule's conda
-    environment file, relative to the repository."""
+    environment file, relative to the repository.
+
+    `backend`: the trainer's module, run as `python -m <backend>` (scalesweep/train/tf_backend/, a
+    package with a __main__.py, or one module). `trainer_script`: the program under scripts/ a
+    job runs, kept for the frameworks that had one before the backends moved into the package (a
+    job whose command changed is rerun by Snakemake); a framework without one runs as
+    `scripts/train.py <name>`, which runs its backend (trainer_argv)."""
 
     name: str
-    trainer_script: str
+    backend: str
     launcher: str
     multinode: bool
     dataset_formats: Tuple[str, ...]
@@ -75,6 +86,7 @@ class Framework:
     single_node_reason: str = ""
     conda_env: Optional[str] = None
     shards_before_batching: bool = False
+    trainer_script: Optional[str] = None
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -93,6 +105,12 @@ class Framework:
     @property
     def model_names(self) -> Tuple[str, ...]:
         return tuple(self.models)
+
+    @property
+    def trainer_argv(self) -> Tuple[str, ...]:
+        """The words before the trainer's options, the first a program under scripts/: its own
+        program, or the generic one and the framework's name."""
+        return (self.trainer_script,) if self.trainer_script else (GENERIC_TRAINER_SCRIPT, self.name)
 
     @property
     def one_process_per_gpu(self) -> bool:
@@ -114,6 +132,7 @@ class Framework:
 FRAMEWORKS = (
     Framework(
         name="tensorflow",
+        backend="scalesweep.train.tf_backend",
         trainer_script="train_tf.py",
         launcher=SINGLE_PROCESS,
         multinode=False,
@@ -135,6 +154,7 @@ FRAMEWORKS = (
     ),
     Framework(
         name="pytorch",
+        backend="scalesweep.train.torch_backend",
         trainer_script="train_torch.py",
         launcher=PROCESS_PER_GPU,
         multinode=True,
@@ -222,5 +242,6 @@ def all_model_names() -> Tuple[str, ...]:
 
 def network_probe_framework() -> Framework:
     """The framework whose environment runs the network probe: scripts/probe_network.py
-    all-reduces with torch.distributed, whichever framework the sweep's runs use."""
+    (scalesweep/train/torch_backend/network_probe.py) all-reduces with torch.distributed, whichever
+    framework the sweep's runs use."""
     return get("pytorch")

@@ -6,8 +6,8 @@ resources/ path literal elsewhere). Paths are relative to the workflow's directo
 `--directory`), as strings: Snakemake's outputs are strings; `in_results` moves one below another
 results folder (the one `analyze --out` names).
 
-Standard library only (Python 3.8): scripts/run_attempt.py imports it on the machine that runs a
-job, inside the course's containers too.
+Standard library only (Python 3.8): scalesweep/train/attempt.py imports it on the machine that runs
+a job, inside the course's containers too.
 """
 
 from __future__ import annotations
@@ -156,8 +156,8 @@ def trace_dir(run_path: str) -> str:
 
 
 # In a trace folder: the summaries scalesweep/logs/traces.py writes beside the profilers' files
-# (rank<R>.pt.trace.json of scripts/torch_trace.py, plugins/profile/<run>/<host>.xplane.pb of
-# scripts/tf_trace.py).
+# (rank<R>.pt.trace.json of scalesweep/train/torch_backend/trace.py,
+# plugins/profile/<run>/<host>.xplane.pb of scalesweep/train/tf_backend/trace.py).
 TRACE_SUMMARY_JSON = "summary.json"
 TRACE_SUMMARY_MD = "summary.md"
 

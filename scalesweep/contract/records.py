@@ -30,8 +30,9 @@ MAX_DEPTH = 32
 # Logged throughput vs images / seconds: both are the writer's own division of the same numbers,
 # so they agree to the last digits; 0.1 % leaves room for hand-rounded logs only.
 RATE_TOLERANCE = 1e-3
-# The record contract of docs/records.md, for its writer (scripts/runlog.py imports these) and
-# every reader (scalesweep/): the line prefix, the schema, the statuses and the steady state.
+# The record contract of docs/records.md, for its writer (scalesweep/train/common/runlog.py imports
+# these) and every reader (scalesweep/): the line prefix, the schema, the statuses and the steady
+# state.
 PREFIX = ":::SCALESWEEP "
 RECORD_PREFIX = PREFIX.strip()  # what a reader looks for: other text may stand before it
 RECORD_SCHEMA = 1
@@ -41,15 +42,16 @@ SUMMARY_STATUSES = ("ok", "oom", "failed")
 STATUSES = ("ok", "failed", "oom", "timeout")
 # Epoch 1 carries start-up (graph build, compilation, cache fill): steady state starts at epoch 2.
 FIRST_STEADY_EPOCH = 2
-# The trainers' option vocabularies (scripts/harness.py builds the trainers' options from these;
-# the config schema's enums are checked against them by tests/test_harness.py).
+# The trainers' option vocabularies (scalesweep/train/common/harness.py builds the trainers' options
+# from these; the config schema's enums are checked against them by tests/test_harness.py).
 FRAMEWORKS = frameworks.NAMES
 PROTOCOLS = ("epochs", "steps")
 OOM_POLICIES = ("fail", "halve")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICE_KINDS = ("gpu", "cpu")
-# Where a step's time goes (scripts/stepparts.py computes them, scalesweep/analysis/breakdown.py attributes
-# them): parts that add up to the wall time per step, `breakdown_step_s`.
+# Where a step's time goes (scalesweep/train/common/stepparts.py computes them,
+# scalesweep/analysis/breakdown.py attributes them): parts that add up to the wall time per step,
+# `breakdown_step_s`.
 BREAKDOWN_PARTS = ("data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s")
 
 
@@ -188,7 +190,7 @@ HEADER = {
     "node_cpus": count(nullable=True),
     "node_shared": flag(nullable=True),
 }
-# GPU energy (scripts/energy.py): where it comes from, and why it is missing.
+# GPU energy (scalesweep/train/common/energy.py): where it comes from, and why it is missing.
 ENERGY = {"energy_source": text(choices=("nvml",)), "energy_note": text()}
 EPOCH = {
     "epoch": count(),
@@ -227,7 +229,7 @@ SUMMARY = {
     "step_time_mean_s": measure(),
     "step_time_ci_pct": number(0),
     "wall_time_s": measure(),
-    # the step breakdown (scripts/stepparts.py): other_s may be negative
+    # the step breakdown (scalesweep/train/common/stepparts.py): other_s may be negative
     "breakdown_step_s": measure(),
     "data_wait_s": number(0),
     "compute_s": measure(),

@@ -7,8 +7,8 @@ ratio of medians, and with two noisy steady epochs the time speedup and the thro
 the same runs would then disagree (docs/metrics.md, "One steady-state estimate"). Under the steps
 protocol the steady window is the timed window: its images over its time.
 
-Standard library only (Python 3.8): the trainers' summary record (scripts/runlog.py) gives the
-same estimate as the tidy table.
+Standard library only (Python 3.8): the trainers' summary record (scalesweep/train/common/runlog.py)
+gives the same estimate as the tidy table.
 """
 
 import math

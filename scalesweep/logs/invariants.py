@@ -118,7 +118,7 @@ def _breakdown_problems(summary: dict, epochs: list[dict]) -> list[str]:
 
 def _steady_window(epochs: list[dict]) -> tuple[float, int] | None:
     """(seconds, steps) of the steady epochs that count their steps, as the writer divides them
-    (scripts/runlog.py, RunLog.steady_window); None without any."""
+    (scalesweep/train/common/runlog.py, RunLog.steady_window); None without any."""
     steady = [epoch for epoch in epochs if is_count(epoch.get("epoch")) and epoch["epoch"] >= FIRST_STEADY_EPOCH
               and is_count(epoch.get("steps")) and is_number(epoch.get("seconds"))]
     if not steady:

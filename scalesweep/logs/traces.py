@@ -1,13 +1,13 @@
 """A profiler trace -> its short summary (summary.json and summary.md beside it): the top
 operations, and the time in communication against computation, read from the trace itself.
 
-PyTorch: Kineto's Chrome-trace JSON per rank (`rank<R>.pt.trace.json`, scripts/torch_trace.py).
-Durations are inclusive, so the summary's times are unions of intervals: `comm_s` the time some
-collective was running (c10d, gloo, NCCL events and kernels), `compute_s` the time some other
-operation was (GPU: kernels; CPU: operators), `overlap_s` both at once.
-TensorFlow: the profile plugin's `plugins/profile/<run>/<host>.xplane.pb` (scripts/tf_trace.py),
-read with the XPlane protocol buffer TensorFlow ships; the top operations by their events' time,
-the same split by name.
+PyTorch: Kineto's Chrome-trace JSON per rank (`rank<R>.pt.trace.json`,
+scalesweep/train/torch_backend/trace.py). Durations are inclusive, so the summary's times are unions
+of intervals: `comm_s` the time some collective was running (c10d, gloo, NCCL events and kernels),
+`compute_s` the time some other operation was (GPU: kernels; CPU: operators), `overlap_s` both at
+once. TensorFlow: the profile plugin's `plugins/profile/<run>/<host>.xplane.pb`
+(scalesweep/train/tf_backend/trace.py), read with the XPlane protocol buffer TensorFlow ships; the
+top operations by their events' time, the same split by name.
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ def scalesweep_version() -> str:
 # settings_hash already records; results, logs and docs change nothing a run computes.
 CODE_PATHS = ("scalesweep", "scripts", "workflow", "Snakefile", "envs", "pyproject.toml")
 
-VERSION_ENV = "SCALESWEEP_VERSION"  # set by the workflow, read by the trainers (scripts/runlog.py)
+# Set by the workflow, read by the trainers (scalesweep/train/common/runlog.py).
+VERSION_ENV = "SCALESWEEP_VERSION"
 
 
 def code_version(repo: Path = REPO) -> str:

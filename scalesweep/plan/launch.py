@@ -59,7 +59,10 @@ def is_multinode(settings):
 
 
 def trainer_script(framework, repo):
-    return f"{repo}/scripts/{frameworks.get(framework).trainer_script}"
+    """The trainer's words before its options: its program under scripts/, or the generic
+    `scripts/train.py <framework>` (frameworks.Framework.trainer_argv)."""
+    program, *words = frameworks.get(framework).trainer_argv
+    return [f"{repo}/scripts/{program}", *words]
 
 
 class InnerShellWord(str):
@@ -223,7 +226,7 @@ def single_node_argv(settings, python, repo):
                     f"--nproc-per-node={settings['gpus']}"]
     else:
         launcher = [python]
-    return launcher + [script] + trainer_args(settings)
+    return launcher + script + trainer_args(settings)
 
 
 def torchrun_per_node_argv(nodes, processes_per_node, python, script_argv):
@@ -268,7 +271,7 @@ def job_command(settings, container, repo, workdir, host_python, script_argv=Non
     python = python_for(container, settings["framework"], host_python)
     prefix = container_prefix(settings, container, repo, workdir)
     if is_multinode(settings):
-        script_argv = script_argv or [trainer_script(settings["framework"], repo), *trainer_args(settings)]
+        script_argv = script_argv or [*trainer_script(settings["framework"], repo), *trainer_args(settings)]
         steps = multinode_steps(settings, prefix, python, script_argv)
     else:
         launcher = with_omp_threads(single_node_argv(settings, python, repo), settings)

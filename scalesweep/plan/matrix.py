@@ -255,8 +255,9 @@ def measured_defaults(framework, model, training_defaults) -> dict:
 
 
 def unread_settings(settings) -> set:
-    """The settings a run's protocol never reads (scripts/harness.py, _protocol_keys): a value left
-    over from another protocol must not move a run whose measurement it does not change."""
+    """The settings a run's protocol never reads (scalesweep/train/common/harness.py,
+    _protocol_keys): a value left over from another protocol must not move a run whose measurement
+    it does not change."""
     if settings.get("protocol", "epochs") != "steps":
         return {"timed_steps", "target_ci_pct", "max_timed_steps"}
     if settings.get("timed_steps") != AUTO_TIMED_STEPS:

@@ -35,8 +35,9 @@ INTERVAL_COLUMNS = ["step_time_ci_pct", "throughput_ci_low_img_s", "throughput_c
 # What a run cost, failed runs included: the trainer's whole life (start-up included) x GPUs.
 COST_COLUMNS = ["wall_time_s", "gpu_hours"]
 
-# GPU energy of the steady windows (scripts/energy.py): energy_j of the steady epochs or timed
-# window summed, per image and as average power per GPU; run_energy_j the whole run's.
+# GPU energy of the steady windows (scalesweep/train/common/energy.py): energy_j of the steady
+# epochs or timed window summed, per image and as average power per GPU; run_energy_j the whole
+# run's.
 ENERGY_COLUMNS = ["energy_j", "joules_per_image", "avg_power_w_per_gpu", "run_energy_j"]
 ENERGY_TEXT_COLUMNS = ["energy_source", "energy_note"]
 

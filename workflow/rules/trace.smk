@@ -1,5 +1,6 @@
 # `snakemake trace`: the configurations `trace.select` picks, rerun briefly with the framework's
-# profiler on into results/traces/<run path>/ (scripts/torch_trace.py, scripts/tf_trace.py), each
+# profiler on into results/traces/<run path>/ (scalesweep/train/torch_backend/trace.py,
+# scalesweep/train/tf_backend/trace.py), each
 # with a summary from the trace itself (scalesweep/logs/traces.py). A trace changes timing: its
 # own rule and folder, never results/runs/ or the tidy tables (docs/traces.md).
 import os

@@ -1,6 +1,6 @@
     Framework(
         name="numpy_dp",
-        trainer_script="train_numpy_dp.py",
+        backend="scalesweep.train.numpy_dp_backend",
         launcher=SINGLE_PROCESS,
         multinode=False,
         single_node_reason="its processes all-reduce through pipes, on one machine",

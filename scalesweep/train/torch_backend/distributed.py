@@ -3,7 +3,7 @@ the rank layout from torchrun's or srun's variables, one device per process, the
 the few collectives the trainer needs, and rank-0-only output.
 
 Out of memory under DDP: a rank that runs out of memory alone would leave the others waiting in
-the next collective; agree_on_oom() makes every rank stop together instead (train_torch.py's
+the next collective; agree_on_oom() makes every rank stop together instead (trainer.py's
 docstring says where the trainer uses it).
 """
 
@@ -19,8 +19,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-import node
-import runlog
+from scalesweep.train.common import node, runlog
 
 # The reference's log prefix: `[11/14/2025 10:02:17 AM] INFO - `.
 LOG_DATE_FORMAT = "%m/%d/%Y %I:%M:%S %p"
@@ -179,7 +178,7 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
 
 def energy_slots(joules: list, world: World, device: torch.device) -> torch.Tensor:
     """One slot per rank holding this rank's joules (NaN when unknown), zeros elsewhere: summed
-    over the ranks, every slot holds its rank's value (scripts/energy.py)."""
+    over the ranks, every slot holds its rank's value (scalesweep/train/common/energy.py)."""
     slots = torch.zeros(world.world_size, dtype=torch.float64, device=device)
     value = joules[0] if joules and joules[0] is not None else float("nan")
     slots[world.rank] = value

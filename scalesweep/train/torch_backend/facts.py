@@ -7,8 +7,8 @@ import numpy as np
 import torch
 import torchvision
 
-import node
-from torch_distributed import World, gather_device_names, is_primary
+from scalesweep.train.common import node
+from scalesweep.train.torch_backend.distributed import World, gather_device_names, is_primary
 
 
 def framework_versions(device: torch.device) -> dict:

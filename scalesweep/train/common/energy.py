@@ -4,7 +4,7 @@ NVIDIA GPUs since Volta count the energy they used since the driver was loaded, 
 `nvmlDeviceGetTotalEnergyConsumption(device, unsigned long long *energy)` (NVML API reference,
 "Device Queries"). A read is a driver call: no device synchronisation, no kernel, but not free
 (3.5 ms per read on an H100 with driver 580), so the harness reads at the edges of a timed window,
-outside its seconds (scripts/harness.py, WindowMeter). `apptainer exec
+outside its seconds (harness.py, WindowMeter). `apptainer exec
 --nv` binds `libnvidia-ml.so.1` into the container, so the standard library is enough: nothing to
 install in the training images.
 

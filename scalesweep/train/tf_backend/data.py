@@ -1,15 +1,14 @@
 """The TensorFlow trainer's data: CIFAR-10 as uint8 32 x 32 host tensors, read once per run, and
 tf.data pipelines that gather whole shuffled batches from them (the resize and /255 run in the
-model, on the devices: scripts/train_tf.py)."""
+model, on the devices: trainer.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
 
-import cifar
-import faults
-import measure
+from scalesweep.train.common import faults, measure
+from scalesweep.train.datasets import cifar
 
 
 def steps_per_epoch(num_images: int, global_batch: int) -> int:

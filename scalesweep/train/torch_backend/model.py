@@ -1,4 +1,4 @@
-"""The PyTorch trainer's models and optimizers by registry name (scripts/train_torch.py), and the
+"""The PyTorch trainer's models and optimizers by registry name (trainer.py), and the
 autocast dtype of each precision."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import torchvision
 from torch import nn
 from torchvision.models.vision_transformer import VisionTransformer
 
-import repository  # noqa: F401  (for scalesweep.contract.frameworks)
 from scalesweep.contract import frameworks  # (standard library only, as records.py)
 
 MODELS = frameworks.get("pytorch").model_names

@@ -13,9 +13,8 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler, Subset, default_collate
 from torchvision import datasets, transforms
 
-import faults
-import measure
-from torch_distributed import World
+from scalesweep.train.common import faults, measure
+from scalesweep.train.torch_backend.distributed import World
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -1,14 +1,15 @@
 """Train a softmax classifier on CIFAR-10 with numpy, data-parallel over processes.
 
 Test data, not a trainer of the sweep: the third framework of tests/test_third_framework.py, added
-to a copy of the repository by this one file (copied into scripts/) and one registry entry
-(numpy_dp_entry.py beside it), to show that nothing else has to change. It is a real backend of
-scripts/harness.py all the same: --gpus N starts N processes (one per stand-in GPU; 0 is the CPU
-baseline, one process), each trains on its own shard of every global batch, and the gradients are
-summed across the processes before every update, through pipes to the first process and back
-(the simplest honest all-reduce). The first process prints the `:::SCALESWEEP` records.
+to a copy of the repository by this one file (copied into scalesweep/train/, the module
+scalesweep.train.numpy_dp_backend) and one registry entry (numpy_dp_entry.py beside it), to show
+that nothing else has to change. It is a real backend of scalesweep/train/common/harness.py all the
+same: --gpus N starts N processes (one per stand-in GPU; 0 is the CPU baseline, one process), each
+trains on its own shard of every global batch, and the gradients are summed across the processes
+before every update, through pipes to the first process and back (the simplest honest all-reduce).
+The first process prints the `:::SCALESWEEP` records.
 
-    python train_numpy_dp.py --model softmax --data data/cifar10 --gpus 2 --epochs 2
+    python scripts/train.py numpy_dp --model softmax --data data/cifar10 --gpus 2 --epochs 2
 """
 
 from __future__ import annotations
@@ -20,22 +21,11 @@ import time
 
 # What a run costs starts here, before the framework import (seconds of a job's time, too).
 STARTED = time.perf_counter()
-from pathlib import Path  # noqa: E402
-
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cifar  # noqa: E402  (scripts/ is not a package)
-import faults  # noqa: E402
-import harness  # noqa: E402
-import measure  # noqa: E402
-import node  # noqa: E402
-import repository  # noqa: E402,F401  (for scalesweep.contract.frameworks)
-import runlog  # noqa: E402
-import stepclock  # noqa: E402
-import trainer_args  # noqa: E402
-
 from scalesweep.contract import frameworks  # noqa: E402
+from scalesweep.train.common import faults, harness, measure, node, runlog, stepclock, trainer_args  # noqa: E402
+from scalesweep.train.datasets import cifar  # noqa: E402
 
 FRAMEWORK = frameworks.get("numpy_dp")
 MODELS = FRAMEWORK.model_names

@@ -1,4 +1,5 @@
-"""PyTorch's side of the step breakdown (scripts/stepparts.py): the probes and the injected delay.
+"""PyTorch's side of the step breakdown (scalesweep/train/common/stepparts.py): the probes and the
+injected delay.
 
 - probe_step: with 2 or more processes, after every stepparts.probe_every()-th timed step of a
   steady window, one more training step on that step's batch (already on the device: the data
@@ -28,8 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-import faults
-import stepparts
+from scalesweep.train.common import faults, stepparts
 
 
 def gradient_bytes(module: torch.nn.Module) -> int:

@@ -16,12 +16,11 @@ import statistics
 import sys
 import time
 
-import repository  # noqa: F401  (scalesweep.contract.records: the record contract, defined once)
-import stepparts
-from measure import batch_means_interval
-from node import peak_host_rss_gb
 from scalesweep.contract.records import FIRST_STEADY_EPOCH, PREFIX, RECORD_SCHEMA, SUMMARY_STATUSES
 from scalesweep.contract.steady import steady_metrics
+from scalesweep.train.common import stepparts
+from scalesweep.train.common.measure import batch_means_interval
+from scalesweep.train.common.node import peak_host_rss_gb
 
 
 def _json_safe(value):

@@ -1,7 +1,7 @@
-"""TensorFlow's side of the step breakdown (scripts/stepparts.py): the replicated step functions,
-the probes, the injected delays and the model FLOPs.
+"""TensorFlow's side of the step breakdown (scalesweep/train/common/stepparts.py): the replicated
+step functions, the probes, the injected delays and the model FLOPs.
 
-The training loop (scripts/train_tf.py KerasAttempt) is ours, around Keras' own
+The training loop (trainer.py's KerasAttempt) is ours, around Keras' own
 `model.train_step`: Keras' fit() fetches each batch inside its tf.function, where no clock can
 see how long the step waited for it. Ours takes the batch from the distributed dataset's iterator
 in Python, waits for the devices (the batch is on them, copy included: the data wait ends), then
@@ -12,7 +12,7 @@ own step function does.
   step of a steady window (InterleavedProbe: beside the steps, under the same load, kept out of
   the window's seconds, paired with the step it followed): the training step itself,
   `strategy.run(model.train_step)` (XLA with --compile), but every replica applies its own
-  gradients without the cross-replica all-reduce (tf_compat.unreduced_gradients: the optimizer's
+  gradients without the cross-replica all-reduce (compat.unreduced_gradients: the optimizer's
   all-reduce method shadowed while the probe's own tf.function runs), at learning rate 0, the
   model's non-trainable variables (batch-norm statistics), the optimizer's (its step count, loss
   scale) and the metrics' restored after each: the probes change neither weight nor the window's
@@ -40,9 +40,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-import faults
-import stepparts
-import tf_compat
+from scalesweep.train.common import faults, stepparts
+from scalesweep.train.tf_backend import compat
 
 
 def replicated(strategy, replica_fn, jit: bool = False):
@@ -65,8 +64,8 @@ def frozen_training_state(model):
     optimizer's variables (its step count) and the metrics' (the window's loss and accuracy so
     far) restored afterwards."""
     optimizer = model.optimizer
-    variables = [*model.non_trainable_variables, *tf_compat.optimizer_variables(optimizer),
-                 *tf_compat.metric_variables(model)]
+    variables = [*model.non_trainable_variables, *compat.optimizer_variables(optimizer),
+                 *compat.metric_variables(model)]
     saved = [(variable, variable.numpy()) for variable in variables]
     learning_rate = float(optimizer.learning_rate.numpy())
     optimizer.learning_rate = 0.0
@@ -82,7 +81,7 @@ class InterleavedProbe:
     """The probe steps between the timed steps: the training step (Keras' model.train_step:
     forward, loss, backward, the optimizer's update, the loss and metric updates) on every
     replica, each applying its own gradients, without the cross-replica all-reduce
-    (tf_compat.unreduced_gradients), at learning rate 0 with the state it moves restored
+    (compat.unreduced_gradients), at learning rate 0 with the state it moves restored
     (frozen_training_state); seconds of each (probe()), and the seconds after the data wait of
     the step each followed (`paired`)."""
 
@@ -97,7 +96,7 @@ class InterleavedProbe:
         seconds after the data wait of the step it follows); the first call is traced
         untimed first. Returns the seconds it all took (what the window leaves out)."""
         started = time.perf_counter()
-        with frozen_training_state(self.model), tf_compat.unreduced_gradients(self.model.optimizer):
+        with frozen_training_state(self.model), compat.unreduced_gradients(self.model.optimizer):
             if not self.traced:
                 self.synchronize(self.local_step(batch))
                 self.traced = True

@@ -9,10 +9,8 @@ from __future__ import annotations
 import argparse
 import math
 
-import heartbeat
-import measure
-import repository  # noqa: F401  (for scalesweep.contract.records)
-from measure import (
+from scalesweep.train.common import heartbeat, measure
+from scalesweep.train.common.measure import (
     DEFAULT_MAX_BATCH_LIMIT,
     DEFAULT_MAX_TIMED_STEPS,
     DEFAULT_TARGET_CI_PCT,

@@ -1,16 +1,16 @@
-"""The TensorFlow trainer's models by registry name (scripts/train_tf.py): uint8 32 x 32 images
+"""The TensorFlow trainer's models by registry name (trainer.py): uint8 32 x 32 images
 resized on the device, a keras.applications backbone (or the laptop-sized cnn_small), a float32
 softmax; and how they are compiled.
 
-Keras 2 (TF 2.11, the NGC container) and Keras 3 alike, through tf_compat.
+Keras 2 (TF 2.11, the NGC container) and Keras 3 alike, through compat.py.
 """
 
 from __future__ import annotations
 
 import keras
 
-import cifar
-import tf_compat
+from scalesweep.train.datasets import cifar
+from scalesweep.train.tf_backend import compat
 
 # keras.applications constructors by registry name; the registry's other model, cnn_small, is built here.
 APPLICATIONS = {
@@ -28,7 +28,7 @@ def preprocess(images, resolution: int):
     Cast first: Keras' Resizing rounds integer input back to uint8. float32 even under mixed
     precision: resizing in bfloat16 would lose 8-bit detail.
     """
-    images = tf_compat.cast(images, "float32")
+    images = compat.cast(images, "float32")
     images = keras.layers.Resizing(resolution, resolution, interpolation="bilinear", dtype="float32", name="resize")(images)
     return keras.layers.Rescaling(1.0 / 255, dtype="float32", name="rescale")(images)
 
@@ -50,7 +50,7 @@ def backbone(model_name: str, resolution: int, classes: int) -> keras.Model:
     """The registry's model, random weights, returning logits."""
     if model_name == "cnn_small":
         return cnn_small(resolution, classes)
-    constructor = getattr(tf_compat.applications(), APPLICATIONS[model_name])
+    constructor = getattr(compat.applications(), APPLICATIONS[model_name])
     options = dict(weights=None, include_top=True, input_shape=(resolution, resolution, 3), classes=classes)
     if model_name == "mobilenetv3small":
         options["include_preprocessing"] = False  # its own rescaling to [-1, 1] would rescale twice
@@ -77,4 +77,4 @@ def compile_model(model: keras.Model, learning_rate: float, jit_compile: bool = 
         metrics=["accuracy"],
         jit_compile=jit_compile,
     )
-    return tf_compat.jit_compile_on(model)
+    return compat.jit_compile_on(model)

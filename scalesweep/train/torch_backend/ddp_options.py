@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 
-import repository  # noqa: F401  (scalesweep.contract.frameworks)
 from scalesweep.contract.frameworks import DDP_BUCKET_CAP_MB
 
 MIB = 1024 * 1024

@@ -1,13 +1,13 @@
 """The trainers' framework-neutral harness: one run's life cycle around a framework backend.
 
-scripts/train_tf.py and scripts/train_torch.py are backends. Each supplies only what its framework
-knows: devices and the distributed world, the data, the model, one training step, one probe of the
-maximum-batch search, how out of memory shows and how memory is given back, provenance. This module
-does the rest, the same way for both: the records in contract
-order (runlog.RunLog: header, epoch..., summary), the out-of-memory policy, the maximum-batch
-search, the epochs and steps protocols, the human lines and the exit status. The step clocks are
-scripts/stepclock.py, the options both trainers share scripts/trainer_args.py.
-docs/trainers.md is the checklist for a third backend.
+The backends (scalesweep/train/tf_backend/, scalesweep/train/torch_backend/) supply only what
+their framework knows: devices and the distributed world, the data, the model, one training step,
+one probe of the maximum-batch search, how out of memory shows and how memory is given back,
+provenance. This module does the rest, the same way for all: the records in contract order
+(runlog.RunLog: header, epoch..., summary), the out-of-memory policy, the maximum-batch search, the
+epochs and steps protocols, the human lines and the exit status. The step clocks are stepclock.py,
+the options every trainer shares trainer_args.py (both beside this module). docs/trainers.md is
+the checklist for a third backend.
 
 Standard library only: it runs inside the TensorFlow and PyTorch containers alike.
 """
@@ -21,13 +21,9 @@ import sys
 import time
 import traceback
 
-import energy
-import heartbeat
-import measure
-import runlog
-import stepparts
-from measure import AUTO_TIMED_STEPS, PROBE_STEPS
 from scalesweep.contract import run_env
+from scalesweep.train.common import energy, heartbeat, measure, runlog, stepparts
+from scalesweep.train.common.measure import AUTO_TIMED_STEPS, PROBE_STEPS
 
 # Any failure but out of memory: Snakemake marks the job failed and a rerun repeats it.
 EXIT_FAILED = 1
@@ -49,11 +45,11 @@ class Backend:
     step breakdown needs beyond the timed steps: {"compute": [seconds of probe steps without
     gradient synchronisation], "compute_paired": [seconds after the data wait of the step each probe
     step followed], "allreduce": [seconds of one bucket-sized all-reduce], "ranks",
-    "gradient_bytes"} (scripts/stepparts.py), or None where the backend does not measure it.
+    "gradient_bytes"} (stepparts.py), or None where the backend does not measure it.
     """
 
     framework = None
-    # The energy counters of this process's devices (scripts/energy.py), opened by the harness
+    # The energy counters of this process's devices (energy.py), opened by the harness
     # after setup() from energy_devices().
     energy_counters = energy.NoCounters("the run ended before its devices were set up")
 
@@ -109,7 +105,7 @@ class Backend:
 
     def energy_devices(self):
         """(on_gpu, local indices of the devices this process drives), whose energy counters the
-        harness reads (scripts/energy.py); None where the backend reads none."""
+        harness reads (energy.py); None where the backend reads none."""
         return None
 
     def energy_per_rank(self, joules: list) -> list:
@@ -230,7 +226,7 @@ def run(backend: Backend, args: argparse.Namespace, started: float | None = None
 
 
 def open_energy_counters(backend: Backend):
-    """The energy counters of the devices the backend's process drives (scripts/energy.py)."""
+    """The energy counters of the devices the backend's process drives (energy.py)."""
     devices = backend.energy_devices()
     if devices is None:
         return energy.NoCounters(f"the {backend.framework} backend reads no energy counter")
@@ -260,7 +256,7 @@ def train_and_report(backend: Backend, args, log: runlog.RunLog, start: float,
 
 
 def step_breakdown(attempt, log: runlog.RunLog, info) -> dict:
-    """The summary's breakdown keys (scripts/stepparts.py) from the steady steps and the
+    """The summary's breakdown keys (stepparts.py) from the steady steps and the
     attempt's probes; {} where the attempt does not measure them. Prints the parts."""
     began = time.perf_counter()
     probes = attempt.breakdown_probes() if hasattr(attempt, "breakdown_probes") else None
@@ -349,7 +345,7 @@ def train_attempt(backend: Backend, args, log: runlog.RunLog, per_gpu_batch: int
 
 
 def heartbeat_hook(header: dict, interval_s: float, say):
-    """The attempt's progress lines (scripts/heartbeat.py), or None with --heartbeat-s 0."""
+    """The attempt's progress lines (heartbeat.py), or None with --heartbeat-s 0."""
     if interval_s <= 0:
         return None
     total, per_epoch, capped = heartbeat.planned_steps(header)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 import statistics
 
-import repository  # noqa: F401  (for scalesweep.contract.records)
 from scalesweep.contract.records import BREAKDOWN_PARTS
 
 # DDP's default bucket (bucket_cap_mb=25): the all-reduce probe reduces one bucket-sized buffer

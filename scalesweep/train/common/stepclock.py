@@ -1,7 +1,7 @@
 """The trainers' step clocks: when each training step of an attempt began, had its data and ended.
 
 StepClock waits for the devices on the host (TensorFlow, PyTorch on CPU); EventStepClock reads
-the same times from device events (CUDA), so the host may run ahead. scripts/harness.py meters
+the same times from device events (CUDA), so the host may run ahead. harness.py meters
 windows of steps with either.
 
 Standard library only: it runs inside the TensorFlow and PyTorch containers alike.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-import faults
+from scalesweep.train.common import faults
 
 
 class StepClock:

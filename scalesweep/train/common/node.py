@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 
-import repository  # noqa: F401  (for scalesweep.contract.hardware)
 from scalesweep.contract.hardware import usable_cpu_count  # noqa: F401  (the trainers' thread counts)
 
 _GIB = 1024**3

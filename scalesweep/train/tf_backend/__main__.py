@@ -1,0 +1,10 @@
+"""`python -m scalesweep.train.tf_backend OPTIONS...`: one training run (trainer.py)."""
+
+from __future__ import annotations
+
+import sys
+
+if __name__ == "__main__":
+    from scalesweep.train.tf_backend.trainer import main
+
+    sys.exit(main())
