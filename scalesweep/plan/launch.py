@@ -379,7 +379,7 @@ def slurm_resources(settings, cluster, user_extra=""):
     because the plugin otherwise turns `tasks` into --ntasks-per-gpu on GPU jobs. slurm_extra
     holds the workflow's options, then the config's (cluster.slurm_extra), then `user_extra`
     (the profile's default-resources slurm_extra and a --set-resources one, which would
-    otherwise replace, or be replaced by, the rule's own: workflow/rules/common.smk).
+    otherwise replace, or be replaced by, the rule's own: workflow/rules/resources.smk).
     """
     gres = gres_gpus_per_node(settings)
     resources = {
