@@ -292,7 +292,10 @@ def test_two_cpu_replicas_train_and_log_every_record(cifar_256):
     # The human lines users know from the reference and from Keras (its ProgbarLogger).
     assert " Model CNNSmall 2 GPUs (CPU replicas)\n" in done.stdout
     assert "Batch_size: 64\nNum_replicas: 2\n" in done.stdout
-    assert "Epoch 3/3\n4/4 - " in done.stdout
+    # Heartbeat lines may fall between Keras' lines when a loaded machine makes a step last over
+    # a second (docs/trainers.md, "The heartbeat"); Keras' own lines stay in their order.
+    keras_lines = "".join(line for line in done.stdout.splitlines(keepends=True) if "[heartbeat]" not in line)
+    assert "Epoch 3/3\n4/4 - " in keras_lines
     # The step breakdown over the steady epochs' 7 timed steps (epoch 2 leaves out the run's
     # 5th step), the all-reduce probe on cnn_small's 24,346 float32 weights.
     summary = parse_records(done.stdout)[-1]
@@ -606,7 +609,10 @@ INJECTED_DELAY_S = 0.3
 def test_injected_delays_land_in_their_part_of_the_step(cifar_256):
     """Runs alike but for an injected delay D per step, on 2 CPU replicas: a delayed gradient
     reduction moves D into exposed synchronisation, a slowed loader into data wait (each within
-    20 %), and neither into the other parts (under 20 % of D)."""
+    20 %), and neither into the other parts. A busy machine beside the test slows compute between
+    the runs by up to half of itself (0.09 s of the plain run's compute in a loaded CI run), so
+    the other parts, and the step beyond D, may move by 20 % of D plus half the plain run's
+    compute: a misplaced delay moves a whole D."""
     options = ("--per-gpu-batch", 16, "--timed-steps", 20)
     plain = steps_run(cifar_256, 2, None, *options)["summary"]
     runs = {part: steps_run(cifar_256, 2, {variable: str(INJECTED_DELAY_S)}, *options)["summary"]
@@ -614,7 +620,9 @@ def test_injected_delays_land_in_their_part_of_the_step(cifar_256):
     for part, run in runs.items():
         moved = {key: run[key] - plain[key]
                  for key in ("breakdown_step_s", "data_wait_s", "compute_s", "sync_exposed_s")}
+        allowance = 0.2 * INJECTED_DELAY_S + 0.5 * plain["compute_s"]
         assert moved[part] == pytest.approx(INJECTED_DELAY_S, rel=0.2), (part, moved)
-        assert moved["breakdown_step_s"] == pytest.approx(INJECTED_DELAY_S, rel=0.2), (part, moved)
+        assert abs(moved["breakdown_step_s"] - INJECTED_DELAY_S) < allowance, (part, moved, allowance)
         others = [key for key in ("data_wait_s", "compute_s", "sync_exposed_s") if key != part]
-        assert all(abs(moved[key]) < 0.2 * INJECTED_DELAY_S for key in others), (part, moved)
+        assert all(abs(moved[key]) < allowance for key in others), (part, moved, allowance)
+        assert allowance < 0.8 * INJECTED_DELAY_S, plain  # still tells a misplaced delay apart
