@@ -331,7 +331,8 @@ def test_a_bad_command_line_exits_before_any_record(framework, data):
 # ---------------------------------------------------------------- the life cycle
 
 # The CPU baseline on a seeded subset of 50 images: 3 whole batches of 16 per epoch.
-BASELINE = {"tensorflow": (["--resolution", "40", "--precision", "bf16"], ["CPU:0"], " Model CNNSmall CPU only\n"),
+# TensorFlow's in fp32: bf16 on a CPU depends on the CPU (test_tensorflow_bf16_on_a_cpu_...).
+BASELINE = {"tensorflow": (["--resolution", "40", "--precision", "fp32"], ["CPU:0"], " Model CNNSmall CPU only\n"),
             "pytorch": (["--model", "resnet18", "--precision", "bf16"], ["cpu"], "INFO - ### world_size: 1\n")}
 
 
@@ -343,7 +344,8 @@ def test_cpu_baseline_trains_a_subset_on_one_device(framework, data):
     records = parse_records(done.stdout)
     header, summary = assert_finished_run(records, epochs=2)
     assert (header["gpus"], header["world_size"], header["global_batch"]) == (0, 1, 16)
-    assert header["devices"] == devices and header["device_kind"] == "cpu" and header["precision"] == "bf16"
+    assert header["devices"] == devices and header["device_kind"] == "cpu"
+    assert header["precision"] == options[options.index("--precision") + 1]
     assert header["images_per_epoch"] == 48 and header["train_images"] == 50
     # One process: its intra-op pool has a thread per CPU it may run on (TensorFlow's default,
     # PyTorch's share of the node for its one rank); OMP_NUM_THREADS as the test left it.
@@ -353,6 +355,26 @@ def test_cpu_baseline_trains_a_subset_on_one_device(framework, data):
     assert summary["steady_epoch_time_s"] == records[2]["seconds"]
     assert human_line in done.stdout
     assert done.stdout.count("Training finished!") == 1
+
+
+@pytest.mark.slow
+def test_tensorflow_bf16_on_a_cpu_trains_or_is_refused_by_name(cifar_256):
+    """Keras' mixed_bfloat16 sends bfloat16 into batch normalization, whose CPU kernel TF 2.11 has
+    only with oneDNN on (AVX512/AMX CPUs): there the run must end at once with the option named,
+    not in a Keras traceback; where the kernel exists, it trains in bf16."""
+    ask = [trainer_python("tensorflow"), "-c",
+           "from scalesweep.train.tf_backend import compat; print(compat.cpu_runs_bfloat16_batch_norm())"]
+    kernel = subprocess.run(ask, capture_output=True, text=True, cwd=ROOT, env={**clean_env(), "PYTHONPATH": str(ROOT)})
+    assert kernel.returncode == 0, kernel.stderr[-2000:]
+    done = launch("tensorflow", cifar_256, 0, "--epochs", 1, "--per-gpu-batch", 16, "--max-train-images", 32,
+                  "--resolution", "32", "--precision", "bf16")
+    if kernel.stdout.split()[-1] == "True":
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert parse_records(done.stdout)[0]["precision"] == "bf16"
+    else:
+        assert done.returncode != 0
+        assert "--precision bf16 on CPU" in done.stderr and "use --precision fp32 on CPUs" in done.stderr
+        assert "FusedBatchNormV3" not in done.stderr  # refused before Keras ran the layer
 
 
 @pytest.mark.slow

@@ -38,6 +38,22 @@ def jit_compile_on(model) -> bool:
     return bool(getattr(model, "_jit_compile", False))
 
 
+def cpu_runs_bfloat16_batch_norm() -> bool:
+    """Whether this build's CPU kernels take bfloat16 into batch normalization, the one layer of
+    our models Keras' mixed_bfloat16 policy sends bfloat16 to. TF 2.11 registers that kernel
+    only where oneDNN is on, which it is by default only on CPUs with AVX512/AMX (TF 2.9 release
+    notes); newer builds have it everywhere. Asked of the kernel itself, as the other features here."""
+    ones = tf.ones((1, 1, 1, 1), tf.bfloat16)
+    scale = tf.ones((1,), tf.float32)
+    try:
+        with tf.device("/cpu:0"):
+            tf.raw_ops.FusedBatchNormV3(x=ones, scale=scale, offset=scale * 0, mean=scale * 0, variance=scale,
+                                        is_training=False)
+    except tf.errors.InvalidArgumentError:
+        return False
+    return True
+
+
 def build_training_state(model, images, labels) -> None:
     """Create the variables of the loss tracker, the metrics and the optimizer now, in the
     strategy's scope (cross-replica context), not at the first trace inside strategy.run: Keras

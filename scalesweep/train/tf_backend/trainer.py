@@ -233,6 +233,11 @@ def set_precision(precision: str, device_kind: str) -> None:
     if device_kind == "cpu" and precision == "fp16":
         # Measured: ResNet50V2 at 32 px, 30 s per step of 32 images on 2 cores (fp32: 0.6 s).
         print("warning: CPUs have no float16 kernels; fp16 here is emulated and very slow", file=sys.stderr)
+    if device_kind == "cpu" and precision == "bf16" and not compat.cpu_runs_bfloat16_batch_norm():
+        raise DeviceError(
+            f"--precision bf16 on CPU: TensorFlow {tf.__version__} here has no bfloat16 batch normalization "
+            "kernel for this CPU (oneDNN is off without AVX512/AMX); use --precision fp32 on CPUs, bf16 on GPUs"
+        )
     keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
 
 
