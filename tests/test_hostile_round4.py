@@ -6,8 +6,13 @@ when it is parsed) and, where the workflow adds something, through Snakemake in 
 docs/hostile-cases.md lists each case with its outcome.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 
+from conftest import LOCAL_ENV, REPO, SNAKEMAKE, TINY
 from test_hostile_config import check_config, config_file
 
 
@@ -138,3 +143,37 @@ def test_round4_an_imagefolder_path_naming_the_train_split_itself_is_refused(tmp
             f"dataset is the folder that holds train/ (and val/): give {data}") in err
     status, out, err = check_config(config_file(tmp_path, path_to(data)), capsys)
     assert status == 0, err
+
+
+def test_round4_analyze_out_on_a_full_disk_names_the_file_not_a_traceback(tmp_path):
+    from test_hostile_cli import OK_LOG
+    from test_history_place import tmpfs_at
+
+    with tmpfs_at(tmp_path / "small", "size=96k") as out:
+        result = subprocess.run([sys.executable, "-m", "scalesweep", "analyze", str(OK_LOG), "--out", str(out)],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"scalesweep analyze: {out}/") and ": not written (No space left on device); " in last
+        assert f"--out {out} holds only what was written before it" in last
+
+
+def test_round4_an_old_layout_or_unplanned_run_target_is_named_with_the_layout_expected(tmp_path):
+    old = "results/runs/pytorch/model~vit_tiny/dataset~synth-cifar/gpus~2/precision~fp32/epochs~2/train.log"
+    result = subprocess.run([str(SNAKEMAKE), old, "-n", "--snakefile", str(REPO / "Snakefile"),
+                             "--configfile", str(TINY)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, **LOCAL_ENV})
+    said = result.stdout + result.stderr
+    assert result.returncode == 1 and "KeyError" not in said
+    assert f"{old} is no run of this sweep's plan: a run's path is <framework>/model~<model>/" in said
+    assert "(e.g. results/runs/tensorflow/model~cnn_small/dataset~synth-cifar/gpus~1/" in said
+
+
+def test_round4_a_sweep_that_made_no_runs_table_says_so_without_pointing_at_errors(tmp_path):
+    from scalesweep.report import outcome
+
+    line = outcome.sweep_outcome(tmp_path / "results")
+    assert "see the errors above" not in line
+    assert line == (f"scalesweep: the targets asked for are made; no runs table yet ({tmp_path}/results/tidy/runs.csv): "
+                    "snakemake without a target tidies every run into it, training only what is missing")
