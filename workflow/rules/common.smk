@@ -166,7 +166,8 @@ def while_unmeasured(framework, result_of, inputs_of):
 def planned_settings(path, result_of):
     """The settings of the planned run at `path`; for a target that matches a rule's pattern
     but is no planned run (a path of the older run layout, a GPU count not in the matrix), a
-    refusal naming it and the layout a run's path has, not a KeyError from an input function."""
+    refusal naming it and the layout a run's path has, not a KeyError from an input
+    function."""
     if path in SETTINGS:
         return SETTINGS[path]
     example = f" (e.g. {result_of(RUN_PATHS[0])})" if RUN_PATHS else ""
