@@ -159,7 +159,18 @@ def main(argv=None):
     except (ValueError, FileNotFoundError, LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT
+    except OSError as error:  # a write into --out: a full disk, a quota, a read-only mount
+        print(f"scalesweep analyze: {not_written_in_out(error, args.out)}", file=sys.stderr)
+        return FAILED_EXIT
     return REFUSED_EXIT if refused else 0
+
+
+def not_written_in_out(error: OSError, out) -> str:
+    """What a failed write left: which file, why, and that --out is not whole."""
+    from scalesweep.report.outcome import not_written
+
+    return (f"{not_written(error)}; --out {out} holds only what was written before it: "
+            "free the space (or fix the folder) and run analyze again")
 
 
 def file_count(text):

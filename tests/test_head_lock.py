@@ -4,6 +4,7 @@ is parsed."""
 
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -92,3 +93,54 @@ def test_snakemake_prints_the_advice_while_parsing_and_not_when_unlocking(tmp_pa
     assert f"  2. {head_lock.commands(argv)[0]}" in dry_run.stderr
     assert unlock.returncode == 0 and "scalesweep: this folder is locked" not in unlock.stderr
     assert not head_lock.lock_files(tmp_path)
+
+
+def dry_run(workdir, *prefix):
+    argv = [str(SNAKEMAKE), "-n", "--snakefile", str(REPO / "Snakefile"), "--configfile", str(TINY),
+            "--replace-workflow-config"]
+    return subprocess.run([*prefix, *argv], cwd=workdir, env={**os.environ, **LOCAL_ENV},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_round4_a_lock_without_its_head_record_is_advised_not_a_traceback(tmp_path):
+    # The advice built every state's sentence up front, and those name the record: a lock whose
+    # head wrote no record (--no-hooks, a head killed before onstart) was a TypeError at parse.
+    lock(tmp_path)
+    result = dry_run(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "TypeError" not in result.stderr
+    assert "scalesweep: this folder is locked (.snakemake/locks). Check that no other Snakemake runs" in result.stderr
+
+
+def test_round4_a_dead_heads_process_id_taken_by_a_later_process_is_gone(tmp_path, other_process):
+    # The record says the head started an hour before the process that now has its id (and runs
+    # in the folder): another process, not the head.
+    lock(tmp_path)
+    head_lock.write_head_record(tmp_path, "login1", other_process.pid, started=time.time() - 3600)
+    assert "is no longer running" in head_lock.lock_advice(tmp_path, "login1", ARGV)
+    head_lock.write_head_record(tmp_path, "login1", other_process.pid)  # the head itself
+    assert "still running" in head_lock.lock_advice(tmp_path, "login1", ARGV)
+    assert abs(head_lock.process_started(other_process.pid) - time.time()) < 60
+
+
+def test_round4_a_folder_named_like_a_lock_is_no_lock_snakemake_stops_at(tmp_path):
+    (tmp_path / head_lock.LOCKS / "0.input.lock").mkdir(parents=True)
+    (tmp_path / head_lock.LOCKS / "notes.lock").write_text("not Snakemake's\n")
+    assert head_lock.lock_files(tmp_path) == [] and head_lock.lock_advice(tmp_path, "login1", ARGV) is None
+    result = dry_run(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "scalesweep: this folder is locked" not in result.stderr
+
+
+def test_round4_an_unreadable_lock_is_refused_in_one_message_before_snakemakes_traceback(tmp_path):
+    from test_hostile_cli import without_read_override
+
+    lock(tmp_path)
+    (tmp_path / head_lock.LOCKS / "0.input.lock").chmod(0)
+    result = dry_run(tmp_path, *without_read_override())
+    said = result.stdout + result.stderr  # Snakemake prints a parse error on stdout
+    assert result.returncode == 1
+    assert "Traceback" not in said and "PermissionError" not in said
+    assert "0.input.lock cannot be read (Permission denied)" in said
+    assert "with --unlock (it removes .snakemake/locks/)" in said
+    assert "scalesweep: this folder is locked" not in said  # the advice that misled

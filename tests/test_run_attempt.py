@@ -125,11 +125,13 @@ def test_a_head_that_dies_leaves_no_training_running(tmp_path, signum):
     assert not (tmp_path / "run" / "train.log").exists()
 
 
-def test_a_killed_runner_leaves_no_training_running(tmp_path):
+@pytest.mark.parametrize("training", ["in-its-group", "in-its-own-session"])
+def test_a_killed_runner_leaves_no_training_running(tmp_path, training):
     """SIGKILL to the runner itself (e.g. to the head's whole process group): the guard in the
-    training's group stops it."""
+    training's group stops it, and (round 4) the processes below it in sessions of their own."""
     marker = f"marker-{uuid.uuid4().hex}"
-    runner = subprocess.Popen(runner_argv(tmp_path, stand_in_training(marker)))
+    make = stand_in_training if training == "in-its-group" else training_in_its_own_session
+    runner = subprocess.Popen(runner_argv(tmp_path, make(marker)))
     wait_for(lambda: len(processes_with(marker)) == 2, 30, "the training's two processes")
 
     runner.kill()
@@ -152,3 +154,28 @@ def test_a_runner_told_to_stop_stops_the_training_and_publishes_nothing(tmp_path
     assert f"stopped the training: signal {signal.Signals(signum).name}" in (
         tmp_path / "run.attempt-1.log").read_text()
     assert not (tmp_path / "run" / "train.log").exists()
+
+
+def training_in_its_own_session(marker):
+    """A stand-in trainer that leaves the attempt's process group (setsid, as torchrun's workers
+    start in sessions of their own): a signal to the group never reaches it."""
+    sleeper = f"setsid {sys.executable} -c 'import time; time.sleep(300)' {marker}"
+    return f"{sleeper} & {sleeper}; wait"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGKILL])
+def test_round4_a_head_killed_alone_stops_a_trainer_in_its_own_session(tmp_path, signum):
+    # Round 4: SIGHUP to the head's pid alone, the trainer in a session of its own: the runner
+    # stopped its group and the trainer trained on, beside the rerun after --unlock.
+    marker = f"marker-{uuid.uuid4().hex}"
+    head = start_under_head(tmp_path, training_in_its_own_session(marker))
+    wait_for(lambda: len(processes_with(marker)) == 2, 30, "the training's two processes")
+    assert all(os.getsid(pid) == pid for pid in processes_with(marker))  # really outside the group
+
+    head.send_signal(signum)
+    head.wait(timeout=30)
+
+    wait_for(lambda: not processes_with(marker, exact=False), 60, "no process of the attempt")
+    assert f"the Snakemake that started it (process {head.pid}) is gone" in (tmp_path / "run.attempt-1.log").read_text()
+    assert not (tmp_path / "run" / "train.log").exists()
+

@@ -2,7 +2,9 @@
 Markdown it prints), the text form fits 100 columns, and a folder without results says so."""
 
 import io
+import os
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,3 +134,44 @@ def test_show_after_a_sweep_prints_its_scaling_csv(tiny_sweep):
     text = subprocess.run([*SCALESWEEP_COMMAND, "show"], cwd=tiny_sweep, capture_output=True, text=True,
                           timeout=120)
     assert text.returncode == 0 and max(map(len, text.stdout.splitlines())) <= terminal_table.WIDTH
+
+
+def scalesweep_show(results_dir, *options):
+    return subprocess.run([*SCALESWEEP_COMMAND, "show", str(results_dir), *options], cwd=results_dir,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+
+
+def test_round4_a_pipe_or_newline_in_a_name_stays_in_its_markdown_cell(results):
+    # A dataset named 'a|b' split its row into one cell more: every number after it stood under
+    # the wrong header, without a word.
+    scaling_csv = results / "tables" / "scaling.csv"
+    scaling = pd.read_csv(scaling_csv)
+    key = terminal_table.table_group_keys(scaling, terminal_table.SCALING_COLUMNS)[0]
+    scaling[key] = "cifar|x\\y\nz"
+    scaling.to_csv(scaling_csv, index=False)
+
+    result = scalesweep_show(results, "--format", "markdown")
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    cells = [re.split(r"(?<!\\)\|", line.strip()[1:-1]) for line in lines]
+    assert len(lines) == len(scaling) + 2 and {len(row) for row in cells} == {len(cells[0])}
+    header = [cell.strip() for cell in cells[0]]
+    for row, (_, expected) in zip(cells[2:], scaling.iterrows()):
+        assert row[header.index(key)].strip() == "cifar\\|x\\\\y<br>z"
+        assert float(row[header.index("gpus")]) == expected["gpus"]
+        assert float(row[header.index("efficiency_pct")]) == pytest.approx(expected["efficiency_pct"], rel=1e-5)
+
+
+@pytest.mark.parametrize("table", ["scaling", "sweet_spot"])
+def test_round4_a_table_without_a_column_show_prints_is_named_not_a_keyerror(results, table):
+    path = results / "tables" / f"{table}.csv"
+    pd.read_csv(path).drop(columns=["efficiency_pct"]).to_csv(path, index=False)
+
+    result = scalesweep_show(results)
+
+    assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (f"scalesweep show: {path}: has no column 'efficiency_pct', which show "
+                                     "prints: write the tables again (scalesweep analyze, or the workflow's "
+                                     "tables rule)")

@@ -2,6 +2,7 @@
 second statement, read no file but the archive's, write none and cannot hold the machine; each
 refusal is one line naming what was refused; an ordinary filter still works."""
 
+import os
 import subprocess
 import sys
 
@@ -54,6 +55,9 @@ HOSTILE = [
     ("aggregate", "count(*) > 1", "the function 'count_star'"),
     ("two-expressions", "1=1, 2=2", "not one SQL condition"),
     ("nesting-bomb", "(" * 5000 + "gpus" + ")" * 5000, "expression depth"),
+    # SQLExpression accepts 999 nested NOTs; DuckDB's serializer, parsing again, does not
+    ("not-at-the-serializers-depth", "NOT " * 999 + "gpus > 1", "expression depth"),
+    ("refused-function-deep-inside", "NOT " * 500 + "read_text('{secret}') IS NULL", "the function 'read_text'"),
     ("blank", "   ", "--where is blank"),
 ]
 
@@ -121,3 +125,14 @@ def test_the_refusal_comes_through_the_installed_command_too(hostile):
                              "--where", where], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert not hostile["written"].exists()
+
+
+def test_a_filter_nested_as_deep_as_duckdb_parses_is_checked_and_runs(hostile):
+    # Round 4: 300 nested NOTs (or calls) are a condition DuckDB parses, and its tree is deeper
+    # than Python's recursion limit: json.loads of it was a RecursionError traceback.
+    for where in ("NOT " * 300 + "NOT gpus < 2", "abs(" * 900 + "gpus" + ")" * 900 + " >= 2"):
+        result = subprocess.run([sys.executable, "-m", "scalesweep", "history", "--history", str(hostile["store"]),
+                                 "--where", where, "--csv"], cwd=hostile["tmp"], capture_output=True, text=True,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert result.returncode == 0 and result.stderr == "", result.stderr[-2000:]
+        assert result.stdout.splitlines()[0].startswith("sweep_id") and len(result.stdout.splitlines()) == 3

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 # Functions (DuckDB's names in the parsed tree, operators included) whose result is at most
 # about as large as their arguments: none generates rows, lists or text beyond its input.
@@ -78,11 +79,13 @@ def parsed_filter(text: str) -> str:
         # DuckDB's word on "one expression"; its message names what else there is. (Not
         # duckdb.sql_expr: in DuckDB 2.0 that keeps the text unparsed until a query uses it.)
         duckdb.SQLExpression(text)
+        # DuckDB's serializer parses again, with a tighter depth budget than SQLExpression (999
+        # nested NOTs pass the one and not the other): its refusal is the filter's refusal too.
+        tree = _serialized("SELECT " + text)
     except duckdb.Error as error:
-        said = str(error).replace(text, "<the filter>")  # quoted once, at the start
-        raise FilterError(f"--where {shown(text)}: not one SQL condition: {_first_line(said)}") from None
-    tree = _serialized("SELECT " + text)
-    problem = _shape_problem(json.loads(tree)) or refused_part(json.loads(tree)["statements"][0]["node"]["select_list"])
+        raise _not_one_condition(text, error) from None
+    loaded = _loaded(tree)
+    problem = _shape_problem(loaded) or refused_part(loaded["statements"][0]["node"]["select_list"])
     if problem:
         raise FilterError(f"--where {shown(text)}: {problem} is not allowed: a filter is one condition on "
                           f"the runs' columns (e.g. \"{EXAMPLE}\"; docs/hostile-cases.md lists what it may use)")
@@ -95,14 +98,26 @@ def condition_sql(text: str) -> str:
     which must parse back to itself. The text the user typed never reaches a statement. (A
     relation's filter() would do the same at 0.3 s a listing: it binds the view of the 1,000
     files three more times.)"""
-    rendered = _rendered(parsed_filter(text))
-    if not rendered.startswith(SELECT) or _rendered(_serialized(rendered)) != rendered:
+    import duckdb
+
+    tree = parsed_filter(text)
+    try:
+        rendered = _rendered(tree)
+        again = _rendered(_serialized(rendered))
+    except duckdb.Error as error:
+        raise _not_one_condition(text, error) from None
+    if not rendered.startswith(SELECT) or again != rendered:
         raise FilterError(f"--where {shown(text)}: DuckDB writes it back as {shown(rendered)}, which reads "
                           "otherwise: write the condition in plainer terms")
     return rendered[len(SELECT):]
 
 
 SELECT = "SELECT "
+
+
+def _not_one_condition(text: str, error: Exception) -> FilterError:
+    said = str(error).replace(text, "<the filter>")  # quoted once, at the start
+    return FilterError(f"--where {shown(text)}: not one SQL condition: {_first_line(said)}")
 
 
 def _serialized(sql: str) -> str:
@@ -123,6 +138,26 @@ def _one_value(query: str, argument: str) -> str:
 
 
 _parser: dict = {}
+
+
+# JSON levels DuckDB's tree spends on one level of expression at most (a function: its object,
+# its list of children, the child's object), measured on nested NOT, abs(), +, coalesce, CAST.
+JSON_LEVELS_PER_EXPRESSION = 3
+
+
+def _loaded(tree: str) -> dict:
+    """The parsed tree as Python objects. CPython's JSON decoder recurses once per nested object
+    or list, and a filter DuckDB accepts (300 nested NOTs, up to its max_expression_depth of
+    1,000) is deeper than Python's default recursion limit: the limit is raised, for this call,
+    to the deepest tree DuckDB's parser can give, so what DuckDB accepts is checked, never a
+    RecursionError. (The check itself, refused_part, is a loop.)"""
+    deepest = int(_one_value("SELECT current_setting(?)", "max_expression_depth")) * JSON_LEVELS_PER_EXPRESSION
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, limit + deepest))
+    try:
+        return json.loads(tree)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _shape_problem(tree: dict) -> str | None:

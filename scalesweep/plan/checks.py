@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from scalesweep.contract import frameworks, layout, run_env
+from scalesweep.plan.launch import starts_process_per_gpu
 
 
 class ConfigError(ValueError):
@@ -198,7 +199,9 @@ def check_planned(config, all_settings, workdir=".", check_paths=True, *, traini
     `training_defaults`: the schema's (config.training_defaults), what a trainer-only setting is
     compared with."""
     check_steps_fit(config, all_settings)
-    check_env_path_words(config)
+    check_run_envs(config, all_settings)
+    check_bucket_sizes(config, all_settings)
+    check_trace_ranks(config, all_settings)
     check_trainer_only_settings(config, all_settings, training_defaults)
     if check_paths:
         check_history_dir(config, workdir)
@@ -232,16 +235,106 @@ def check_trainer_only_settings(config_dict, all_settings, defaults) -> None:
                 )
 
 
-def check_env_path_words(config_dict) -> None:
-    """Each `matrix.env` entry's run path folder `env~...` (contract/run_env.py) fits in a file name."""
-    for index, env in enumerate(config_dict["matrix"].get("env", [])):
-        word = "env~" + run_env.path_word(env)
-        if len(word.encode("utf-8")) > MAX_NAME_BYTES:
-            raise ConfigError(
-                f"matrix.env[{index}]",
-                f"its run path folder is {len(word.encode('utf-8'))} bytes, longer than a file "
-                f"name may be ({MAX_NAME_BYTES}): shorten the values ({word[:60]}...)",
-            )
+def env_key(config_dict, env) -> str:
+    """The config key a run's environment variables come from: its `matrix.env` entry, else
+    `training.env` (a matrix axis replaces the training setting whole)."""
+    axis = config_dict["matrix"].get("env")
+    return f"matrix.env[{axis.index(env)}]" if axis and env in axis else "training.env"
+
+
+# Variables the launcher sets for each trainer process itself: a value asked in `env` would be
+# overridden (or would break torchrun's rendezvous), while the run path named the asked value.
+LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES")
+
+
+def check_run_envs(config_dict, all_settings) -> None:
+    """Every environment a planned run starts with, wherever it comes from (`matrix.env` or
+    `training.env`): refused here what would fail the job or lose its measurement."""
+    checked = []
+    for settings in all_settings:
+        env = settings.get("env") or {}
+        if env in checked:
+            continue
+        checked.append(env)
+        key = env_key(config_dict, env)
+        check_env_path_word(key, env)
+        for name, value in env.items():
+            problem = env_value_problem(name, run_env.value_text(value))
+            if problem:
+                raise ConfigError(f"{key}.{name}", problem)
+
+
+def check_env_path_word(key, env) -> None:
+    """The run path folder `env~...` (contract/run_env.py) fits in a file name: a name too long
+    for it failed the job when it made its log folder."""
+    word = "env~" + run_env.path_word(env)
+    if len(word.encode("utf-8")) > MAX_NAME_BYTES:
+        raise ConfigError(
+            key,
+            f"its run path folder is {len(word.encode('utf-8'))} bytes, longer than a file "
+            f"name may be ({MAX_NAME_BYTES}): shorten the names or values ({word[:60]}...)",
+        )
+
+
+def env_value_problem(name: str, value: str) -> str | None:
+    """Why a run's variable `name`=`value` would fail its job or lose its measurement, or None."""
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+        # The trainer records what it saw in its header; the record contract refuses a control
+        # character there, so the run trained and its log was then refused.
+        return f"{value!r} holds a control character (a newline?), which a run's log cannot record: remove it"
+    if value.startswith("~") or SHELL_VARIABLE.search(value):
+        return (f"{value!r} holds '{value[0] if value.startswith('~') else '$'}', which is not expanded "
+                "(each value is passed as written, never through a shell): write the value in full")
+    if name in LAUNCHER_VARIABLES:
+        return "is set by the launcher for each trainer process; leave it out of env"
+    return None
+
+
+def check_bucket_sizes(config_dict, all_settings) -> None:
+    """DDP's bucket_cap_mb becomes int(MiB * 2**20) bytes: one under a byte makes buckets of none."""
+    for settings in all_settings:
+        size = settings.get("bucket_cap_mb")
+        if size is not None and size * 2**20 < 1:
+            raise ConfigError(setting_key(config_dict, "bucket_cap_mb"),
+                              f"{size!r} MiB is less than one byte (DDP sizes its buckets in whole "
+                              f"bytes): give at least {1 / 2**20:.2g} (25 is DDP's default)")
+
+
+def check_trace_ranks(config_dict, all_settings) -> None:
+    """`trace.ranks` names only ranks every traced run has: its world size is planned (one
+    process per GPU under torchrun; TensorFlow's one process traces every replica, so it reads
+    no ranks)."""
+    trace = config_dict.get("trace", {})
+    ranks = trace.get("ranks", [0])
+    if isinstance(ranks, str):
+        return
+    for settings in all_settings:
+        if not starts_process_per_gpu(settings) or not any(matches(settings, p) for p in trace.get("select", [])):
+            continue
+        world = settings["gpus"]  # torchrun: one process, one rank, per GPU
+        beyond = sorted(rank for rank in ranks if rank >= world)
+        if beyond:
+            raise ConfigError("trace.ranks", f"rank {beyond[0]} is not a rank of the traced run {settings['framework']} "
+                                              f"{settings['model']} on {settings['gpus']} GPUs (ranks 0-{world - 1}): "
+                                              "name ranks every traced run has, or 'all'")
+
+
+def check_finite_numbers(config) -> None:
+    """YAML's .nan and .inf are numbers to the schema, and NaN passes every bound (a peak of .inf
+    TFLOP/s made every MFU 0.0 %, a bucket of .nan MiB a job's error): no setting is infinite."""
+    for path, _, value in walk(config):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(key_path(path), f"is {value} (YAML's {'.nan' if math.isnan(value) else '.inf'}): "
+                                              "give a finite number")
+
+
+def matches(run, pattern):
+    """True when every key of the exclude pattern equals the run's value (lists mean any of)."""
+    for key, wanted in pattern.items():
+        allowed = wanted if isinstance(wanted, list) else [wanted]
+        if run.get(key) not in allowed:
+            return False
+    return True
 
 
 def check_history_dir(config, workdir=".") -> None:

@@ -211,6 +211,7 @@ def validate_config(config, schema=CONFIG_SCHEMA):
     from snakemake.utils import validate
 
     checks.check_names_and_nul_bytes(config)
+    checks.check_finite_numbers(config)
     try:
         validate(config, str(schema))
     except WorkflowError as error:

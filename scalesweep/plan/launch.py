@@ -214,7 +214,9 @@ def with_omp_threads(argv, settings):
     oversubscribe it 4 times); one process keeps the job's value. `env` runs inside the
     container, where every image has it."""
     processes = processes_per_node(settings)
-    return argv if processes == 1 else ["env", omp_threads_word(processes), *argv]
+    if processes == 1 or "OMP_NUM_THREADS" in (settings.get("env") or {}):
+        return argv  # a value the run asks for in env is what it runs with, as its run path says
+    return ["env", omp_threads_word(processes), *argv]
 
 
 def single_node_argv(settings, python, repo):

@@ -21,6 +21,7 @@ from scalesweep.plan.checks import (
     check_references,
     check_trainer_pythons,
     exclude_values,
+    matches,
 )
 
 CORE_AXES = ("framework", "model", "dataset", "gpus")
@@ -130,15 +131,6 @@ def epochs_warnings(config, all_settings):
 def config_warnings(config, excluded, all_settings):
     """What the config asks for that runs but is probably not what was meant (printed in the preview)."""
     return exclude_warnings(config, excluded) + epochs_warnings(config, all_settings)
-
-
-def matches(run, pattern):
-    """True when every key of the exclude pattern equals the run's value (lists mean any of)."""
-    for key, wanted in pattern.items():
-        allowed = wanted if isinstance(wanted, list) else [wanted]
-        if run.get(key) not in allowed:
-            return False
-    return True
 
 
 def exclusion_reason(run, config):

@@ -55,11 +55,15 @@ def where_lines(results: Path) -> list:
 
 
 def sweep_outcome(results=layout.RESULTS) -> str:
-    """The closing lines of a sweep, from results/tidy/runs.csv and what results/ holds."""
+    """The closing lines of a sweep that succeeded (Snakemake's onsuccess), from
+    results/tidy/runs.csv and what results/ holds. Without a runs table the targets asked for
+    were made and none of them was the tables (a single run's result, a dataset): no error to
+    point at, and what was measured is on disk for the next full sweep to tidy."""
     results = Path(results)
     runs_csv = Path(layout.in_results(results, layout.tidy_table("runs")))
     if not runs_csv.exists():
-        return "scalesweep: no runs table was written (see the errors above)"
+        return (f"scalesweep: the targets asked for are made; no runs table yet ({runs_csv}): "
+                "snakemake without a target tidies every run into it, training only what is missing")
     return outcome_lines(pd.read_csv(runs_csv, dtype=str, keep_default_na=False), str(runs_csv), results)
 
 

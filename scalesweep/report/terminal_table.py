@@ -52,7 +52,25 @@ def results_tables(results_dir) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         raise ResultsMissing(f"{scaling_csv}: no scaling table here; give the results folder of a "
                              "finished sweep (its results folder, or analyze's --out folder)")
     sweet_csv = Path(layout.results_table(str(results_dir), "sweet_spot"))
-    return pd.read_csv(scaling_csv), pd.read_csv(sweet_csv) if sweet_csv.is_file() else None
+    scaling = _with_columns(scaling_csv, READ_SCALING_COLUMNS)
+    return scaling, _with_columns(sweet_csv, SWEET_SPOT_COLUMNS) if sweet_csv.is_file() else None
+
+
+# What show reads of scaling.csv: the columns it prints but derives (the efficiency's interval,
+# the marks, flags and note, which may be absent) left out, the baseline it derives them from in.
+READ_SCALING_COLUMNS = ("baseline_gpus", *(column for column in SHOWN_COLUMNS
+                                          if column not in (*INTERVAL_COLUMNS, "flags", "note", "sweet_spot")))
+
+
+def _with_columns(path: Path, columns) -> pd.DataFrame:
+    """The table at `path`; ResultsMissing naming the file and the columns show prints that it
+    lacks (a table of an older scalesweep, or edited by hand), instead of a KeyError."""
+    table = pd.read_csv(path)
+    missing = [column for column in columns if column not in table.columns]
+    if missing:
+        raise ResultsMissing(f"{path}: has no column {', '.join(map(repr, missing))}, which show prints: "
+                             "write the tables again (scalesweep analyze, or the workflow's tables rule)")
+    return table
 
 
 def efficiency_interval(group: pd.DataFrame) -> pd.DataFrame:
@@ -102,11 +120,23 @@ def render(table: pd.DataFrame, keys: list, fmt: str, sweet_spot: pd.DataFrame |
     if fmt == "csv":
         return table.to_csv(index=False)
     if fmt == "markdown":
-        return table.to_markdown(index=False, floatfmt=".6g", missingval="") + "\n"
+        return markdown_cells(table).to_markdown(index=False, floatfmt=".6g", missingval="") + "\n"
     blocks = [textwrap.fill(LEGEND, width)]
     for values, rows in iter_groups(table, keys):
         blocks.append(group_text(values, rows, _group_rows(sweet_spot, values), width))
     return "\n\n".join(blocks) + "\n"
+
+
+def markdown_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """The text cells as a Markdown table cell must hold them (GitHub Flavored Markdown, tables):
+    a `|` escaped (a dataset named `a|b` split its row into one cell more, shifting every number
+    after it under the wrong header), a line break as <br> (a newline ended the row)."""
+    def escaped(value):
+        if not isinstance(value, str):
+            return value
+        return value.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+
+    return table.map(escaped)
 
 
 def group_text(values: dict, rows: pd.DataFrame, choices: pd.DataFrame | None, width: int) -> str:

@@ -100,6 +100,58 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def become_subreaper() -> None:
+    """Orphans below this process are re-parented to it, not to init (Linux prctl(2)
+    PR_SET_CHILD_SUBREAPER): a trainer process whose parent died stays findable as a
+    descendant. Best effort: elsewhere the process tree is only what it is."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def descendants(pid: int) -> set:
+    """The ids of every process below `pid` (Linux /proc; empty where it cannot be read)."""
+    children: dict = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, pending = set(), [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return found
+
+
+def signal_all(pids, signum: int) -> set:
+    """`signum` to each of `pids`; the ones still there."""
+    alive = set()
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+            alive.add(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return alive
+
+
 def signal_group(group: int, signum: int) -> bool:
     """Send `signum` to process group `group`; False when no process is left in it."""
     try:
@@ -110,16 +162,37 @@ def signal_group(group: int, signum: int) -> bool:
 
 
 def stop_group(leader: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM to the leader's group, SIGKILL to what is left of it after `grace_s`."""
+    """SIGTERM to the leader's group and to every process below this runner, SIGKILL to what is
+    left of them after `grace_s`. Not the group alone: a trainer may start processes in a group
+    or session of their own (torchrun's workers, a setsid), which a signal to the group misses,
+    and they trained on after their head was gone; the runner and the guard are subreapers, so
+    such a process stays below them even when its parent has died."""
+    below = descendants(os.getpid())
     signal_group(leader.pid, signal.SIGTERM)
+    signal_all(below, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         leader.poll()  # a zombie leader would keep the group alive
-        if not signal_group(leader.pid, 0):
+        below |= descendants(os.getpid())
+        reap_orphans(below - {leader.pid})
+        if not signal_group(leader.pid, 0) and not signal_all(below - {leader.pid}, 0):
             return
         time.sleep(0.1)
     signal_group(leader.pid, signal.SIGKILL)
+    signal_all(below | descendants(os.getpid()), signal.SIGKILL)
     leader.wait()
+    reap_orphans(below - {leader.pid})
+
+
+def reap_orphans(pids) -> None:
+    """Collect the exit status of those of `pids` re-parented to this subreaper (else they stay
+    zombies, and a zombie still answers signal 0). Never waitpid(-1): it could take the
+    leader's own status, which Popen then reads as 0, a success."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
 
 
 def watch(process: subprocess.Popen, poll_s: float, stop_reason) -> int | None:
@@ -151,6 +224,7 @@ def run_attempt(log: str, result: str, command: str, poll_s: float = POLL_S,
     attempt = claim_attempt(log)
     point_log_at(log, attempt)
     head = os.getppid()
+    become_subreaper()
     stop_requests: list = []
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda number, frame: stop_requests.append(f"signal {signal.Signals(number).name}"))
@@ -174,16 +248,20 @@ def guard(runner: int, argv: list, poll_s: float = POLL_S, grace_s: float = GRAC
     """The leader of the training's process group: runs `argv` and stops the whole group when
     `runner` (its parent) is gone. A plain SIGTERM to the group leaves the guard waiting for the
     training to end, so that the runner sees the training's own exit status."""
+    become_subreaper()
     training = subprocess.Popen(argv)
     signal.signal(signal.SIGTERM, lambda number, frame: None)  # after the fork: not inherited
     status = watch(training, poll_s, lambda: os.getppid() != runner)
     if status is not None:
         return status
+    below = descendants(os.getpid())
     signal_group(0, signal.SIGTERM)
+    signal_all(below, signal.SIGTERM)
     try:
         training.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         pass
+    signal_all(below | descendants(os.getpid()), signal.SIGKILL)
     signal_group(0, signal.SIGKILL)  # the guard too
     return exit_code(-signal.SIGKILL)
 

@@ -158,9 +158,25 @@ def while_unmeasured(framework, result_of, inputs_of):
         path = run_path(framework, wildcards)
         if Path(result_of(path)).exists():
             return []
-        return inputs_of(SETTINGS[path])
+        return inputs_of(planned_settings(path, result_of))
 
     return inputs
+
+
+def planned_settings(path, result_of):
+    """The settings of the planned run at `path`; for a target that matches a rule's pattern
+    but is no planned run (a path of the older run layout, a GPU count not in the matrix), a
+    refusal naming it and the layout a run's path has, not a KeyError from an input
+    function."""
+    if path in SETTINGS:
+        return SETTINGS[path]
+    example = f" (e.g. {result_of(RUN_PATHS[0])})" if RUN_PATHS else ""
+    raise WorkflowError(
+        f"{result_of(path)} is no run of this sweep's plan: a run's path is "
+        f"{layout.run_path('<framework>', '<model>', '<dataset>', '<gpus>')}[/<setting>~<value>...], with "
+        f"only the settings away from their defaults, sorted by name{example}; `snakemake -n` "
+        "lists the planned runs (docs/outputs.md: results of the older layout are not found)"
+    )
 
 
 def dataset_input(framework, result_of=run_log):

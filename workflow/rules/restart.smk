@@ -15,6 +15,9 @@ from scalesweep.plan.cluster import head_lock, slurm_jobs
 HOST = socket.gethostname()
 
 if workflow.is_main_process and not head_lock.unlocking(sys.argv):
+    LOCK_REFUSAL = head_lock.unreadable_lock(WORKDIR)
+    if LOCK_REFUSAL:
+        raise WorkflowError(LOCK_REFUSAL)
     LOCK_ADVICE = head_lock.lock_advice(WORKDIR, HOST, sys.argv)
     if LOCK_ADVICE:
         print(LOCK_ADVICE, file=sys.stderr)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import time
 from pathlib import Path
@@ -21,8 +22,32 @@ LOCKS = Path(".snakemake") / "locks"
 HEAD_RECORD = Path(".snakemake") / "scalesweep-head.json"
 
 
+# The lock files Snakemake itself reads (snakemake/persistence/file.py, _read_locks): regular
+# files named <number>.input.lock or <number>.output.lock; a folder of that name it skips.
+LOCK_NAME = re.compile(r"[0-9]+\.(input|output)\.lock")
+
+
 def lock_files(workdir) -> list[Path]:
-    return sorted((Path(workdir) / LOCKS).glob("*.lock"))
+    """The lock files Snakemake would stop at: anything else in locks/ (a folder named like a
+    lock, another name) it ignores and runs, so no advice is given about it."""
+    return sorted(path for path in (Path(workdir) / LOCKS).glob("*.lock")
+                  if LOCK_NAME.fullmatch(path.name) and path.is_file())
+
+
+def unreadable_lock(workdir) -> str | None:
+    """The refusal for a lock file this user cannot read, or None. Snakemake opens every lock
+    file after building its DAG and stops there with a PermissionError traceback; said here while
+    the workflow is parsed, with the one way on (--unlock removes the folder of locks whole)."""
+    for path in lock_files(workdir):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as error:
+            return (f"scalesweep: the lock file {path} cannot be read ({error.strerror}), so Snakemake "
+                    "cannot tell which files it locks: make sure no other Snakemake runs in this "
+                    "folder, then run the same command with --unlock (it removes .snakemake/locks/), "
+                    "then the command again")
+    return None
 
 
 def write_head_record(workdir, host: str, pid: int, started: float | None = None) -> None:
@@ -44,7 +69,9 @@ def head_record(workdir, locks: list[Path]) -> dict | None:
         written = path.stat().st_mtime
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or {"host", "pid", "started"} - record.keys():
+    if not isinstance(record, dict) or not (isinstance(record.get("host"), str)
+                                            and type(record.get("pid")) is int
+                                            and type(record.get("started")) in (int, float)):
         return None
     if locks and written < max(lock.stat().st_mtime for lock in locks):
         return None
@@ -69,14 +96,37 @@ def process_runs_in(pid: int, workdir) -> bool | None:
     return None
 
 
+def process_started(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch, to about a second: Linux /proc's
+    start in clock ticks after boot, and the boot time), or None where that cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+        # fields[0] is the state, the 3rd of stat(5)'s fields: starttime, the 22nd, is fields[19]
+        return int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+# The head writes its record once it holds the lock, after it started; /proc's start time is
+# rounded to the boot time's whole second. A process that started later than this after the
+# record was written is another process that got the dead head's id.
+START_SLACK_S = 2.0
+
+
 def head_state(record: dict | None, host: str, workdir) -> str:
-    """'running' (the head still runs here), 'gone' (it ran here and has ended), 'elsewhere'
-    (it ran on another machine: a login node of the same cluster) or 'unknown'."""
+    """'running' (the head still runs here), 'gone' (it ran here and has ended, its process id
+    free or reused by a later process), 'elsewhere' (it ran on another machine: a login node of
+    the same cluster) or 'unknown'."""
     if record is None:
         return "unknown"
     if record["host"] != host:
         return "elsewhere"
-    runs = process_runs_in(int(record["pid"]), workdir)
+    pid = int(record["pid"])
+    runs = process_runs_in(pid, workdir)
+    started = process_started(pid)
+    if runs is not False and started is not None and started > float(record["started"]) + START_SLACK_S:
+        return "gone"
     return {True: "running", False: "gone", None: "unknown"}[runs]
 
 
@@ -106,20 +156,9 @@ def advice(state: str, record: dict | None, argv: list[str]) -> str:
             "Let it finish, or stop it: Ctrl-C in its terminal (or kill -INT with its process id) "
             "cancels its SLURM jobs, kill -TERM lets them finish first. Do not --unlock while it runs."
         )
-    check = {
-        "gone": f"The Snakemake that took it ({who(record)}) is no longer running.",
-        "elsewhere": (
-            f"The Snakemake that took it ({who(record)}) ran on another machine: check there "
-            f"that it no longer runs (ssh {record['host']} ps -p {record['pid']})."
-        ),
-        "unknown": (
-            "Check that no other Snakemake runs in this folder, on this or another login node "
-            "(ps -fu $USER | grep snakemake)."
-        ),
-    }[state]
     unlock, again = commands(argv)
     return "\n".join([
-        f"scalesweep: this folder is locked (.snakemake/locks). {check}",
+        f"scalesweep: this folder is locked (.snakemake/locks). {what_to_check(state, record)}",
         "A head that was killed (an SSH drop, a kill signal, a power loss) leaves its lock; then:",
         "  1. make sure no other Snakemake runs in this folder;",
         f"  2. {unlock}",
@@ -128,6 +167,17 @@ def advice(state: str, record: dict | None, argv: list[str]) -> str:
         "     this folder instead of submitting them twice, keeps the results they finished and",
         "     runs again only what failed or never ran; docs/cluster-head.md)",
     ])
+
+
+def what_to_check(state: str, record: dict | None) -> str:
+    """Only the sentence of the state at hand: the others name a record that may not exist."""
+    if state == "gone":
+        return f"The Snakemake that took it ({who(record)}) is no longer running."
+    if state == "elsewhere":
+        return (f"The Snakemake that took it ({who(record)}) ran on another machine: check there "
+                f"that it no longer runs (ssh {record['host']} ps -p {record['pid']}).")
+    return ("Check that no other Snakemake runs in this folder, on this or another login node "
+            "(ps -fu $USER | grep snakemake).")
 
 
 def lock_advice(workdir, host: str, argv: list[str]) -> str | None:

@@ -65,8 +65,8 @@ def holds_a_file(folder) -> bool:
     return False
 
 
-def dataset_problem(path) -> str | None:
-    """Why a dataset folder cannot be read yet, or None."""
+def dataset_problem(path, fmt=None) -> str | None:
+    """Why a dataset folder (of format `fmt`) cannot be read yet, or None."""
     path = Path(path)
     if not path.exists():
         return "does not exist"
@@ -74,7 +74,24 @@ def dataset_problem(path) -> str | None:
         return "is a file, not the dataset's folder"
     if not holds_a_file(path):
         return "is empty (no file in it or below it)"
+    if fmt == "imagefolder":
+        return split_problem(path)
     return None
+
+
+# The split an imagefolder trainer reads first (scalesweep/train/torch_backend/data.py: load_split).
+TRAIN_SPLIT = "train"
+
+
+def split_problem(path: Path) -> str | None:
+    """An imagefolder dataset is the folder that holds train/<class>/*.jpeg: a path naming the
+    train/ split itself (its class folders one level too high) failed in every job's trainer."""
+    if (path / TRAIN_SPLIT).is_dir():
+        return None
+    if path.name == TRAIN_SPLIT:
+        return (f"is the {TRAIN_SPLIT}/ split itself; an imagefolder dataset is the folder that holds "
+                f"{TRAIN_SPLIT}/ (and val/): give {path.parent}")
+    return f"holds no {TRAIN_SPLIT}/ folder (an imagefolder dataset is {TRAIN_SPLIT}/<class>/*.jpeg and val/<class>/*.jpeg)"
 
 
 def image_problem(path) -> str | None:
@@ -101,7 +118,7 @@ def path_problems(config, all_settings, workdir=".") -> list:
     for name in sorted({settings["dataset"] for settings in all_settings}):
         spec = config["datasets"][name]
         if spec.get("synthetic") is None:
-            why = dataset_problem(Path(workdir) / spec["path"])
+            why = dataset_problem(Path(workdir) / spec["path"], spec["format"])
             if why:
                 problems.append((f"datasets.{name}.path", spec["path"], why + read_from(spec["path"], workdir)))
     container = config["container"]
