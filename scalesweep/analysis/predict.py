@@ -36,7 +36,8 @@ import pandas as pd
 
 from scalesweep.analysis.scaling import flagged_gpus
 from scalesweep.contract import frameworks
-from scalesweep.plan.analysis_settings import DEFAULTS, AnalysisSettings, link_problem, uneven_counts
+from scalesweep.plan.analysis_settings import DEFAULTS, AnalysisSettings
+from scalesweep.plan.checks import link_problem, uneven_counts
 from scalesweep.tidy.table import group_keys, iter_groups, key_tuple
 
 METHOD_MODEL = "step model (t0 + S x tau, log growth)"
@@ -496,7 +497,7 @@ def out_of_range(rows: pd.DataFrame, gpus: np.ndarray) -> str:
             bad = np.flatnonzero(given & ~(np.isfinite(values) & fits(values)))
         if len(bad):
             at = bad[0]
-            return (f"runs.csv: {column} = {values[at]!r} at {gpus[at]:.0f} GPUs is not {meaning}: "
+            return (f"runs.csv: {column} = {float(values[at])!r} at {gpus[at]:.0f} GPUs is not {meaning}: "
                     f"no prediction for this group")
     return ""
 

@@ -16,36 +16,12 @@ import dataclasses
 import math
 from collections.abc import Mapping
 
+from scalesweep.plan.checks import link_problem, uneven_counts
 from scalesweep.plan.config import section_defaults
 
 # The config's name of a setting where it differs from the field's (the tables rule's params,
 # which the report's captions read, are the fields).
 CONFIG_KEYS = {"efficiency_floor": "efficiency_floor_pct"}
-
-# What a bus bandwidth across nodes or a per-hop latency may be before it is refused as a
-# typo or a broken measurement: no GPU's links carry more than NVLink 5's 1.8 TB/s (both
-# directions, NVIDIA's Blackwell datasheet), and a hop of 10 ms is a wide-area link, not a
-# cluster's network.
-MAX_BUSBW_GB_S = 1800.0
-MAX_LATENCY_S = 0.01
-
-
-def link_problem(busbw_gb_s, latency_s) -> str:
-    """'' when a bus bandwidth (GB/s) and a latency (s) can be a network's, else what is wrong,
-    naming the value: for a config key, a command-line option and network.csv alike."""
-    if not (isinstance(busbw_gb_s, (int, float)) and math.isfinite(busbw_gb_s) and 0 < busbw_gb_s <= MAX_BUSBW_GB_S):
-        return f"busbw_gb_s must be a bus bandwidth in (0, {MAX_BUSBW_GB_S:g}] GB/s, got {busbw_gb_s!r}"
-    if not (isinstance(latency_s, (int, float)) and math.isfinite(latency_s) and 0 <= latency_s <= MAX_LATENCY_S):
-        return f"latency must be a time in [0, {MAX_LATENCY_S:g}] s, got {latency_s!r} s"
-    return ""
-
-
-def uneven_counts(counts, gpus_per_node) -> list:
-    """The counts that span nodes but do not fill them (none without a node size)."""
-    if not gpus_per_node:
-        return []
-    return [count for count in counts if count > gpus_per_node and count % gpus_per_node]
-
 
 @dataclasses.dataclass(frozen=True)
 class AnalysisSettings:

@@ -422,7 +422,7 @@ def network_probe_wanted(analysis, swept_frameworks):
     two doublings) book no 2-node job the user did not ask for: `snakemake probe_network` runs it
     alone."""
     asked = analysis.predict_gpus
-    if not asked:
+    if not asked or analysis.network_busbw_gb_s is not None:  # a what-if network replaces the probe's
         return False
     spans_nodes = any(frameworks.get(name).multinode for name in swept_frameworks)
     return spans_nodes and max(asked) > analysis.node_gpus()
