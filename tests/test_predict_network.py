@@ -208,3 +208,42 @@ def test_backward_share_0_exposes_everything_and_1_hides_up_to_all_compute(share
     assert "the runs overlapped 98 % of the all-reduce at 4 GPUs where backward_share 0 gives 0 %" in contradicted["inputs"]
     agreed = predict.predict_model(8, measured_example(), steps_of, 4, slow, 2 / 3)
     assert "contradicts" not in agreed["inputs"]
+
+
+def test_a_what_if_network_from_the_config_goes_through_tables_figures_and_findings(tmp_path):
+    """analysis.network (and backward_share) through the tables stage into predictions.csv, the
+    efficiency figure's predicted points and findings.md, labelled as given, not measured."""
+    from scalesweep.analysis import tables
+    from scalesweep.plan import launch
+    from scalesweep.report import figures, findings
+
+    runs_csv = tmp_path / "runs.csv"
+    runs().to_csv(runs_csv, index=False)
+    settings = AnalysisSettings.from_config({"predict_gpus": [8, 16, 32], "backward_share": 2 / 3,
+                                             "network": {"busbw_gb_s": 6, "latency_us": 30}}, {"gpus_per_node": 4})
+    assert not launch.network_probe_wanted(settings, ["pytorch"])  # the what-if books no probe job
+    outputs = tables.outputs_in(tmp_path / "tables")
+    tables.write_tables(runs_csv, outputs, settings)
+    table = pd.read_csv(outputs["predictions"]).set_index("gpus")
+    for n, issue in ISSUE_EFFICIENCY.items():
+        assert table.loc[n, "efficiency_pct"] == pytest.approx(issue, abs=0.05)
+        assert "6 GB/s across nodes (what-if: given, not measured here, 30 us per hop)" in table.loc[n, "inputs"]
+    drawn = figures.build_figures(pd.read_csv(outputs["scaling"]), pd.read_csv(outputs["fits"]), table.reset_index())
+    points = drawn["efficiency_all"].curves
+    points = points[points["kind"] == "predicted"].sort_values("gpus")
+    assert points["y"].tolist() == pytest.approx([table.loc[n, "efficiency_pct"] for n in (8, 16, 32)])
+    text = findings.findings_text(pd.read_csv(outputs["scaling"]), pd.read_csv(outputs["fits"]),
+                                  pd.read_csv(outputs["sweet_spot"]), table.reset_index())
+    assert "Limited by the network: 6 GB/s across nodes exposes 255 ms of a 424 ms step." in text
+    assert "Prediction (Amdahl" not in text
+    assert not pd.read_csv(outputs["fits"]).empty  # the fit is still kept, in fits.csv
+
+
+@pytest.mark.command
+def test_the_what_if_flags_predict_another_cluster_labelled(tmp_path):
+    done = analyze(tmp_path, runs(), "--network-busbw", 6, "--network-latency-us", 30)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = predictions(tmp_path)
+    for n, issue in ISSUE_EFFICIENCY.items():
+        assert table.loc[n, "efficiency_pct"] == pytest.approx(issue, abs=0.05)
+        assert "what-if: given, not measured here" in table.loc[n, "inputs"]
