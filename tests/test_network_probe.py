@@ -20,7 +20,7 @@ from scalesweep.contract import layout
 from scalesweep.plan import launch
 
 from scalesweep.train.common import stepparts
-from scalesweep.train.torch_backend import nccl_tests
+from scalesweep.train import nccl_tests
 from scalesweep.train.torch_backend import network_probe as probe_network
 from stacks import container_python
 

@@ -360,7 +360,7 @@ def network_probe_command(cluster, container, repo, workdir, host_python, out, m
 
 def nccl_tests_step(settings, container, repo, workdir, host_python, out):
     """nccl-tests' all_reduce_perf across the probe's nodes where the image has it
-    (scalesweep/train/torch_backend/nccl_tests.py): asked inside the image (no program: nothing
+    (scalesweep/train/nccl_tests.py): asked inside the image (no program: nothing
     runs, network.csv stays torch's), run by srun as one task per node driving its GPUs (the
     ranks nccl-tests' MPI build expects), its table kept beside network.csv and merged into it. A
     failure of it leaves torch's row and says so: the prediction does not need it."""
