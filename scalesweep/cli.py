@@ -133,6 +133,11 @@ def main(argv=None):
                              help=f"GPU counts to predict ({layout.table('predictions')}; docs/prediction.md)")
     analyze_cmd.add_argument("--network", default=None, metavar="CSV",
                              help="the network probe's network.csv: the predictions' inter-node bandwidth")
+    analyze_cmd.add_argument("--network-busbw", type=number(0, low_open=True), default=None, metavar="GB/S",
+                             help="what if: the all-reduce bus bandwidth across nodes of another cluster, "
+                             "used instead of --network's and labelled as given (docs/prediction.md)")
+    analyze_cmd.add_argument("--network-latency-us", type=number(0), default=None, metavar="US",
+                             help="what if: its all-reduce latency per ring hop (with --network-busbw; default 0)")
     analyze_cmd.add_argument("--gpus-per-node", type=positive_count, default=None, metavar="N",
                              help="GPUs of one node, where the prediction starts to pay for the network")
     analyze_cmd.add_argument("--allow-superlinear", action="store_true", default=None,
@@ -153,7 +158,9 @@ def main(argv=None):
         settings = AnalysisSettings.from_options(
             efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
             epoch_budget=args.epoch_budget, greenest_time_bound_s=args.greenest_time_bound_s,
-            allow_superlinear=args.allow_superlinear, predict_gpus=args.predict, gpus_per_node=args.gpus_per_node)
+            allow_superlinear=args.allow_superlinear, predict_gpus=args.predict, gpus_per_node=args.gpus_per_node,
+            network_busbw_gb_s=args.network_busbw,
+            network_latency_s=None if args.network_latency_us is None else args.network_latency_us / 1e6)
         refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch,
                           dict(args.world_size), args.network)
     except (ValueError, FileNotFoundError, LogFormatError) as error:

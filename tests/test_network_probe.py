@@ -6,6 +6,7 @@ two nodes with gloo."""
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,15 +15,19 @@ import pandas as pd
 import pytest
 import yaml
 
+from scalesweep.analysis import predict
+from scalesweep.contract import layout
 from scalesweep.plan import launch
 
 from scalesweep.train.common import stepparts
+from scalesweep.train import nccl_tests
 from scalesweep.train.torch_backend import network_probe as probe_network
 from stacks import container_python
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+STANDIN_ALL_REDUCE_PERF = Path(__file__).resolve().parent / "standins" / "all_reduce_perf"
 PROBED = {"model": "vit_h_14@224", "gradient_bytes": 2_528_183_200, "bytes": 100_000_000,
           "bucket_bytes": stepparts.BUCKET_BYTES, "note": ""}
 
@@ -127,6 +132,7 @@ def probe_command(container, out, repo="/repo with space", workdir="/work dir"):
 
 
 def per_node_words(command):
+    command = command.split(" && if NCCL_TESTS=")[0]  # the torch step; nccl-tests' follows it
     srun = shlex.split(command.split(" && ")[-1])
     per_node = shlex.split(srun[-1].replace("$SLURM_NODEID", "0").replace("$SLURM_JOB_ID", "1")
                            .replace("$MASTER_ADDR:$MASTER_PORT", "h:1"))
@@ -185,6 +191,8 @@ def container_for(runtime, tmp_path):
     image = tmp_path / "images" / "pytorch 24.07"
     write_executable(image / "bin" / "python", f'#!/bin/bash\necho "$SINGULARITY_CONTAINER" >> "{tmp_path}/started"\n'
                                                f'exec "{stack_python(STACKS["pytorch"])}" "$@"\n')
+    # The image holds nccl-tests, as NVIDIA's do: the stand-in in its bin/, found by `command -v` inside.
+    shutil.copy(STANDIN_ALL_REDUCE_PERF, image / "bin" / "all_reduce_perf")
     return {"runtime": "singularity", "args": ["--nv"], "binds": [], "images": {"pytorch": str(image)}}, bin_dir
 
 
@@ -215,8 +223,54 @@ def test_the_probe_runs_across_the_test_clusters_two_nodes(tmp_path, runtime):
     assert (row["bucket_bytes"], row["buckets"], row["note"]) == (25 * 2**20, 2, "")
     assert row["busbw_gb_s"] > 0 and row["latency_s"] > 0
     assert "network probe: 2 node(s), 4 ranks, gloo" in log
-    if runtime == "singularity":  # the image's python started torchrun once on each node
-        assert (tmp_path / "started").read_text().splitlines() == [container["images"]["pytorch"]] * 2
+    table = Path(layout.nccl_tests_output(str(out)))
+    if runtime == "singularity":  # the image's python started torchrun once on each node, then asked and merged
+        assert (tmp_path / "started").read_text().splitlines()[:2] == [container["images"]["pytorch"]] * 2
+        # all_reduce_perf ran across both nodes, from one bucket (25 MiB) to the gradient (46,758,048
+        # bytes): one size; its table is kept and its bus bandwidth sits beside torch's.
+        assert table.read_text().startswith("# nThread 1 nGpus 2 minBytes 26214400 maxBytes 46758048 step: 2(factor) ")
+        parsed = nccl_tests.parse_table(table.read_text())
+        assert [size for size, _, _ in parsed["rows"]] == [26214400]
+        assert (row["nccl_busbw_gb_s"], row["nccl_avg_busbw_gb_s"], row["source"]) == (1.5, 1.5, nccl_tests.SOURCE)
+        assert "network probe: nccl-tests all_reduce_perf busbw 1.5 GB/s" in log
+        network = predict.read_network_csv(out)
+        assert network.nccl_busbw_gb_s == 1.5  # torch's gloo differs by far more than 10 %: said
+        assert "nccl-tests' all_reduce_perf measured 1.5 GB/s" in predict.bandwidth_note(network)
+    else:  # the host has no all_reduce_perf: nothing changes
+        assert not table.exists() and "nccl_busbw_gb_s" not in row.index
+
+
+def test_nccl_tests_table_is_read_in_both_layouts_and_merged_beside_torchs(tmp_path):
+    """The parser reads nccl-tests' table as the tool prints it: rows of size, count, type, redop
+    (and root, since 2.13) with out-of-place and in-place time, algbw, busbw and #wrong (error
+    before), the '# Avg bus bandwidth' line; NCCL's INFO lines and the headers pass by."""
+    current = "\n".join([
+        "# nThread 1 nGpus 4 minBytes 26214400 maxBytes 104857600 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
+        "node1:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+        "    26214400       6553600     float     sum      -1   2912.1    9.00   15.75      0   2905.0    9.02   15.79      0",
+        "   104857600      26214400     float     sum      -1    10486   10.00   17.50      0    10401   10.08   17.64      0",
+        "# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 16.67 ", "#"])
+    older = "\n".join([
+        "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
+        "    26214400       6553600   float     sum   2912.1    9.00   15.75  0e+00   2905.0    9.02   15.79  0e+00",
+        " Avg bus bandwidth    : 15.77 "])
+    assert nccl_tests.parse_table(current) == {"rows": [(26214400, 15.75, 15.79), (104857600, 17.5, 17.64)],
+                                               "avg_busbw_gb_s": 16.67}
+    assert nccl_tests.parse_table(older.replace(" Avg", "# Avg"))["rows"] == [(26214400, 15.75, 15.79)]
+    with pytest.raises(ValueError, match="no all_reduce_perf table"):
+        nccl_tests.parse_table("NCCL WARN connection refused\n")
+    row = probe_network.probe_row([0.5] * 3, [140e-6] * 3, {**PROBED, "bytes": 104857600, "gradient_bytes": 104857600},
+                                  [(0, "node1")] * 4 + [(1, "node2")] * 4, "nccl", 3.0)
+    csv = tmp_path / "network.csv"
+    probe_network.write_row(row, str(csv))
+    assert nccl_tests.command(nccl_tests.read_row(str(csv)), 4) == [
+        "all_reduce_perf", "-b", "26214400", "-e", "104857600", "-f", "2", "-g", "4"]
+    (tmp_path / "t.txt").write_text(current)
+    assert nccl_tests.main(["merge", f"--out={csv}", f"--table={tmp_path / 't.txt'}"]) == 0
+    merged = pd.read_csv(csv).iloc[0]
+    assert (merged["nccl_busbw_gb_s"], merged["nccl_gradient_busbw_gb_s"], merged["nccl_avg_busbw_gb_s"]) == (15.75, 17.5, 16.67)
+    assert merged["busbw_gb_s"] == pytest.approx(row["busbw_gb_s"])  # torch's kept, the one the prediction uses
 
 
 def test_the_sweep_probes_when_it_predicts_beyond_a_node():
@@ -244,10 +298,10 @@ def test_a_probed_network_drives_the_communication_rule(tmp_path):
     csv = tmp_path / "network.csv"
     csv.write_text("busbw_gb_s,latency_s,nodes\n92.0,5e-06,2\n")
     network = predict.read_network_csv(csv)
-    assert network == predict.Network(92.0, 5e-06)
+    assert (network.busbw_gb_s, network.latency_s, network.source) == (92.0, 5e-06, "the network probe, network.csv")
     broken = tmp_path / "broken.csv"
     broken.write_text("busbw_gb_s,latency_s\n0,0\n")
-    with pytest.raises(ValueError, match="broken.csv: busbw_gb_s must be > 0"):
+    with pytest.raises(ValueError, match=r"broken.csv: busbw_gb_s must be a bus bandwidth in \(0, 1800\] GB/s, got 0.0"):
         predict.read_network_csv(broken)
 
 

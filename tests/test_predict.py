@@ -117,7 +117,10 @@ def test_without_step_times_the_amdahl_fit_is_the_labelled_fallback():
     one = book_runs()
     one = one[one.gpus == 1]
     table = predict.prediction_table(one, settings((8,), 4))
-    assert set(table["method"]) == {predict.METHOD_MODEL}  # step times: flat = log at one count
+    # Step times at one count and no network rule: no growth to continue, and a band of the flat
+    # rule alone would be zero wide (issue 38): no prediction, said.
+    assert set(table["method"]) == {predict.METHOD_NONE}
+    assert table["inputs"].str.startswith("one measured GPU count (1) and no network rule").all()
     lonely = predict.prediction_table(book_runs(with_columns=False).query("gpus == 1"), settings((8,), 4))
     assert set(lonely["method"]) == {predict.METHOD_NONE} and lonely["efficiency_pct"].isna().all()
     assert "one measured GPU count" in lonely["inputs"].iloc[0]

@@ -9,11 +9,15 @@ largest count; beyond it three growth rules bound it:
 - flat: no growth (optimistic, the band's high end);
 - log: the growth per doubling measured (least squares of tau over log2 N), continued (the point
   estimate);
-- comm: the all-reduce of the gradient bytes with no overlap, alpha-beta ring model, over the
-  inter-node bus bandwidth the network probe measured (or the intra-node one inside a node);
-  without bandwidths, twice the measured growth per doubling (pessimistic, the band's low end).
+- network: the step's parts (runs.csv's breakdown) with the all-reduce of the gradient bytes
+  (alpha-beta ring model) hidden behind the backward pass up to `backward_share` of compute, the
+  last bucket never hidden, over the probe's (or a what-if) bandwidth across nodes and the
+  measured one inside a node, and the sync wait grown by its own growth per doubling;
+- no overlap: the same with nothing hidden (pessimistic, the band's low end). Without a
+  breakdown, the all-reduce with no overlap less the in-node one inside tau; without
+  bandwidths, twice the measured growth per doubling.
 
-The band is then widened by the run-to-run noise of the measured points (repeats, else the runs'
+The point estimate is the larger of the log and network rules. The band is then widened by the run-to-run noise of the measured points (repeats, else the runs'
 own step-time intervals). Without step times, or with one GPU count, the prediction falls back to
 the Amdahl fit of the measured speedups (labelled) or says why there is none. Every function here
 is pure: the tables stage hands it the runs.
@@ -25,26 +29,35 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from scalesweep.analysis.scaling import flagged_gpus
 from scalesweep.contract import frameworks
-from scalesweep.plan.analysis_settings import AnalysisSettings
+from scalesweep.plan.analysis_settings import DEFAULTS, AnalysisSettings
+from scalesweep.plan.checks import link_problem, uneven_counts
 from scalesweep.tidy.table import group_keys, iter_groups, key_tuple
 
 METHOD_MODEL = "step model (t0 + S x tau, log growth)"
+METHOD_NETWORK = "step model (t0 + S x tau, network rule)"
+STEP_METHODS = (METHOD_MODEL, METHOD_NETWORK)
 METHOD_AMDAHL = "amdahl fit (no step times): speedups only, no communication term"
 METHOD_NONE = "none"
+MIB = 1024 * 1024
 STEEP_FACTOR = 2.0  # the comm rule without bandwidths: this many times the measured growth per doubling
+# Points of overlap by which the runs' measured overlap in the node may differ from the one
+# backward_share gives before `inputs` says the share contradicts them.
+OVERLAP_AGREEMENT_PTS = 25.0
+NCCL_TESTS_AGREEMENT = 0.10  # relative difference of the two probes' bus bandwidths said in `inputs`
 
 PREDICTION_COLUMNS = (
     "gpus", "nodes", "measured_gpus", "steps_per_epoch", "step_time_s", "epoch_overhead_s",
     "epoch_time_s", "epoch_time_low_s", "epoch_time_high_s",
     "throughput_img_s", "throughput_low_img_s", "throughput_high_img_s",
     "efficiency_pct", "efficiency_low_pct", "efficiency_high_pct",
-    "time_to_solution_s", "measured_efficiency_pct", "error_pts", "method", "inputs",
+    "time_to_solution_s", "measured_efficiency_pct", "error_pts", "method", "limited_by", "inputs",
 )  # fmt: skip
 
 
@@ -62,28 +75,56 @@ class Measured:
     epochs: float
     allreduce_bytes: float = math.nan
     intra_busbw_gb_s: float = math.nan  # at the largest measured count
+    # The step breakdown (runs.csv, docs/records.md): compute, the exposed communication and the
+    # in-node all-reduce probe's time at the largest count, the sync wait per count.
+    compute_s: float = math.nan
+    sync_comm_s: float = math.nan
+    allreduce_s: float = math.nan
+    sync_wait_s: tuple = ()
+    bucket_bytes: float = frameworks.DDP_BUCKET_CAP_MB * MIB
 
 
 @dataclass(frozen=True)
 class Network:
-    """The inter-node all-reduce the network probe measured (results/tables/network.csv)."""
+    """The all-reduce across nodes: the network probe's (results/tables/network.csv) or a
+    what-if's (`--network-busbw`, `analysis.network`), which `source` names."""
 
     busbw_gb_s: float
     latency_s: float = 0.0
+    source: str = "the network probe"
+    # nccl-tests' bus bandwidth beside torch's where the image has all_reduce_perf
+    nccl_busbw_gb_s: float = math.nan
 
 
 def read_network_csv(path) -> Network:
     """The network probe's row (scripts/probe_network.py,
-    scalesweep/train/torch_backend/network_probe.py); ValueError naming the file when it holds no
-    positive bus bandwidth (a prediction must not rest on a broken probe)."""
+    scalesweep/train/torch_backend/network_probe.py); ValueError naming the file and the value
+    when it holds not exactly one row, or a bandwidth or latency no network has (a prediction must
+    not rest on a broken probe)."""
     try:
-        row = pd.read_csv(path).iloc[0]
-        busbw, latency = float(row["busbw_gb_s"]), float(row.get("latency_s", 0.0) or 0.0)
-    except (OSError, IndexError, KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        table = pd.read_csv(path)
+        busbw = pd.to_numeric(table["busbw_gb_s"], errors="coerce")
+        latency = pd.to_numeric(table["latency_s"], errors="coerce") if "latency_s" in table else pd.Series([0.0])
+        nccl = pd.to_numeric(table["nccl_busbw_gb_s"], errors="coerce") if "nccl_busbw_gb_s" in table else None
+    except (OSError, KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise ValueError(f"{path}: cannot read the network probe's row: {error}") from error
-    if not busbw > 0:
-        raise ValueError(f"{path}: busbw_gb_s must be > 0, got {busbw}")
-    return Network(busbw, latency if math.isfinite(latency) else 0.0)
+    if len(table) != 1:
+        raise ValueError(f"{path}: the network probe writes one row, this file holds {len(table)}")
+    problem = link_problem(float(busbw.iloc[0]), float(latency.iloc[0]))
+    if problem:
+        raise ValueError(f"{path}: {problem}")
+    return Network(float(busbw.iloc[0]), float(latency.iloc[0]), source=f"the network probe, {Path(path).name}",
+                   nccl_busbw_gb_s=math.nan if nccl is None else float(nccl.iloc[0]))
+
+
+def network_of(settings: AnalysisSettings, probed: Network | None) -> Network | None:
+    """The network across nodes a prediction uses: the settings' what-if (analysis.network,
+    --network-busbw) before the probe's, labelled as such."""
+    if settings.network_busbw_gb_s is None:
+        return probed
+    latency = settings.network_latency_s or 0.0
+    return Network(settings.network_busbw_gb_s, latency,
+                   source=f"what-if: given, not measured here, {1e6 * latency:g} us per hop")
 
 
 def ring_allreduce_s(ranks: int, nbytes: float, busbw_gb_s: float, latency_s: float = 0.0) -> float:
@@ -103,25 +144,120 @@ def growth_per_doubling(gpus, step_times) -> float:
     return max(0.0, float(np.polyfit(x, y, 1)[0]))
 
 
-def step_time_rules(n: int, measured: Measured, gpus_per_node: int, network: Network | None) -> dict:
-    """tau(n) under each growth rule: {"flat", "log", "comm"} (s) and what "comm" rests on."""
+def exposed_comm_s(ranks: int, nbytes: float, bucket_bytes: float, busbw_gb_s: float, latency_s: float,
+                   hidden_s: float) -> float:
+    """The communication a step cannot hide: the all-reduce of all its bytes less what the
+    backward pass hides (`hidden_s`), never less than the last bucket's, which DDP reduces only
+    once the backward pass has ended."""
+    last_bucket = ring_allreduce_s(ranks, min(bucket_bytes, nbytes), busbw_gb_s, latency_s)
+    return max(last_bucket, ring_allreduce_s(ranks, nbytes, busbw_gb_s, latency_s) - hidden_s)
+
+
+def has_breakdown(measured: Measured) -> bool:
+    """Whether the runs give the network rule its inputs: the gradient bytes, compute and the
+    sync wait at every count."""
+    waits = measured.sync_wait_s
+    return (measured.allreduce_bytes > 0 and measured.compute_s > 0 and len(waits) == len(measured.gpus)
+            and all(math.isfinite(wait) for wait in waits))
+
+
+def link_at(n: int, measured: Measured, gpus_per_node: int, network: Network | None):
+    """(bus bandwidth GB/s, latency s, words) of an all-reduce over `n` GPUs: in the node the
+    bandwidth the runs measured, across nodes the probe's or the what-if's; None when unknown."""
+    if n <= gpus_per_node:
+        if measured.intra_busbw_gb_s > 0:
+            return measured.intra_busbw_gb_s, 0.0, f"{measured.intra_busbw_gb_s:.3g} GB/s in the node (measured)"
+        return None
+    if network is None:
+        return None
+    return network.busbw_gb_s, network.latency_s, f"{network.busbw_gb_s:.3g} GB/s across nodes ({network.source})"
+
+
+def exposed_in_tau(measured: Measured, backward_share: float) -> float:
+    """The exposed communication already inside the largest count's tau: the breakdown's sync
+    comm, else the network rule's own at the in-node bandwidth (0 without one: one process)."""
+    if math.isfinite(measured.sync_comm_s):
+        return max(0.0, measured.sync_comm_s)
+    if measured.intra_busbw_gb_s > 0:
+        return exposed_comm_s(measured.gpus[-1], measured.allreduce_bytes, measured.bucket_bytes,
+                              measured.intra_busbw_gb_s, 0.0, backward_share * measured.compute_s)
+    return 0.0
+
+
+def network_rules(n: int, measured: Measured, gpus_per_node: int, network: Network | None,
+                  backward_share: float) -> dict | None:
+    """tau(n) by the network rule and with no overlap at all, from the group's own breakdown:
+    tau(last) less the communication exposed in it, plus the sync wait's growth per doubling
+    continued, plus the communication exposed at n. None without a breakdown or a bandwidth."""
+    link = link_at(n, measured, gpus_per_node, network) if has_breakdown(measured) else None
+    if link is None:
+        return None
+    busbw, latency, words = link
+    wait_growth = growth_per_doubling(measured.gpus, measured.sync_wait_s)
+    base = (measured.step_time_s[-1] - exposed_in_tau(measured, backward_share)
+            + wait_growth * math.log2(n / measured.gpus[-1]))
+    exposed = exposed_comm_s(n, measured.allreduce_bytes, measured.bucket_bytes, busbw, latency,
+                             backward_share * measured.compute_s)
+    whole = ring_allreduce_s(n, measured.allreduce_bytes, busbw, latency)
+    return {"network": base + exposed, "no_overlap": base + whole, "exposed_s": exposed, "link": words,
+            "wait_growth_s": wait_growth}
+
+
+def step_time_rules(n: int, measured: Measured, gpus_per_node: int, network: Network | None,
+                    backward_share: float | None = None) -> dict:
+    """tau(n) under each growth rule: {"flat", "log", "comm"} (s), "network" where the runs give
+    its inputs, the point estimate ("point", the larger of log and network, named in
+    "point_rule") and what "comm", the band's low end, rests on."""
+    share = DEFAULTS.backward_share if backward_share is None else backward_share
     last_n, last_tau = measured.gpus[-1], measured.step_time_s[-1]
     growth = growth_per_doubling(measured.gpus, measured.step_time_s)
     doublings = math.log2(n / last_n)
     rules = {"flat": last_tau, "log": last_tau + growth * doublings}
-    comm, basis = None, None
-    has_bytes = measured.allreduce_bytes > 0 and measured.intra_busbw_gb_s > 0
-    if has_bytes and n <= gpus_per_node:
-        inside = [ring_allreduce_s(k, measured.allreduce_bytes, measured.intra_busbw_gb_s) for k in (n, last_n)]
-        comm, basis = last_tau + inside[0] - inside[1], f"all-reduce at {measured.intra_busbw_gb_s:.3g} GB/s in the node"
-    elif has_bytes and network is not None:
-        across = ring_allreduce_s(n, measured.allreduce_bytes, network.busbw_gb_s, network.latency_s)
-        inside = ring_allreduce_s(last_n, measured.allreduce_bytes, measured.intra_busbw_gb_s)
-        comm, basis = last_tau + across - inside, f"all-reduce at {network.busbw_gb_s:.3g} GB/s across nodes, no overlap"
+    net = network_rules(n, measured, gpus_per_node, network, share)
+    if net is not None:
+        rules["network"] = net["network"]
+        comm, basis = net["no_overlap"], f"all-reduce at {net['link']}, no overlap"
+    else:
+        comm, basis = no_overlap_without_breakdown(n, measured, gpus_per_node, network)
     if comm is None:
         comm, basis = last_tau + STEEP_FACTOR * growth * doublings, f"{STEEP_FACTOR:g} x the growth per doubling"
-    rules["comm"] = max(comm, rules["log"])
-    return {**rules, "comm_basis": basis, "growth_s": growth}
+    point_rule = "network" if net is not None and net["network"] > rules["log"] else "log"
+    point = rules[point_rule]
+    rules["comm"] = max(comm, point)
+    return {**rules, "point": point, "point_rule": point_rule, "net": net, "comm_basis": basis, "growth_s": growth}
+
+
+def no_overlap_without_breakdown(n: int, measured: Measured, gpus_per_node: int, network: Network | None):
+    """(tau, basis) of the all-reduce with no overlap from the gradient bytes and the in-node bus
+    bandwidth alone, less the in-node all-reduce inside tau; (None, None) without them."""
+    last_n, last_tau = measured.gpus[-1], measured.step_time_s[-1]
+    if not (measured.allreduce_bytes > 0 and measured.intra_busbw_gb_s > 0):
+        return None, None
+    inside = ring_allreduce_s(last_n, measured.allreduce_bytes, measured.intra_busbw_gb_s)
+    if n <= gpus_per_node:
+        within = ring_allreduce_s(n, measured.allreduce_bytes, measured.intra_busbw_gb_s)
+        return last_tau + within - inside, f"all-reduce at {measured.intra_busbw_gb_s:.3g} GB/s in the node"
+    if network is None:
+        return None, None
+    across = ring_allreduce_s(n, measured.allreduce_bytes, network.busbw_gb_s, network.latency_s)
+    return (last_tau + across - inside,
+            f"all-reduce at {network.busbw_gb_s:.3g} GB/s across nodes ({network.source}), no overlap")
+
+
+def overlap_note(measured: Measured, backward_share: float) -> str:
+    """What the node's runs say of `backward_share`: '' when the overlap they measured at the
+    largest count (1 - sync comm / the all-reduce probe's time) is within OVERLAP_AGREEMENT_PTS of
+    the one the share gives there, else the contradiction in words."""
+    pure, comm = measured.allreduce_s, measured.sync_comm_s
+    if not (pure > 0 and math.isfinite(comm) and measured.compute_s > 0 and measured.allreduce_bytes > 0):
+        return ""
+    per_bucket = pure / math.ceil(measured.allreduce_bytes / measured.bucket_bytes)
+    modelled = max(per_bucket, pure - backward_share * measured.compute_s)
+    seen, expected = 100.0 * max(0.0, 1.0 - comm / pure), 100.0 * (1.0 - modelled / pure)
+    if abs(seen - expected) <= OVERLAP_AGREEMENT_PTS:
+        return ""
+    return (f"the runs overlapped {seen:.0f} % of the all-reduce at {measured.gpus[-1]} GPUs where backward_share "
+            f"{backward_share:.3g} gives {expected:.0f} %: the measured overlap contradicts the share")
 
 
 def epoch_time(t0: float, steps: int, tau: float) -> float:
@@ -133,35 +269,77 @@ def efficiency_pct(throughput: float, gpus: int, base_throughput: float, base_gp
     return 100.0 * (throughput / base_throughput) / (gpus / base_gpus)
 
 
-def predict_model(n: int, measured: Measured, steps_of, gpus_per_node: int, network: Network | None) -> dict:
+def predict_model(n: int, measured: Measured, steps_of, gpus_per_node: int, network: Network | None,
+                  backward_share: float | None = None) -> dict:
     """The step model's prediction at `n` GPUs; `steps_of(n)` is S(n)."""
+    share = DEFAULTS.backward_share if backward_share is None else backward_share
     t0_values = [v for v in measured.epoch_overhead_s if not math.isnan(v)]
     t0 = float(np.median(t0_values)) if t0_values else 0.0
     steps = steps_of(n)
     if steps < 1:
         return no_prediction(f"{measured.train_images:.0f} images give no full step at {n} GPUs")
-    rules = step_time_rules(n, measured, gpus_per_node, network)
+    rules = step_time_rules(n, measured, gpus_per_node, network, share)
     batch = n * measured.per_gpu_batch
-    times = {rule: epoch_time(t0, steps, rules[rule]) for rule in ("flat", "log", "comm")}
+    times = {rule: epoch_time(t0, steps, rules[rule]) for rule in ("flat", "point", "comm")}
     rates = {rule: batch * steps / seconds for rule, seconds in times.items()}
     base_gpus, base_rate = measured.gpus[0], measured.throughput_img_s[0]
     eff = {rule: efficiency_pct(rate, n, base_rate, base_gpus) for rule, rate in rates.items()}
     low, high = 1.0 - measured.noise, 1.0 + measured.noise
+    return {
+        "steps_per_epoch": steps, "step_time_s": rules["point"], "epoch_overhead_s": t0,
+        "epoch_time_s": times["point"], "epoch_time_low_s": times["flat"] / high, "epoch_time_high_s": times["comm"] / low,
+        "throughput_img_s": rates["point"], "throughput_low_img_s": rates["comm"] * low,
+        "throughput_high_img_s": rates["flat"] * high,
+        "efficiency_pct": eff["point"], "efficiency_low_pct": eff["comm"] * low, "efficiency_high_pct": eff["flat"] * high,
+        "time_to_solution_s": measured.epochs * times["point"] if measured.epochs > 0 else math.nan,
+        "method": METHOD_NETWORK if rules["point_rule"] == "network" else METHOD_MODEL,
+        "limited_by": limit_words(rules, measured),
+        "inputs": model_inputs(n, measured, t0, t0_values, steps, rules, gpus_per_node, share, network),
+    }
+
+
+def limit_words(rules: dict, measured: Measured) -> str:
+    """What sets the point estimate, in words for findings.md."""
+    net = rules["net"]
+    if rules["point_rule"] == "network":
+        return (f"the network: {net['link'].split(' (')[0]} exposes {1000 * net['exposed_s']:.0f} ms "
+                f"of a {1000 * rules['point']:.0f} ms step")
+    return (f"the step time's growth: +{1000 * rules['growth_s']:.2f} ms per doubling measured over "
+            f"{'/'.join(map(str, measured.gpus))} GPUs")
+
+
+def model_inputs(n, measured, t0, t0_values, steps, rules, gpus_per_node, share, network) -> str:
+    """`inputs` of a step-model row: every number it rests on and which rule set the estimate."""
     taus = "/".join(f"{1000 * tau:.1f}" for tau in measured.step_time_s)
     counts = "/".join(str(g) for g in measured.gpus)
     t0_note = f"t0 {t0:.3f} s (median over {counts} GPUs)" if t0_values else "t0 not measured: taken as 0"
-    inputs = (f"{t0_note}; tau {taus} ms at {counts} GPUs, +{1000 * rules['growth_s']:.2f} ms per doubling; "
-              f"S({n}) = {steps} of {measured.train_images:.0f} images; low end: {rules['comm_basis']}; "
-              f"noise +/-{100 * measured.noise:.1f} %; node of {gpus_per_node} GPUs")
-    return {
-        "steps_per_epoch": steps, "step_time_s": rules["log"], "epoch_overhead_s": t0,
-        "epoch_time_s": times["log"], "epoch_time_low_s": times["flat"] / high, "epoch_time_high_s": times["comm"] / low,
-        "throughput_img_s": rates["log"], "throughput_low_img_s": rates["comm"] * low,
-        "throughput_high_img_s": rates["flat"] * high,
-        "efficiency_pct": eff["log"], "efficiency_low_pct": eff["comm"] * low, "efficiency_high_pct": eff["flat"] * high,
-        "time_to_solution_s": measured.epochs * times["log"] if measured.epochs > 0 else math.nan,
-        "method": METHOD_MODEL, "inputs": inputs,
-    }
+    net = rules["net"]
+    if net is None:
+        reason = "no step breakdown in the runs" if not has_breakdown(measured) else "no bandwidth across nodes"
+        estimate = f"log rule (no network rule: {reason})"
+    else:
+        other = "network" if rules["point_rule"] == "log" else "log"
+        estimate = (f"{rules['point_rule']} rule ({other} rule {1000 * rules[other]:.1f} ms); network rule: "
+                    f"{1000 * net['exposed_s']:.1f} ms exposed at {net['link']}, all-reduce of "
+                    f"{measured.allreduce_bytes:.0f} bytes in {measured.bucket_bytes / MIB:g} MiB buckets hidden up to "
+                    f"backward_share {share:.3g} x compute {1000 * measured.compute_s:.1f} ms, sync wait "
+                    f"+{1000 * net['wait_growth_s']:.2f} ms per doubling")
+    notes = [note for note in (overlap_note(measured, share), bandwidth_note(network)) if note]
+    return (f"point estimate: {estimate}; {t0_note}; tau {taus} ms at {counts} GPUs, "
+            f"+{1000 * rules['growth_s']:.2f} ms per doubling; S({n}) = {steps} of {measured.train_images:.0f} images; "
+            f"low end: {rules['comm_basis']}; noise +/-{100 * measured.noise:.1f} %; node of {gpus_per_node} GPUs"
+            + "".join(f"; {note}" for note in notes))
+
+
+def bandwidth_note(network: Network | None) -> str:
+    """The probe's two bus bandwidths (torch's, used, and nccl-tests') where they differ by more
+    than NCCL_TESTS_AGREEMENT."""
+    if network is None or not network.nccl_busbw_gb_s > 0:
+        return ""
+    if abs(network.nccl_busbw_gb_s / network.busbw_gb_s - 1.0) <= NCCL_TESTS_AGREEMENT:
+        return ""
+    return (f"nccl-tests' all_reduce_perf measured {network.nccl_busbw_gb_s:.3g} GB/s where torch measured "
+            f"{network.busbw_gb_s:.3g} GB/s (torch's used)")
 
 
 def predict_amdahl(n: int, measured: Measured) -> dict:
@@ -205,19 +383,27 @@ def no_prediction(reason: str) -> dict:
     return {"method": METHOD_NONE, "inputs": reason}
 
 
-def predict_count(n: int, measured: Measured, steps_of, gpus_per_node: int, network: Network | None) -> dict:
-    """The prediction at `n` GPUs by the best method the inputs allow."""
+def predict_count(n: int, measured: Measured, steps_of, gpus_per_node: int, network: Network | None,
+                  backward_share: float | None = None) -> dict:
+    """The prediction at `n` GPUs by the best method the inputs allow. One measured count gives
+    no growth to continue: the step model then needs the network rule's inputs, or its band
+    would be the flat rule alone, zero wide."""
     if not all(tau > 0 for tau in measured.step_time_s):
         return predict_amdahl(n, measured)
-    return predict_model(n, measured, steps_of, gpus_per_node, network)
+    share = DEFAULTS.backward_share if backward_share is None else backward_share
+    if len(measured.gpus) < 2 and network_rules(n, measured, gpus_per_node, network, share) is None:
+        return no_prediction(f"one measured GPU count ({measured.gpus[0]}) and no network rule: no growth to "
+                             "continue, the band would be zero wide")
+    return predict_model(n, measured, steps_of, gpus_per_node, network, share)
 
 
 # ---------------------------------------------------------------------------------------------
 # The table
 
 
-PER_COUNT_COLUMNS = ("step_time_s", "epoch_overhead_s", "throughput_img_s", "allreduce_bytes", "busbw_gb_s")
-GROUP_COLUMNS = ("dataset_train_images", "train_images", "per_gpu_batch", "epochs")
+PER_COUNT_COLUMNS = ("step_time_s", "epoch_overhead_s", "throughput_img_s", "allreduce_bytes", "busbw_gb_s",
+                     "compute_s", "sync_wait_s", "sync_comm_s", "allreduce_s")
+GROUP_COLUMNS = ("dataset_train_images", "train_images", "per_gpu_batch", "epochs", "bucket_cap_mb")
 CI_COLUMNS = ("throughput_ci_low_img_s", "throughput_ci_high_img_s")
 
 
@@ -264,6 +450,7 @@ class GroupInputs:
         has_ci = set(CI_COLUMNS) <= set(rows.columns)
         low, high = (_numeric(rows, column) for column in CI_COLUMNS)
         rates = per_count["throughput_img_s"]
+        self.problem = out_of_range(rows, self.gpus)
         self.spreads = tuple(count_spread(rates[mask], low[mask] if has_ci else None, high[mask] if has_ci else None)
                              for mask in at)
 
@@ -283,7 +470,36 @@ class GroupInputs:
             train_images=group["train_images"] if math.isnan(images) else images,
             per_gpu_batch=group["per_gpu_batch"], epochs=group["epochs"],
             allreduce_bytes=at["allreduce_bytes"][-1], intra_busbw_gb_s=at["busbw_gb_s"][-1],
+            compute_s=at["compute_s"][-1], sync_comm_s=at["sync_comm_s"][-1], allreduce_s=at["allreduce_s"][-1],
+            sync_wait_s=at["sync_wait_s"],
+            bucket_bytes=MIB * (group["bucket_cap_mb"] if group["bucket_cap_mb"] > 0 else frameworks.DDP_BUCKET_CAP_MB),
         )
+
+
+# runs.csv's numbers the prediction reads and what each must be where given (empty is unknown).
+RANGES = {"step_time_s": ("a step time > 0 s", lambda v: v > 0),
+          "epoch_overhead_s": ("a duration >= 0 s", lambda v: v >= 0),
+          "compute_s": ("a duration >= 0 s", lambda v: v >= 0),
+          "sync_wait_s": ("a duration >= 0 s", lambda v: v >= 0),
+          "sync_comm_s": ("a duration >= 0 s", lambda v: v >= 0),
+          "allreduce_s": ("a duration >= 0 s", lambda v: v >= 0),
+          "allreduce_bytes": ("a byte count >= 0", lambda v: v >= 0),
+          "busbw_gb_s": ("a bus bandwidth > 0 GB/s", lambda v: v > 0)}
+
+
+def out_of_range(rows: pd.DataFrame, gpus: np.ndarray) -> str:
+    """'' when every number of RANGES the ok runs give is finite and in range, else the first
+    that is not, with its column, value and GPU count: the group is then not predicted."""
+    for column, (meaning, fits) in RANGES.items():
+        values = _numeric(rows, column)
+        given = ~np.isnan(values)
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(given & ~(np.isfinite(values) & fits(values)))
+        if len(bad):
+            at = bad[0]
+            return (f"runs.csv: {column} = {float(values[at])!r} at {gpus[at]:.0f} GPUs is not {meaning}: "
+                    f"no prediction for this group")
+    return ""
 
 
 def steps_per_epoch(train_images: int, gpus: int, per_gpu_batch: int) -> int:
@@ -304,6 +520,7 @@ def prediction_table(runs: pd.DataFrame, settings: AnalysisSettings, network: Ne
     inputs nor checks."""
     keys = group_keys(runs)
     flagged = flagged_by_group(scaling, keys)
+    network = network_of(settings, network)
     rows = []
     for values, group in iter_groups(runs, keys):
         group = group[~group["gpus"].isin(flagged.get(key_tuple(values, keys), []))]
@@ -312,11 +529,21 @@ def prediction_table(runs: pd.DataFrame, settings: AnalysisSettings, network: Ne
         if everything is None:
             continue
         node = settings.node_gpus(everything.gpus[-1])
+        uneven = uneven_counts(everything.gpus, node)
+        if uneven:
+            raise ValueError(f"runs.csv: {uneven[0]} GPUs ({group_name(values)}) span nodes but are not a multiple "
+                             f"of gpus_per_node={node}")
         asked = settings.predicted_counts(everything.gpus[-1])
         held_out = list(everything.gpus[2:])
         for n in sorted(set(asked) | set(held_out)):
-            rows.append({**values, **_row(n, inputs, everything, node, network, values.get("framework"))})
+            row = {"gpus": n, "nodes": math.ceil(n / node), **no_prediction(inputs.problem)} if inputs.problem else \
+                _row(n, inputs, everything, node, network, values.get("framework"), settings.backward_share)
+            rows.append({**values, **row})
     return pd.DataFrame(rows, columns=[*keys, *PREDICTION_COLUMNS])
+
+
+def group_name(values: dict) -> str:
+    return ", ".join(f"{key}={value}" for key, value in values.items())
 
 
 def flagged_by_group(scaling: pd.DataFrame | None, keys: list[str]) -> dict:
@@ -334,7 +561,7 @@ def _steps_function(measured: Measured):
     return lambda count: 1
 
 
-def _row(n: int, inputs: GroupInputs, everything: Measured, node: int, network, framework) -> dict:
+def _row(n: int, inputs: GroupInputs, everything: Measured, node: int, network, framework, backward_share) -> dict:
     # Every count measured lies below n for the counts asked beyond the sweep: the same inputs.
     measured = everything if max(everything.gpus) < n else inputs.measured(below=n)
     row = {"gpus": n, "nodes": math.ceil(n / node)}
@@ -349,7 +576,7 @@ def _row(n: int, inputs: GroupInputs, everything: Measured, node: int, network, 
     per_step = not measured.train_images > 0
     if per_step:  # an overhead per epoch means nothing without epochs
         measured = dataclasses.replace(measured, epoch_overhead_s=(math.nan,) * len(measured.gpus))
-    row.update(predict_count(n, measured, _steps_function(measured), node, network))
+    row.update(predict_count(n, measured, _steps_function(measured), node, network, backward_share))
     if per_step and "epoch_time_s" in row:
         # One step stands for the epoch: throughput and efficiency hold, epoch times do not.
         row.update(dict.fromkeys(("steps_per_epoch", "epoch_time_s", "epoch_time_low_s", "epoch_time_high_s",

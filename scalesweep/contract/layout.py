@@ -135,6 +135,12 @@ def table(name: str) -> str:
     return f"{TABLES}/{csv_name(name)}"
 
 
+def nccl_tests_output(network_csv: str) -> str:
+    """<network.csv>.all_reduce_perf.txt: nccl-tests' table beside the probe's row, kept (what it
+    measured is not lost when merging fails)."""
+    return f"{network_csv}.all_reduce_perf.txt"
+
+
 def results_table(results_dir: str, name: str) -> str:
     """<results_dir>/tables/<name>.csv: a table of any results folder (a sweep's results/, or the
     folder `analyze --out` names, which holds tables/ directly)."""

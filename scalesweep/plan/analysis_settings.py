@@ -13,14 +13,15 @@ whether the sweep runs the network probe) and the analysis (the tables, the pred
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
+from scalesweep.plan.checks import link_problem, uneven_counts
 from scalesweep.plan.config import section_defaults
 
 # The config's name of a setting where it differs from the field's (the tables rule's params,
 # which the report's captions read, are the fields).
 CONFIG_KEYS = {"efficiency_floor": "efficiency_floor_pct"}
-
 
 @dataclasses.dataclass(frozen=True)
 class AnalysisSettings:
@@ -33,6 +34,12 @@ class AnalysisSettings:
     # a node's GPUs, the analysis section's else the cluster section's (None: node_gpus).
     predict_gpus: tuple | None
     gpus_per_node: int | None
+    # The share of a step's compute its communication can hide behind (the backward pass's).
+    backward_share: float
+    # A what-if network across nodes (analysis.network, --network-busbw): GB/s and s, or None
+    # (the network probe's, if any).
+    network_busbw_gb_s: float | None
+    network_latency_s: float | None
 
     def __post_init__(self):
         if self.predict_gpus is not None:
@@ -41,11 +48,29 @@ class AnalysisSettings:
                 raise ValueError(f"predict_gpus must be GPU counts >= 1, got {self.predict_gpus!r}")
         if self.gpus_per_node is not None and not (isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1):
             raise ValueError(f"gpus_per_node must be a count >= 1 or None, got {self.gpus_per_node!r}")
+        self._check_prediction_inputs()
         for name, unit in (("gpu_hour_budget", "GPU-hours or None"), ("epoch_budget", "epochs"),
                            ("greenest_time_bound_s", "seconds or None")):
             value = getattr(self, name)
             if not (value is None and "None" in unit) and not (value is not None and value > 0):
                 raise ValueError(f"{name} must be > 0 {unit}, got {value!r}")
+
+    def _check_prediction_inputs(self):
+        """The prediction's own settings, each refused with its value (analysis.<key>)."""
+        share = self.backward_share
+        if not (isinstance(share, (int, float)) and math.isfinite(share) and 0 <= share <= 1):
+            raise ValueError(f"backward_share must be a share in [0, 1], got {share!r}")
+        uneven = uneven_counts(self.predict_gpus or (), self.gpus_per_node)
+        if uneven:
+            raise ValueError(f"predict_gpus {uneven[0]} spans nodes but is not a multiple of "
+                             f"gpus_per_node={self.gpus_per_node}")
+        if self.network_busbw_gb_s is None:
+            if self.network_latency_s is not None:
+                raise ValueError("network latency given without a bus bandwidth (network busbw_gb_s)")
+            return
+        problem = link_problem(self.network_busbw_gb_s, self.network_latency_s or 0.0)
+        if problem:
+            raise ValueError(f"network {problem}")
 
     @classmethod
     def from_config(cls, analysis: Mapping | None = None, cluster: Mapping | None = None) -> AnalysisSettings:
@@ -54,6 +79,10 @@ class AnalysisSettings:
         given = {**section_defaults("analysis"), **(analysis or {})}
         if given.get("gpus_per_node") is None and cluster:
             given["gpus_per_node"] = cluster.get("gpus_per_node")
+        network = given.pop("network", None) or {}
+        given["network_busbw_gb_s"] = network.get("busbw_gb_s")
+        latency_us = network.get("latency_us")
+        given["network_latency_s"] = None if latency_us is None else latency_us / 1e6
         return cls(**{field.name: given[CONFIG_KEYS.get(field.name, field.name)]
                       for field in dataclasses.fields(cls)})
 

@@ -80,6 +80,52 @@ def walk(value, path=()):
         yield path, None, value
 
 
+# What a bus bandwidth across nodes or a per-hop latency may be before it is refused as a
+# typo or a broken measurement: no GPU's links carry more than NVLink 5's 1.8 TB/s (both
+# directions, NVIDIA's Blackwell datasheet), and a hop of 10 ms is a wide-area link, not a
+# cluster's network.
+MAX_BUSBW_GB_S = 1800.0
+MAX_LATENCY_S = 0.01
+
+
+def link_problem(busbw_gb_s, latency_s) -> str:
+    """'' when a bus bandwidth (GB/s) and a latency (s) can be a network's, else what is wrong,
+    naming the value: for a config key, a command-line option and network.csv alike."""
+    if not (isinstance(busbw_gb_s, (int, float)) and math.isfinite(busbw_gb_s) and 0 < busbw_gb_s <= MAX_BUSBW_GB_S):
+        return f"busbw_gb_s must be a bus bandwidth in (0, {MAX_BUSBW_GB_S:g}] GB/s, got {busbw_gb_s!r}"
+    if not (isinstance(latency_s, (int, float)) and math.isfinite(latency_s) and 0 <= latency_s <= MAX_LATENCY_S):
+        return f"latency must be a time in [0, {MAX_LATENCY_S:g}] s, got {latency_s!r} s"
+    return ""
+
+
+def uneven_counts(counts, gpus_per_node) -> list:
+    """The counts that span nodes but do not fill them (none without a node size)."""
+    if not gpus_per_node:
+        return []
+    return [count for count in counts if count > gpus_per_node and count % gpus_per_node]
+
+
+def check_prediction_settings(config) -> None:
+    """The numbers the predictor reads from the config (analysis.*), refused before any job: GPU
+    counts that span nodes of the analysis' node size without filling them (the prediction would
+    put a partial node in its ring) and a what-if network no network has."""
+    analysis = config.get("analysis") or {}
+    node = analysis.get("gpus_per_node") or (config.get("cluster") or {}).get("gpus_per_node")
+    for key, counts in (("matrix.gpus", (config.get("matrix") or {}).get("gpus") or []),
+                        ("analysis.predict_gpus", analysis.get("predict_gpus") or [])):
+        for index, gpus in enumerate(counts):
+            if uneven_counts([gpus], node):
+                raise ConfigError(f"{key}[{index}]", f"{gpus} GPUs span nodes but are not a multiple of "
+                                                     f"the prediction's gpus_per_node={node} (analysis.gpus_per_node)")
+    network = analysis.get("network")
+    if network:
+        latency_us = network.get("latency_us") or 0
+        problem = link_problem(network.get("busbw_gb_s"), latency_us / 1e6)
+        if problem:
+            key = "busbw_gb_s" if problem.startswith("busbw") else "latency_us"
+            raise ConfigError(f"analysis.network.{key}", problem.replace(f"{latency_us / 1e6!r} s", f"{latency_us!r} us"))
+
+
 def check_names_and_nul_bytes(config) -> None:
     """Names are text, and no value holds a NUL byte."""
     for path, key, value in walk(config):

@@ -227,6 +227,7 @@ def validate_config(config, schema=CONFIG_SCHEMA):
     checks.check_dataset_path_shapes(config)
     checks.check_unexpanded_paths(config)
     checks.check_bind_length(config)
+    checks.check_prediction_settings(config)
 
 
 @functools.lru_cache(maxsize=4)

@@ -12,7 +12,7 @@ container options, module names) always arrives as written; only the launcher's 
 import os
 import shlex
 
-from scalesweep.contract import frameworks, run_env
+from scalesweep.contract import frameworks, layout, run_env
 from scalesweep.plan import containers
 
 # torchrun's rendezvous port: offset by the job id so two jobs sharing a node don't collide.
@@ -301,14 +301,16 @@ def multinode_steps(settings, prefix, python, script_argv):
                                shell_words(prefix + torchrun))
 
 
+def srun_words(nodes, gpus_per_node, cpus_per_task):
+    """srun with every option itself, one task per node."""
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--gres=gpu:{gpus_per_node}",
+            f"--cpus-per-task={cpus_per_task}", "--kill-on-bad-exit=1"]
+
+
 def srun_per_node_steps(nodes, gpus_per_node, cpus_per_task, per_node):
     """The job's steps that run the shell line `per_node` once on each of its `nodes`, with the
     rendezvous address and port exported for it."""
-    srun = [
-        "srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-        f"--gres=gpu:{gpus_per_node}", f"--cpus-per-task={cpus_per_task}",
-        "--kill-on-bad-exit=1",
-    ]
+    srun = srun_words(nodes, gpus_per_node, cpus_per_task)
     return [
         MASTER_ADDR,
         f"MASTER_PORT={RENDEZVOUS_PORT}",
@@ -353,8 +355,27 @@ def network_probe_command(cluster, container, repo, workdir, host_python, out, m
     GPU on each of two nodes inside the probe framework's container, the all-reduce of the largest
     of `models`' gradient bytes, its row to `out`."""
     settings = network_probe_settings(cluster)
-    return job_command(settings, container, repo, workdir, host_python,
-                       network_probe_script_argv(repo, out, models))
+    torch_step = job_command(settings, container, repo, workdir, host_python,
+                             network_probe_script_argv(repo, out, models))
+    return f"{torch_step} && {nccl_tests_step(settings, container, repo, workdir, host_python, out)}"
+
+
+def nccl_tests_step(settings, container, repo, workdir, host_python, out):
+    """nccl-tests' all_reduce_perf across the probe's nodes where the image has it
+    (scalesweep/train/nccl_tests.py): asked inside the image (no program: nothing
+    runs, network.csv stays torch's), run by srun as one task per node driving its GPUs (the
+    ranks nccl-tests' MPI build expects), its table kept beside network.csv and merged into it. A
+    failure of it leaves torch's row and says so: the prediction does not need it."""
+    prefix = container_prefix(settings, container, repo, workdir)
+    python = python_for(container, settings["framework"], host_python)
+    script = [os.path.join(str(repo), "scripts", "probe_nccl_tests.py")]
+    table = layout.nccl_tests_output(str(out))
+    ask = shell_words(prefix + [python, *script, "args", f"--out={out}", f"--gpus-per-node={settings['gpus_per_node']}"])
+    srun = shlex.join(srun_words(settings["nodes"], settings["gpus_per_node"], settings["cpus_per_task"]))
+    run = f"{srun} {shell_words(prefix)} $NCCL_TESTS > {shlex.quote(table)}"
+    merge = shell_words(prefix + [python, *script, "merge", f"--out={out}", f"--table={table}"])
+    return (f"if NCCL_TESTS=$({ask}); then ({run} && {merge}) || "
+            f"echo 'nccl-tests: all_reduce_perf failed: network.csv keeps the torch bandwidth alone' >&2; fi")
 
 
 def gres_gpus_per_node(settings):
@@ -424,7 +445,7 @@ def network_probe_wanted(analysis, swept_frameworks):
     two doublings) book no 2-node job the user did not ask for: `snakemake probe_network` runs it
     alone."""
     asked = analysis.predict_gpus
-    if not asked:
+    if not asked or analysis.network_busbw_gb_s is not None:  # a what-if network replaces the probe's
         return False
     spans_nodes = any(frameworks.get(name).multinode for name in swept_frameworks)
     return spans_nodes and max(asked) > analysis.node_gpus()

@@ -25,7 +25,7 @@ from scalesweep.analysis.fits import FEW_POINTS_NOTE, N_DOUBLINGS, predicted_spe
 from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_usable, rows_by_group
 from scalesweep.contract import atomic
 from scalesweep.tidy.table import iter_groups, table_group_keys
-from scalesweep.report.prediction import prediction_lines
+from scalesweep.report.prediction import has_step_model, prediction_lines
 
 TITLE = "**Findings: how far each configuration scales, where to stop, and why**"
 # The loss columns in words, the words of the step breakdown (docs/metrics.md).
@@ -236,7 +236,7 @@ def findings_text(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
                   f"- {scale_line(row, flagged_text(group), group)}",
                   f"- {spot_line(spots_of(spots_in(values)))}",
                   f"- {loss_line(row)}",
-                  f"- {fit_line(first_row(fit_of(values)))}",
+                  *([] if has_step_model(predictions_of(values)) else [f"- {fit_line(first_row(fit_of(values)))}"]),
                   *(f"- {line}" for line in prediction_lines(predictions_of(values))), ""]
     return "\n".join(lines)
 

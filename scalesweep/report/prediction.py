@@ -78,6 +78,15 @@ def draw_predictions(result: PlotFigure, data: pd.DataFrame, predictions: pd.Dat
 # In words (findings.md)
 
 
+def has_step_model(rows: pd.DataFrame | None) -> bool:
+    """Whether a group's predictions beyond its counts are the step model's: findings.md then
+    tells that one prediction and leaves the Amdahl extrapolation to fits.csv."""
+    if rows is None or rows.empty or "method" not in rows:
+        return False
+    ahead = rows[rows["measured_efficiency_pct"].isna() & pd.to_numeric(rows["efficiency_pct"], errors="coerce").notna()]
+    return ahead["method"].astype(str).str.startswith("step model").any()
+
+
 def prediction_lines(rows: pd.DataFrame) -> list[str]:
     """findings.md's lines of one group's predictions: the counts not measured, "predicted, not
     measured", with the band and what they rest on; then the held-out check at measured counts."""
@@ -90,7 +99,9 @@ def prediction_lines(rows: pd.DataFrame) -> list[str]:
             for row in ahead.itertuples() if pd.notna(row.efficiency_pct)]
     if told:
         first = ahead[ahead["efficiency_pct"].notna()].iloc[0]
-        lines.append(f"Predicted, not measured: {'; '.join(told)}. Method: {first['method']}; it rests on "
+        limit = first.get("limited_by")
+        limit = f" Limited by {limit}." if isinstance(limit, str) and limit else ""
+        lines.append(f"Predicted, not measured: {'; '.join(told)}.{limit} Method: {first['method']}; it rests on "
                      f"{first['inputs']} (docs/prediction.md).")
     refused = ahead[ahead["efficiency_pct"].isna()]
     if len(refused):
