@@ -63,7 +63,7 @@ def one_round(data: Path, folder: Path, args) -> dict:
     settings = AnalysisSettings.from_config({"predict_gpus": [PREDICTED], "gpus_per_node": PREDICTED})
     table = predict.prediction_table(runs, settings)
     row = table[table["gpus"] == PREDICTED].iloc[0]
-    if row["method"] != predict.METHOD_MODEL:
+    if row["method"] not in predict.STEP_METHODS:
         raise RuntimeError(f"no step-model prediction at {PREDICTED}: {row['method']}: {row['inputs']}")
     return row.to_dict()
 
