@@ -23,6 +23,7 @@ PREFIX = ":::SCALESWEEP "
 
 from scalesweep.train.common import faults, measure, stepparts  # noqa: E402
 from scalesweep.train.datasets import make_cifar  # noqa: E402
+from probe_interpreter import ProbeInterpreter  # noqa: E402
 from stacks import container_python  # noqa: E402
 from test_backends import assert_finished_run  # noqa: E402  (the epochs protocol's contract)
 
@@ -37,10 +38,22 @@ def run_trainer(data, *args, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def tf_probe(code: str, python: str = sys.executable) -> dict:
-    """Run `code` (which prints one JSON object last) in a fresh interpreter with the repository on
-    the path."""
+# The probes on this interpreter share one TensorFlow process: its import is paid once.
+SHARED_TF = ProbeInterpreter(sys.executable)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_tf():
+    yield SHARED_TF
+    SHARED_TF.close()
+
+
+def tf_probe(code: str, python: str = sys.executable, own_process: bool = False) -> dict:
+    """Run `code` (which prints one JSON object last) with the repository on the path: in the shared
+    TensorFlow interpreter, or in a fresh one (another stack's; a probe that sets up devices)."""
     script = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n" + textwrap.dedent(code)
+    if python == sys.executable and not own_process:
+        return SHARED_TF.run(script)
     done = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -550,7 +563,8 @@ def test_breakdown_probes_leave_the_model_as_it_was(cifar_256):
                           "metrics": [metrics, metrics_after],
                           "variables": len(before), "lr": [lr, float(attempt.model.optimizer.learning_rate.numpy())],
                           "flops": attempt.header_updates["flops_per_image"]}}))
-        """
+        """,
+        own_process=True,  # its two CPU replicas are set up before TensorFlow's first operation
     )
     # 3 kernels, 4 per batch norm (scale, offset, moving mean and variance) x 3, the dense layer's
     # 2; the optimizer's step count and learning rate.
