@@ -1,5 +1,8 @@
 """Shared fixtures: the tiny sweep run once through Snakemake for every test that needs results."""
 
+import functools
+import importlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -81,7 +84,24 @@ def _starts(function, program: str, seen: set) -> bool:
     if program in names:
         return True
     module_globals = getattr(function, "__globals__", {})
-    return any(_starts(module_globals.get(name), program, seen) for name in names)
+    return any(_starts(found, program, seen) for name in names for found in _named(name, module_globals, names))
+
+
+def _named(name: str, module_globals: dict, names: set) -> list:
+    """What `name` is in the function's module, or, imported inside the function (`from mn5site
+    import run_with_profile` leaves both names in its code), in a module of tests/ it names."""
+    if name in module_globals:
+        return [module_globals[name]]
+    helpers = [_test_module(other) for other in names]
+    return [getattr(helper, name) for helper in helpers if helper is not None and hasattr(helper, name)]
+
+
+@functools.lru_cache(maxsize=None)
+def _test_module(name: str):
+    spec = importlib.util.find_spec(name) if name.isidentifier() and name not in sys.builtin_module_names else None
+    if spec is None or not str(spec.origin).startswith(str(TESTS)):
+        return None
+    return importlib.import_module(name)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
