@@ -277,17 +277,21 @@ print(json.dumps([attempt(argv) for argv in json.loads(sys.argv[2])]))
 """
 
 
-@lru_cache(maxsize=None)
 def parsed(framework: str) -> tuple:
     """What the trainer's parse_args makes of: the minimal line, MEASUREMENT_ARGV, then each of
-    BAD_COMMAND_LINES; one interpreter per framework."""
+    BAD_COMMAND_LINES; one interpreter per framework and stack (the stack fixture picks it)."""
+    return parsed_by(framework, trainer_python(framework))
+
+
+@lru_cache(maxsize=None)
+def parsed_by(framework: str, python: str) -> tuple:
     model = ["--model", MODELS[framework], "--data", "x"]
     lines = [model, model + MEASUREMENT_ARGV]
     lines += [argv if argv[0] in ("--data", "--model") and len(argv) == 2 else model + argv
               for argv, _ in BAD_COMMAND_LINES]
     lines = [[part.format(model=MODELS[framework]) for part in argv] for argv in lines]
     probe = PARSE_PROBE.format(module=MODULES[framework])
-    done = subprocess.run([trainer_python(framework), "-c", probe, str(ROOT), json.dumps(lines)],
+    done = subprocess.run([python, "-c", probe, str(ROOT), json.dumps(lines)],
                           capture_output=True, text=True, timeout=300, env=clean_env())
     assert done.returncode == 0, done.stderr[-3000:]
     return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
