@@ -41,13 +41,16 @@ MFU_MAX_PCT = 100.0
 _WRITER_PREFIX_RE = re.compile(r"^(?:(\d{1,9}): |\[rank(\d{1,9})\]: ?)")
 
 
-def run_problems(header: dict, epochs: list[dict], summary: dict | None) -> list[str]:
-    """Every broken invariant of one run's records (valid one by one), as a one-line reason."""
+def run_problems(header: dict, epochs: list[dict], summary: dict | None, seconds_measured: bool = True,
+                 ) -> list[str]:
+    """Every broken invariant of one run's records (valid one by one), as a one-line reason.
+    `seconds_measured` False: the epochs' seconds were derived from a throughput and a world size
+    the user may have given (the DDP reference's logs), no clock to hold the run's times against."""
     summary = summary or {}
+    containing = _times_shorter_than_epochs(summary, epochs) if seconds_measured else []
     checks = (_replicas_problem(header), _epochs_beyond_header(header, epochs),
               _images_per_epoch_problem(header, epochs), _summary_epochs_problem(summary, epochs),
-              _train_time_problem(summary, epochs), *_times_shorter_than_epochs(summary, epochs),
-              *_breakdown_problems(summary, epochs))
+              _train_time_problem(summary, epochs), *containing, *_breakdown_problems(summary, epochs))
     return [problem for problem in checks if problem]
 
 
