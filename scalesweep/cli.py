@@ -82,7 +82,7 @@ def report_refused(refused, stream=None):
 def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_per_epoch=None,
             world_sizes=None, network_csv=None):
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
-    (already reported). `world_sizes`: {log file: GPUs} (--world-size)."""
+    (already reported). `world_sizes`: (log file, GPUs) pairs (--world-size)."""
     from scalesweep import pipeline
     from scalesweep.analysis import tables
     from scalesweep.tidy import copies
@@ -162,7 +162,7 @@ def main(argv=None):
             network_busbw_gb_s=args.network_busbw,
             network_latency_s=None if args.network_latency_us is None else args.network_latency_us / 1e6)
         refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch,
-                          dict(args.world_size), args.network)
+                          args.world_size, args.network)
     except (ValueError, FileNotFoundError, LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT

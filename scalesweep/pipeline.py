@@ -28,6 +28,7 @@ from scalesweep.logs.discover import (
     is_runs_table,
     log_items,
     with_world_sizes,
+    world_size_contradictions,
     without_dangling_links,
 )
 from scalesweep.plan.analysis_settings import AnalysisSettings
@@ -35,7 +36,7 @@ from scalesweep.report import outcome
 from scalesweep.tidy import after_failure
 from scalesweep.tidy.copies import without_copies
 from scalesweep.tidy.rows import tidy_frames, tidy_tables, write_pair, write_tidy
-from scalesweep.tidy.table import check_runs, read_runs_csv
+from scalesweep.tidy.table import check_runs_file
 
 # The tables each stage after the tables stage reads, by name (tables.TABLES).
 FIGURE_TABLES = ("scaling", "fits", "predictions")
@@ -110,13 +111,12 @@ def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSet
 # ----------------------------------------------------------------------------- analyze
 
 def read_runs_table(path):
-    """A runs table given on the command line, checked (table.check_runs) but returned whole:
+    """A runs table given on the command line, checked (table.check_runs_file) but returned whole:
     check_runs leaves out the failed rows without a GPU count (no place in a scaling series),
     and the runs.csv written from this one must still hold them. Refused naming the file."""
     check_utf8_text(path)
     try:
-        runs = read_runs_csv(path)
-        check_runs(runs, source=str(path), line_offset=2)
+        runs = check_runs_file(path)
     except ValueError as error:
         raise Refused(str(error)) from None
     return runs
@@ -126,8 +126,9 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, wor
     """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv, each run once
     (scalesweep/tidy/copies.py: a run read twice, from two logs or a log and a table, is one run).
     `images_per_epoch`: the training set's size, for logs that count steps instead of images (Keras).
-    `world_sizes`: {log file: GPUs} for logs that print no world size (discover.with_world_sizes);
-    a file there that is none of the logs read is a ValueError.
+    `world_sizes`: (log file, GPUs) pairs or {log file: GPUs} for logs that print no world size
+    (discover.with_world_sizes); a file there that is none of the logs read, given two counts, or
+    whose log says another world size is a ValueError, before anything is written.
 
     Returns (runs.csv's path or None when there is no run at all, [refused inputs], [copies
     left out]).
@@ -141,6 +142,9 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, wor
     if unmatched:
         raise ValueError(f"--world-size {', '.join(unmatched)}: not among the logs read")
     tidied = tidy_tables(items, images_per_epoch)
+    contradicted = world_size_contradictions(tidied.runs, world_sizes)
+    if contradicted:
+        raise ValueError("; ".join(contradicted) + ": leave out --world-size for a log that prints its own")
     refused += tidied.refused
     frames, sources = [tidied.runs], [tidied.runs["log"].tolist()]
     for path in (p for p in paths if p.is_file() and is_runs_table(p)):

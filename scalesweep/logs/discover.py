@@ -221,14 +221,15 @@ def log_items(paths, all_attempts=False):
     return items, refused
 
 
-def with_world_sizes(items, world_sizes: dict):
+def with_world_sizes(items, world_sizes):
     """`items` ((log, axes) pairs) with the world size the user gave for a file (`analyze
-    --world-size FILE=N`: {resolved path: N}) as its world_size and gpus axes, for logs that do not
-    print it (the DDP reference). Returns (items, [the given files no item is]): a count meant for
-    one log must not be dropped silently."""
-    if not world_sizes:
+    --world-size FILE=N`: (FILE, N) pairs, or {FILE: N}) as its world_size and gpus axes, for logs
+    that do not print it (the DDP reference). Returns (items, [the given files no item is]): a
+    count meant for one log must not be dropped silently. One file given two different counts
+    (under one name or two) is a ValueError naming it and both."""
+    given = given_world_sizes(world_sizes)
+    if not given:
         return items, []
-    given = {Path(path).resolve(): count for path, count in world_sizes.items()}
     used, result = set(), []
     for path, axes in items:
         count = given.get(Path(path).resolve())
@@ -237,3 +238,30 @@ def with_world_sizes(items, world_sizes: dict):
             axes = {**axes, "world_size": count, "gpus": count}
         result.append((path, axes))
     return result, [str(path) for path in given if path not in used]
+
+
+def given_world_sizes(world_sizes) -> dict:
+    """{resolved path: N} of --world-size's (FILE, N) pairs (or {FILE: N})."""
+    pairs = world_sizes.items() if isinstance(world_sizes, dict) else (world_sizes or [])
+    given, named = {}, {}
+    for path, count in pairs:
+        real = Path(path).resolve()
+        if real in given and given[real] != count:
+            raise ValueError(f"--world-size {path}: given twice, as {given[real]} ({named[real]}) and "
+                             f"{count}: one count per log")
+        given[real], named[real] = count, path
+    return given
+
+
+def world_size_contradictions(runs: pd.DataFrame, world_sizes) -> list[str]:
+    """One line per run whose log's own world_size is not the count --world-size gave its file:
+    the log's value is what ran, and a count meant for it must not be dropped without a word."""
+    given = given_world_sizes(world_sizes)
+    if not given or "world_size" not in runs:
+        return []
+    found = []
+    for log, logged in zip(runs["log"], runs["world_size"]):
+        count = given.get(Path(log).resolve()) if isinstance(log, str) else None
+        if count is not None and pd.notna(logged) and int(logged) != count:
+            found.append(f"--world-size {log}={count}: the log's header says 'world_size' {int(logged)}")
+    return found

@@ -41,12 +41,16 @@ MFU_MAX_PCT = 100.0
 _WRITER_PREFIX_RE = re.compile(r"^(?:(\d{1,9}): |\[rank(\d{1,9})\]: ?)")
 
 
-def run_problems(header: dict, epochs: list[dict], summary: dict | None) -> list[str]:
-    """Every broken invariant of one run's records (valid one by one), as a one-line reason."""
+def run_problems(header: dict, epochs: list[dict], summary: dict | None, seconds_measured: bool = True,
+                 ) -> list[str]:
+    """Every broken invariant of one run's records (valid one by one), as a one-line reason.
+    `seconds_measured` False: the epochs' seconds were derived from a throughput and a world size
+    the user may have given (the DDP reference's logs), no clock to hold the run's times against."""
     summary = summary or {}
+    containing = _times_shorter_than_epochs(summary, epochs) if seconds_measured else []
     checks = (_replicas_problem(header), _epochs_beyond_header(header, epochs),
-              _summary_epochs_problem(summary, epochs), _train_time_problem(summary, epochs),
-              *_breakdown_problems(summary, epochs))
+              _images_per_epoch_problem(header, epochs), _summary_epochs_problem(summary, epochs),
+              _train_time_problem(summary, epochs), *containing, *_breakdown_problems(summary, epochs))
     return [problem for problem in checks if problem]
 
 
@@ -69,6 +73,19 @@ def _epochs_beyond_header(header: dict, epochs: list[dict]) -> str | None:
             f"'epochs' {asked}")
 
 
+def _images_per_epoch_problem(header: dict, epochs: list[dict]) -> str | None:
+    """The header's images_per_epoch is what one epoch (steps protocol: the timed window) trains,
+    all replicas together: at least one epoch record counts as many. A header four times every
+    epoch would make the throughput the tables derive from it four times too high."""
+    said = header.get("images_per_epoch")
+    counted = sorted({epoch["images"] for epoch in epochs if is_count(epoch.get("images"))})
+    if not is_count(said) or not counted or said in counted:
+        return None
+    shown = ", ".join(map(str, counted[:3])) + (", ..." if len(counted) > 3 else "")
+    return (f"header record: 'images_per_epoch' {said} but no epoch record trained that many "
+            f"(their 'images': {shown})")
+
+
 def _summary_epochs_problem(summary: dict, epochs: list[dict]) -> str | None:
     """The summary's `epochs` counts the epoch records the trainer wrote before it."""
     said = summary.get("epochs")
@@ -88,14 +105,37 @@ def _train_time_problem(summary: dict, epochs: list[dict]) -> str | None:
     return f"summary record: 'train_time_s' {said!r} but the epoch records' seconds add up to {total!r}"
 
 
+# Both contain every epoch: total_time_s from data loading to the last epoch's end, wall_time_s
+# from the trainer's start to the summary.
+_CONTAINING_TIMES = ("total_time_s", "wall_time_s")
+
+
+def _times_shorter_than_epochs(summary: dict, epochs: list[dict]) -> list[str]:
+    """A time to solution or a wall time shorter than the epochs it contains (an efficiency of
+    943 % of the time to solution)."""
+    seconds = [epoch.get("seconds") for epoch in epochs]
+    if not seconds or not all(is_number(value) for value in seconds):
+        return []
+    total = math.fsum(seconds)
+    return [f"summary record: '{key}' {summary[key]!r} is shorter than the epoch records' seconds, "
+            f"which it contains: they add up to {total!r}"
+            for key in _CONTAINING_TIMES
+            if is_number(summary.get(key)) and summary[key] < total * (1 - SUM_TOLERANCE)]
+
+
 def _breakdown_problems(summary: dict, epochs: list[dict]) -> list[str]:
     """The step breakdown: parts that add up to the step, none many steps long, a step that is
     the steady window's seconds / steps, and as many steps as the summary's timed steps."""
+    parts = _breakdown_parts(summary)
+    given = [key for key in (STEP_KEY, *parts) if summary.get(key) is not None]
+    if given and len(given) < 1 + len(parts):
+        missing = [key for key in (STEP_KEY, *parts) if key not in given]
+        return [f"summary record: the step breakdown gives {', '.join(map(repr, given))} but not "
+                f"{', '.join(map(repr, missing))}: its writer gives every part with the step, or none"]
     step = summary.get(STEP_KEY)
     if not is_number(step) or step <= 0:
         return []
     found = []
-    parts = {key: summary.get(key) for key in PART_KEYS}
     huge = [key for key, value in parts.items() if is_number(value) and abs(value) > PART_STEP_RATIO_MAX * step]
     if huge:
         found.append(f"summary record: '{huge[0]}' {parts[huge[0]]!r} is more than "
@@ -103,7 +143,7 @@ def _breakdown_problems(summary: dict, epochs: list[dict]) -> list[str]:
     if all(is_number(value) for value in parts.values()):
         total = math.fsum(parts.values())
         if not math.isclose(total, step, rel_tol=SUM_TOLERANCE, abs_tol=1e-12):
-            found.append(f"summary record: the parts {' + '.join(PART_KEYS)} add up to {total!r}, "
+            found.append(f"summary record: the parts {' + '.join(parts)} add up to {total!r}, "
                          f"not '{STEP_KEY}' {step!r}")
     window = _steady_window(epochs)
     if window is not None and not math.isclose(step, window[0] / window[1], rel_tol=SUM_TOLERANCE):
@@ -114,6 +154,21 @@ def _breakdown_problems(summary: dict, epochs: list[dict]) -> list[str]:
         found.append(f"summary record: 'breakdown_steps' {counted} but 'timed_steps' {timed}: both "
                      "count the timed steps of the steady epochs")
     return found
+
+
+# The one synchronisation part of the logs written before it was split in wait and communication.
+_UNSPLIT_SYNC_KEY = "sync_exposed_s"
+
+
+def _breakdown_parts(summary: dict) -> dict:
+    """The parts that add up to the step: PART_KEYS, or with sync_exposed_s for the two sync parts
+    in a log written before the split."""
+    split = [key for key in PART_KEYS if key.startswith("sync")]
+    if all(summary.get(key) is None for key in split) and summary.get(_UNSPLIT_SYNC_KEY) is not None:
+        keys = [key for key in PART_KEYS if key not in split[1:]]
+        keys[keys.index(split[0])] = _UNSPLIT_SYNC_KEY
+        return {key: summary.get(key) for key in keys}
+    return {key: summary.get(key) for key in PART_KEYS}
 
 
 def _steady_window(epochs: list[dict]) -> tuple[float, int] | None:

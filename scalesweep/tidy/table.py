@@ -124,6 +124,11 @@ REQUIRED_RUN_COLUMNS = ("gpus", "status", "steady_epoch_time_s", "throughput_img
 NUMERIC_RUN_COLUMNS = (
     "gpus", "nodes", "epochs", "steady_epoch_time_s", "throughput_img_s", "total_time_s",
 )
+# Durations in seconds: finite and >= 0 where given (empty where not measured). An epoch's
+# overhead is its seconds less its steps' (measure.epoch_overhead): float sums may leave it a
+# hair below 0, never a millisecond.
+DURATION_COLUMNS = ("steady_epoch_time_s", "total_time_s", "wall_time_s", "step_time_s", "epoch_overhead_s")
+DURATION_SLACK_S = {"epoch_overhead_s": 1e-3}
 
 
 def status_counts(runs: pd.DataFrame) -> str:
@@ -140,6 +145,23 @@ def read_runs_csv(path) -> pd.DataFrame:
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: cannot read the runs table: {error}") from error
     return with_requested_batch(runs)
+
+
+def _written_not_a_number(path, runs: pd.DataFrame) -> str | None:
+    """The first duration cell of runs.csv that spells NaN (`nan`, `NA`, ...): the tidy stage
+    leaves an unmeasured value empty, and pandas would read the word as one."""
+    columns = [column for column in DURATION_COLUMNS if column in runs.columns]
+    if not columns:
+        return None
+    cells = pd.read_csv(path, usecols=columns, dtype=str, keep_default_na=False)
+    for column in columns:
+        words = cells[column].str.strip()
+        spelled = (words != "") & pd.to_numeric(words, errors="coerce").isna() & runs[column].isna()
+        if spelled.any():
+            position = int(np.flatnonzero(spelled.to_numpy())[0])
+            return (f"{path} line {position + 2}: column {column!r} holds {cells[column].iloc[position]!r}, "
+                    "not a duration (leave an unmeasured one empty)")
+    return None
 
 
 def with_requested_batch(runs: pd.DataFrame) -> pd.DataFrame:
@@ -169,8 +191,24 @@ def table_group_keys(table: pd.DataFrame, value_columns) -> list[str]:
 
 def read_runs(path) -> pd.DataFrame:
     """Read and check runs.csv; errors name the file, the column and the CSV line."""
+    return _read_and_check(path)[1]
+
+
+def check_runs_file(path) -> pd.DataFrame:
+    """runs.csv read whole (read_runs_csv), checked as check_runs checks it and for durations
+    spelled NaN; ValueError naming the file, line, column and value."""
+    return _read_and_check(path)[0]
+
+
+def _read_and_check(path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs.csv whole, check_runs' copy of it); errors name the file, column and CSV line."""
+    runs = read_runs_csv(path)
     # CSV line = row position + 2 (the header is line 1).
-    return check_runs(read_runs_csv(path), source=str(path), line_offset=2)
+    checked = check_runs(runs, source=str(path), line_offset=2)
+    problem = _written_not_a_number(path, runs)
+    if problem:
+        raise ValueError(problem)
+    return runs, checked
 
 
 def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int | None = None
@@ -201,6 +239,7 @@ def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int 
             raise ValueError(f"{source} {where(position)}: column {column!r} holds "
                              f"{runs[column].iloc[position]!r}, not a number{from_log(position)}")
         runs[column] = numbers.astype(float)
+    _check_durations(runs, source, where, from_log)
     # A failed run whose log never said its GPU count (an empty log, say) stays in runs.csv but
     # has no place in a scaling series; an ok run without one is an error. The index keeps the
     # CSV rows' positions for the messages below.
@@ -219,6 +258,21 @@ def check_runs(runs: pd.DataFrame, source: str = "runs table", line_offset: int 
                          f"{runs['status'].loc[position]!r}; "
                          f"expected one of {', '.join(STATUSES)}{from_log(position)}")
     return runs.reset_index(drop=True)
+
+
+def _check_durations(runs: pd.DataFrame, source: str, where, from_log) -> None:
+    """ValueError naming the first duration that is not a number, infinite or negative."""
+    for column in (c for c in DURATION_COLUMNS if c in runs.columns):
+        values = pd.to_numeric(runs[column], errors="coerce")
+        floor = -DURATION_SLACK_S.get(column, 0.0)
+        bad = (values.isna() & runs[column].notna()) | np.isinf(values) | (values < floor)
+        if bad.any():
+            position = int(np.flatnonzero(bad.to_numpy())[0])
+            value = runs[column].iloc[position]
+            value = value.item() if isinstance(value, np.generic) else value  # -4.0, not np.float64(-4.0)
+            raise ValueError(f"{source} {where(position)}: column {column!r} holds "
+                             f"{value!r}, not a duration (finite, >= 0 s)"
+                             f"{from_log(position)}")
 
 
 def iter_groups(table: pd.DataFrame, keys: list[str]) -> Iterator[tuple[dict, pd.DataFrame]]:
