@@ -29,7 +29,7 @@ def job_command(framework, max_batch=False, traced=False):
             settings, config["container"], workflow.basedir, WORKDIR, PYTHON
         )
 
-    return command_of
+    return parameters_named_once(command_of)
 
 
 def job_threads(framework, wildcards):
@@ -43,7 +43,7 @@ def job_threads(framework, wildcards):
 
 
 def trainer_threads(framework):
-    return lambda wildcards: job_threads(framework, wildcards)
+    return parameters_named_once(lambda wildcards: job_threads(framework, wildcards))
 
 
 def profile_slurm_extra(resource_settings):
@@ -94,6 +94,13 @@ def user_slurm_extra(wildcards, input, attempt, threads, rulename):
     return " ".join(value for value in values if value)
 
 
+@functools.lru_cache(maxsize=None)
+def job_slurm_resources(path, extra):
+    """A run's SLURM resources, computed once for the six or seven its job asks for (once more
+    with the user's slurm_extra)."""
+    return launch.slurm_resources(SETTINGS[path], config["cluster"], extra)
+
+
 def slurm_resource(framework, name, default=None):
     """One SLURM resource of a training job (the plugin reads them); none for a local run, whose
     preview would otherwise show SLURM job shapes for a laptop."""
@@ -101,17 +108,15 @@ def slurm_resource(framework, name, default=None):
     def resource_of(wildcards, input, attempt, threads, rulename):
         if runs_locally():
             return None
-        settings = settings_of(framework, wildcards)
         extra = (
             user_slurm_extra(wildcards, input, attempt, threads, rulename)
             if name == "slurm_extra"
             else ""
         )
-        return launch.slurm_resources(settings, config["cluster"], extra).get(
-            name, default
-        )
+        path = run_path(framework, wildcards)
+        return job_slurm_resources(path, extra).get(name, default)
 
-    return resource_of
+    return parameters_named_once(resource_of)
 
 
 def slurm_resources(framework, multinode=False):
