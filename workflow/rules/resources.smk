@@ -3,8 +3,10 @@
 # user's slurm_extra of the profile or the command line merged in. Included before train.smk and
 # trace.smk, whose rules use them. (The resources a profile gives every job of a rule, which the
 # preview checks against the site: preview.smk, resource_value.)
+import sys
+
 from scalesweep.contract import layout
-from scalesweep.plan import launch, matrix
+from scalesweep.plan import launch, matrix, preview
 
 
 def settings_of(framework, wildcards):
@@ -71,6 +73,10 @@ def command_line_slurm_extra(resource_settings):
 
 PROFILE_SLURM_EXTRA = profile_slurm_extra(workflow.resource_settings)
 
+# The executor Snakemake's command line names (None: no command line, e.g. the API, where the
+# executor is known only when the jobs run).
+COMMAND_LINE_EXECUTOR = preview.intended_executor(sys.argv[1:])
+
 COMMAND_LINE_SLURM_EXTRA = command_line_slurm_extra(workflow.resource_settings)
 
 
@@ -122,7 +128,11 @@ def slurm_resource(framework, name, default=None):
 def slurm_resources(framework, multinode=False):
     """Every SLURM resource of a training job, by name: `resources: **slurm_resources(...)`. A
     run across nodes is an `mpi` job of the plugin, one task per node (scalesweep/plan/launch.py).
+    Where the command line says the jobs run here, none but `mpi` is declared: each would be a
+    function Snakemake evaluates for every job only to learn it is None (resource_of).
     """
+    if COMMAND_LINE_EXECUTOR == "local":
+        return {"mpi": "srun"} if multinode else {}
     resources = {
         name: slurm_resource(framework, name, default)
         for name, default in (
