@@ -3,7 +3,7 @@ sweep's 12 run logs and of 10,000, and `snakemake -n` on a 1,000-configuration m
 this checkout and on a base (817bbc2 unless told), alternating (benchmarks/paired.py).
 
     .venv/bin/python benchmarks/bench_analysis.py [--runs 10000] [--configs 1000] [--rounds 3]
-        [--base PATH | --base-commit 817bbc2 | --no-base] [--only analyze|dryrun]
+        [--base PATH | --base-commit 817bbc2 | --no-base] [--only sweep|analyze|dryrun ...]
 
 Prints, per row (analyze_12_runs, analyze_10k_runs, dryrun_1000_configs), `name value unit`
 lines: `<row>_cpu_s`, `<row>_wall_s` (median, `_min`, `_max`) for this checkout,
@@ -55,6 +55,7 @@ DEFAULT_SWEEP_GOAL_S = 5.0
 ANALYZE_GOAL_S = 10.0
 DRYRUN_GOAL_S = 2.0
 BASE_COMMIT = "817bbc2"
+ROWS = ("sweep", "analyze", "dryrun")
 DEFAULT_RUNS = 10_000
 DEFAULT_CONFIGS = 1_000
 
@@ -530,15 +531,19 @@ class Row:
 
 def rows(args, workdir: Path) -> list[Row]:
     """The rows asked for, their inputs made once by this checkout for both sides."""
+    asked = set(args.only or ROWS)
     made = []
-    if args.only in (None, "analyze"):
-        for runs, goal in ((default_sweep_runs(), DEFAULT_SWEEP_GOAL_S),
-                           (plan_runs(args.runs), ANALYZE_GOAL_S if args.runs == DEFAULT_RUNS else None)):
-            logs = workdir / f"logs-{len(runs)}"
-            write_logs(logs, runs)
-            made.append(Row(f"analyze_{count_label(len(runs))}_runs",
-                            analyze_side(logs, runs, workdir, tables_checked=True), goal))
-    if args.only in (None, "dryrun"):
+    logs_and_goals = []
+    if "sweep" in asked:
+        logs_and_goals.append((default_sweep_runs(), DEFAULT_SWEEP_GOAL_S))
+    if "analyze" in asked:
+        logs_and_goals.append((plan_runs(args.runs), ANALYZE_GOAL_S if args.runs == DEFAULT_RUNS else None))
+    for runs, goal in logs_and_goals:
+        logs = workdir / f"logs-{len(runs)}"
+        write_logs(logs, runs)
+        made.append(Row(f"analyze_{count_label(len(runs))}_runs",
+                        analyze_side(logs, runs, workdir, tables_checked=True), goal))
+    if "dryrun" in asked:
         made.append(Row(f"dryrun_{count_label(args.configs)}_configs",
                         dryrun_side(dryrun_configfile(workdir, args.configs), args.configs, workdir),
                         DRYRUN_GOAL_S if args.configs == DEFAULT_CONFIGS else None))
@@ -563,7 +568,9 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="run logs to analyze")
     parser.add_argument("--configs", type=int, default=DEFAULT_CONFIGS,
                         help=f"configurations for snakemake -n (a multiple of {DRYRUN_BLOCK})")
-    parser.add_argument("--only", choices=("analyze", "dryrun"), help="time one kind of row only")
+    parser.add_argument("--only", choices=ROWS, action="append",
+                        help="time these rows only (sweep: the default sweep's 12 logs; analyze: "
+                             "--runs logs; dryrun); may be given more than once")
     paired.add_base_arguments(parser, default_commit=BASE_COMMIT)
     parser.add_argument("--no-base", action="store_true",
                         help="time this checkout only (no ratio): the suite's quick check")
