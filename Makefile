@@ -48,8 +48,11 @@ test-fast: $(VENV)/.installed
 	$(PYTHON) -m pytest $(WORKERS) -m "not slow and not slurm and not workflow and not command" $(PYTEST_ARGS)
 
 # Benchmarks print `name value unit` lines (benchmarks/README.md); they measure, they do not judge.
+# The analysis rows run 3 times on this checkout and on BENCH_BASE (a commit, unpacked with git
+# archive), alternating (benchmarks/paired.py): median, min-max and the ratio of each pair.
+BENCH_BASE ?= 817bbc2
 bench: $(VENV)/.installed
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_analysis.py
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_analysis.py --base-commit $(BENCH_BASE)
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_trainer.py
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_protocols.py
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_breakdown.py

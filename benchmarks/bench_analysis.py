@@ -1,23 +1,27 @@
-"""Benchmark of the analysis at scale (issue 4 "Scale"): `analyze` on 10,000 run logs and
-`snakemake -n` on a 1,000-configuration matrix.
+"""Benchmark of the analysis (issue 36's rows): `python -m scalesweep analyze` of the default
+sweep's 12 run logs and of 10,000, and `snakemake -n` on a 1,000-configuration matrix, each on
+this checkout and on a base (817bbc2 unless told), alternating (benchmarks/paired.py).
 
-    .venv/bin/python benchmarks/bench_analysis.py [--runs 10000] [--configs 1000]
+    .venv/bin/python benchmarks/bench_analysis.py [--runs 10000] [--configs 1000] [--rounds 3]
+        [--base PATH | --base-commit 817bbc2 | --no-base] [--only sweep|analyze|dryrun ...]
 
-Prints one line per figure, `name value unit`:
-
-    analyze_10k_runs_s <seconds> s          # wall time of `python -m scalesweep analyze`
-    dryrun_1000_configs_s <seconds> s       # wall time of `snakemake -n`
-
-Both are whole commands in a subprocess (interpreter start, imports, parsing, tables, figures,
-DAG building), as a user waits for them. The goals (30 s and 10 s on a 2-core laptop) are
-reported as ratios, never judged: the benchmark exits non-zero only when a step fails or its
-output is wrong (runs missing from runs.csv, another configuration count than asked).
+Prints, per row (analyze_12_runs, analyze_10k_runs, dryrun_1000_configs), `name value unit`
+lines: `<row>_cpu_s`, `<row>_wall_s` (median, `_min`, `_max`) for this checkout,
+`<row>_base_...` for the base, `<row>_cpu_ratio_to_base` and `<row>_wall_ratio_to_base` (median,
+min, max of each pair's ratio), and `<row>_wall_goal_ratio` (the median over issue 36's goal: 5 s,
+10 s, 2 s). Both sides are whole commands in a subprocess (interpreter start, imports, parsing,
+tables, figures, DAG building), as a user waits for them, run from a folder outside both
+checkouts on the same input, made once by this checkout. They measure, they do not judge: the
+benchmark exits non-zero only when a step fails or its output is wrong (runs missing from
+runs.csv, another configuration count than asked).
 
 The logs are what the trainers print (docs/records.md, written by scalesweep/train/common/runlog.py,
 the trainers' own record writer): Keras / reference-DDP human lines and `:::SCALESWEEP` records,
 over 264 groups (framework x model x dataset x per-GPU batch x precision) x GPU counts x repeats,
 with Amdahl-like epoch times, noise, and a few crashed, killed, timed-out and out-of-memory runs. A
-manifest.csv beside them gives each log's axes, as the workflow passes them to the tidy step.
+manifest.csv beside them gives each log's axes, as the workflow passes them to the tidy step. The
+default sweep's 12 logs are written the same way: one finished run per configuration that
+config/config.yaml plans, on its synthetic datasets' sizes.
 """
 
 import argparse
@@ -25,13 +29,10 @@ import copy
 import csv
 import math
 import random
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,13 +42,20 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import paired  # noqa: E402  (beside this file)
+from paired import BenchmarkFailure  # noqa: E402
+
 from scalesweep.train.common import runlog  # noqa: E402  (the trainers' record writer)
 
-from scalesweep.plan import matrix  # noqa: E402
+from scalesweep.plan import config as config_files, matrix  # noqa: E402
 
 PYTHON = sys.executable
-ANALYZE_GOAL_S = 30.0
-DRYRUN_GOAL_S = 10.0
+# Issue 36's goals (wall seconds on the 2-core machine) and the commit its table was measured on.
+DEFAULT_SWEEP_GOAL_S = 5.0
+ANALYZE_GOAL_S = 10.0
+DRYRUN_GOAL_S = 2.0
+BASE_COMMIT = "817bbc2"
+ROWS = ("sweep", "analyze", "dryrun")
 DEFAULT_RUNS = 10_000
 DEFAULT_CONFIGS = 1_000
 
@@ -95,6 +103,7 @@ class Run:
     outcome: str  # ok | crashed | killed | timeout | oom
     serial_fraction: float
     seconds_per_image: float
+    dataset_size: tuple  # (training images, resolution)
 
     @property
     def expected_status(self) -> str:
@@ -131,13 +140,39 @@ def plan_runs(n_runs: int, seed: int = 0) -> list[Run]:
         config = {**configs[config], "repeat": repeat}
         group = tuple(v for k, v in config.items() if k not in ("gpus", "nodes", "repeat"))
         serial = fractions.setdefault(group, rng.uniform(0.01, 0.15))
-        cost = MODEL_COST[config["model"]] * PRECISION_SPEED[config["precision"]]
-        pixels = (dataset_spec(config)[1] / 224) ** 2
-        per_image = FRAMEWORKS[config["framework"]][3] * cost * pixels
-        per_image *= 30 if config["gpus"] == 0 else 1
-        outcome = draw_outcome(config, rng)
-        runs.append(Run(run_file_name(config), config, outcome, serial, per_image))
+        runs.append(planned_run(config, FRAMEWORKS[config["framework"]][1][config["dataset"]],
+                                serial, draw_outcome(config, rng)))
     return runs
+
+
+def planned_run(config: dict, dataset_size: tuple, serial_fraction: float, outcome: str) -> Run:
+    cost = MODEL_COST[config["model"]] * PRECISION_SPEED[config["precision"]]
+    pixels = (dataset_size[1] / 224) ** 2
+    per_image = FRAMEWORKS[config["framework"]][3] * cost * pixels
+    per_image *= 30 if config["gpus"] == 0 else 1
+    return Run(run_file_name(config), config, outcome, serial_fraction, per_image, dataset_size)
+
+
+def default_sweep_runs(configfile: Path = REPO / "config" / "config.yaml") -> list[Run]:
+    """One finished run per configuration of the default sweep (12 on config/config.yaml), as
+    the workflow plans them, on its synthetic datasets' sizes; each group scales alike."""
+    config = {"container": {"runtime": "none"}, **yaml.safe_load(configfile.read_text())}
+    config_files.validate_config(config)  # fills in the schema's defaults
+    planned, _ = matrix.plan(config, check_paths=False)
+    runs = []
+    for run in planned:
+        settings = matrix.run_settings(run, config)
+        axes = {axis: settings[axis] for axis in MANIFEST_AXES if axis != "repeat"}
+        runs.append(planned_run({**axes, "repeat": settings.get("repeat", 0)},
+                                synthetic_size(config["datasets"][run["dataset"]]), 0.05, "ok"))
+    return runs
+
+
+def synthetic_size(dataset: dict) -> tuple:
+    """(training images, resolution) of a synthetic dataset of the config."""
+    synthetic = dataset["synthetic"]
+    images = synthetic.get("train_images") or synthetic["classes"] * synthetic["train_per_class"]
+    return images, dataset["resolution"]
 
 
 def run_file_name(config: dict) -> str:
@@ -159,14 +194,10 @@ def draw_outcome(config: dict, rng: random.Random) -> str:
     return "ok"
 
 
-def dataset_spec(config: dict) -> tuple[int, int]:
-    return FRAMEWORKS[config["framework"]][1][config["dataset"]]
-
-
-def images_per_epoch(config: dict) -> int:
+def images_per_epoch(run: Run) -> int:
     """Images an epoch trains: the dataset, less the last partial global batch (drop_last)."""
-    global_batch = config["per_gpu_batch"] * max(1, config["gpus"])
-    return dataset_spec(config)[0] // global_batch * global_batch
+    global_batch = run.config["per_gpu_batch"] * max(1, run.config["gpus"])
+    return run.dataset_size[0] // global_batch * global_batch
 
 
 def epoch_seconds(run: Run, images: int, epoch: int, rng: random.Random) -> float:
@@ -196,7 +227,7 @@ def header_record(run: Run, images: int, epochs: int) -> dict:
                     else {"torch": "2.14.1"})
     return {
         "record": "header", "framework": framework, "model": config["model"],
-        "dataset": config["dataset"], "resolution": dataset_spec(config)[1],
+        "dataset": config["dataset"], "resolution": run.dataset_size[1],
         "gpus": gpus, "device_kind": kind, "world_size": world, "nodes": config["nodes"],
         "per_gpu_batch": config["per_gpu_batch"], "global_batch": config["per_gpu_batch"] * world,
         "learning_rate": base_lr * world, "precision": config["precision"], "compile": False,
@@ -234,7 +265,7 @@ class LogWriter:
 def log_text(run: Run, rng: random.Random) -> str:
     """The whole log of one run, as its trainer would have printed it."""
     config = run.config
-    images = images_per_epoch(config)
+    images = images_per_epoch(run)
     epochs = 5
     header = header_record(run, images, epochs)
     log = LogWriter(config["framework"])
@@ -414,47 +445,25 @@ def planned_configurations(config: dict) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Timing
+# Timing: each row on this checkout and on the base (paired.py), alternating
 
 
-class BenchmarkFailure(RuntimeError):
-    pass
+def analyze_side(logs: Path, runs: list[Run], workdir: Path, tables_checked: bool):
+    """run_side for paired.run_pairs: `python -m scalesweep analyze` of `logs` by a checkout,
+    from a folder outside it; its runs.csv checked, and (this checkout) every table and figure."""
+
+    def run_side(side, checkout, index):
+        out = workdir / f"analysis-{side}-{index}"
+        timing, _ = paired.timed([PYTHON, "-m", "scalesweep", "analyze", str(logs), "--out", str(out)],
+                                 cwd=workdir, env=paired.side_env(checkout))
+        check_analysis(out, runs, tables_checked and side == paired.HEAD)
+        shutil.rmtree(out, ignore_errors=True)
+        return timing
+
+    return run_side
 
 
-@dataclass(frozen=True)
-class Timing:
-    wall_s: float
-    cpu_s: float  # user + system time of the command and its children
-
-
-def children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def timed(command: list[str], cwd=None) -> tuple[Timing, subprocess.CompletedProcess]:
-    """Run a command to its end: its wall time, and its CPU time, which other work on a shared
-    machine disturbs less."""
-    cpu, start = children_cpu_s(), time.perf_counter()
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    timing = Timing(time.perf_counter() - start, children_cpu_s() - cpu)
-    if result.returncode != 0:
-        raise BenchmarkFailure(f"{' '.join(command)} exited {result.returncode}:\n"
-                               f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return timing, result
-
-
-def bench_analyze(workdir: Path, n_runs: int) -> Timing:
-    runs = plan_runs(n_runs)
-    logs, out = workdir / "logs", workdir / "analysis"
-    write_logs(logs, runs)
-    timing, _ = timed([PYTHON, "-m", "scalesweep", "analyze", str(logs), "--out", str(out)],
-                      cwd=REPO)
-    check_analysis(out, runs)
-    return timing
-
-
-def check_analysis(out: Path, runs: list[Run]) -> None:
+def check_analysis(out: Path, runs: list[Run], tables_checked: bool) -> None:
     """runs.csv holds every run with the status its log implies; every table and figure exists."""
     with open(out / "tidy" / "runs.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -464,6 +473,8 @@ def check_analysis(out: Path, runs: list[Run]) -> None:
         wrong = [name for name in expected if found.get(name) != expected[name]][:5]
         raise BenchmarkFailure(f"runs.csv has {len(rows)} rows for {len(runs)} logs; "
                                f"wrong or missing status for e.g. {wrong}")
+    if not tables_checked:
+        return
     from scalesweep.analysis import tables  # the package's own lists of what analyze writes
     from scalesweep.report import figures
 
@@ -475,7 +486,27 @@ def check_analysis(out: Path, runs: list[Run]) -> None:
         raise BenchmarkFailure(f"analyze did not write {', '.join(missing)}")
 
 
-def bench_dryrun(workdir: Path, n_configs: int) -> Timing:
+def dryrun_side(configfile: Path, n_configs: int, workdir: Path):
+    """run_side for paired.run_pairs: `snakemake -n` of a checkout's Snakefile on `configfile`."""
+
+    def run_side(side, checkout, index):
+        rundir = workdir / f"dryrun-{side}-{index}"
+        rundir.mkdir()
+        timing, result = paired.timed([
+            PYTHON, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(configfile),
+            "-d", str(rundir), "--snakefile", str(checkout / "Snakefile"),
+        ], cwd=workdir, env=paired.side_env(checkout))
+        expected = f"scalesweep: {n_configs} configurations to run"
+        if expected not in result.stderr + result.stdout:
+            raise BenchmarkFailure(f"snakemake -n ({side}) did not print '{expected}':\n"
+                                   f"{result.stderr[-3000:]}")
+        shutil.rmtree(rundir, ignore_errors=True)
+        return timing
+
+    return run_side
+
+
+def dryrun_configfile(workdir: Path, n_configs: int) -> Path:
     config = dryrun_config(n_configs)
     planned = planned_configurations(config)
     if planned != n_configs:
@@ -483,17 +514,7 @@ def bench_dryrun(workdir: Path, n_configs: int) -> Timing:
                                f"not {n_configs}")
     configfile = workdir / "config.yaml"
     configfile.write_text(yaml.safe_dump(config, sort_keys=False))
-    rundir = workdir / "dryrun"
-    rundir.mkdir()
-    timing, result = timed([
-        PYTHON, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(configfile),
-        "-d", str(rundir), "--snakefile", str(REPO / "Snakefile"),
-    ], cwd=REPO)
-    expected = f"scalesweep: {n_configs} configurations to run"
-    if expected not in result.stderr + result.stdout:
-        raise BenchmarkFailure(f"snakemake -n did not print '{expected}':\n"
-                               f"{result.stderr[-3000:]}")
-    return timing
+    return configfile
 
 
 def count_label(n: int) -> str:
@@ -501,12 +522,45 @@ def count_label(n: int) -> str:
     return f"{n // 1000}k" if n >= 10_000 and n % 1000 == 0 else str(n)
 
 
-def report(name: str, timing: Timing, goal_s: float | None) -> None:
-    """`name value unit` lines: wall time (the figure), CPU time, and the ratio to the goal."""
-    print(f"{name}_s {timing.wall_s:.2f} s", flush=True)
-    print(f"{name}_cpu_s {timing.cpu_s:.2f} s", flush=True)
-    if goal_s is not None:
-        print(f"{name}_goal_ratio {timing.wall_s / goal_s:.2f} x", flush=True)
+@dataclass(frozen=True)
+class Row:
+    name: str
+    run_side: object  # paired.run_pairs's run_side
+    goal_wall_s: float | None
+
+
+def rows(args, workdir: Path) -> list[Row]:
+    """The rows asked for, their inputs made once by this checkout for both sides."""
+    asked = set(args.only or ROWS)
+    made = []
+    logs_and_goals = []
+    if "sweep" in asked:
+        logs_and_goals.append((default_sweep_runs(), DEFAULT_SWEEP_GOAL_S))
+    if "analyze" in asked:
+        logs_and_goals.append((plan_runs(args.runs), ANALYZE_GOAL_S if args.runs == DEFAULT_RUNS else None))
+    for runs, goal in logs_and_goals:
+        logs = workdir / f"logs-{len(runs)}"
+        write_logs(logs, runs)
+        made.append(Row(f"analyze_{count_label(len(runs))}_runs",
+                        analyze_side(logs, runs, workdir, tables_checked=True), goal))
+    if "dryrun" in asked:
+        made.append(Row(f"dryrun_{count_label(args.configs)}_configs",
+                        dryrun_side(dryrun_configfile(workdir, args.configs), args.configs, workdir),
+                        DRYRUN_GOAL_S if args.configs == DEFAULT_CONFIGS else None))
+    return made
+
+
+def measure(args, workdir: Path) -> None:
+    with paired.BaseCheckout(args.base, None if args.no_base else args.base_commit) as base:
+        checkouts = {paired.HEAD: REPO, paired.BASE: base}
+        paired.compile_checkouts([REPO] if args.no_base else [REPO, base])
+        for row in rows(args, workdir):
+            if args.no_base:
+                timings = [row.run_side(paired.HEAD, REPO, index) for index in range(args.rounds)]
+                paired.print_lines(paired.side_lines(row.name, timings))
+                continue
+            pairs = paired.run_pairs(row.run_side, checkouts, args.rounds)
+            paired.print_lines(paired.pair_lines(row.name, pairs, row.goal_wall_s))
 
 
 def main(argv=None) -> int:
@@ -514,24 +568,24 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="run logs to analyze")
     parser.add_argument("--configs", type=int, default=DEFAULT_CONFIGS,
                         help=f"configurations for snakemake -n (a multiple of {DRYRUN_BLOCK})")
-    parser.add_argument("--only", choices=("analyze", "dryrun"), help="time one figure only")
+    parser.add_argument("--only", choices=ROWS, action="append",
+                        help="time these rows only (sweep: the default sweep's 12 logs; analyze: "
+                             "--runs logs; dryrun); may be given more than once")
+    paired.add_base_arguments(parser, default_commit=BASE_COMMIT)
+    parser.add_argument("--no-base", action="store_true",
+                        help="time this checkout only (no ratio): the suite's quick check")
     parser.add_argument("--keep", action="store_true",
                         help="keep the generated logs, outputs and config (path on stderr)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.configs < DRYRUN_BLOCK or args.configs % DRYRUN_BLOCK:
         parser.error(f"--configs must be a positive multiple of {DRYRUN_BLOCK}, got {args.configs}")
     workdir = Path(tempfile.mkdtemp(prefix="scalesweep-bench-"))
     try:
-        # The goals hold for the issue's sizes only; a quick check at other sizes has none.
-        if args.only in (None, "analyze"):
-            report(f"analyze_{count_label(args.runs)}_runs", bench_analyze(workdir, args.runs),
-                   ANALYZE_GOAL_S if args.runs == DEFAULT_RUNS else None)
-        if args.only in (None, "dryrun"):
-            report(f"dryrun_{count_label(args.configs)}_configs",
-                   bench_dryrun(workdir, args.configs),
-                   DRYRUN_GOAL_S if args.configs == DEFAULT_CONFIGS else None)
+        measure(args, workdir)
     except (BenchmarkFailure, ValueError) as error:
         print(f"bench_analysis: FAILED: {error}", file=sys.stderr)
         return 1

@@ -27,18 +27,32 @@ def figures(stdout):
 
 @pytest.mark.slow
 def test_bench_analysis_quick_plans_every_configuration_and_analyzes_every_log():
-    # 25 configurations of the 1,000-configuration matrix (its datasets and batches), 60 logs
-    result = bench("bench_analysis.py", "--runs", "60", "--configs", "25")
+    # 25 configurations of the 1,000-configuration matrix (its datasets and batches), 60 logs, this
+    # checkout alone (tests/test_paired.py covers the pairing)
+    result = bench("bench_analysis.py", "--runs", "60", "--configs", "25", "--only", "analyze", "--only", "dryrun",
+                   "--rounds", "1", "--no-base")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert {"analyze_60_runs_s", "dryrun_25_configs_s"} <= set(figures(result.stdout))
+    printed = figures(result.stdout)
+    assert {"analyze_60_runs_cpu_s", "analyze_60_runs_wall_s", "dryrun_25_configs_wall_s"} <= set(printed)
+    assert all(value > 0 for value in printed.values()), printed
+
+
+@pytest.mark.slow
+def test_bench_analysis_quick_analyzes_the_default_sweeps_twelve_logs():
+    """The default config's 12 configurations, each a finished run's log: every run ok in runs.csv."""
+    result = bench("bench_analysis.py", "--only", "sweep", "--rounds", "1", "--no-base")
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = figures(result.stdout)
+    assert {"analyze_12_runs_cpu_s", "analyze_12_runs_wall_s_max"} <= set(printed)
+    assert all(value > 0 for value in printed.values()), printed
 
 
 @pytest.mark.slow
 def test_bench_analysis_dry_run_of_1000_configurations_passes_todays_checks():
     """The full matrix: its largest global batch (256 x 16) is what a feasibility check refused."""
-    result = bench("bench_analysis.py", "--only", "dryrun")
+    result = bench("bench_analysis.py", "--only", "dryrun", "--rounds", "1", "--no-base")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "dryrun_1000_configs_s" in figures(result.stdout)
+    assert "dryrun_1000_configs_wall_s" in figures(result.stdout)
 
 
 @pytest.mark.slow

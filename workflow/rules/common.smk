@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from snakemake.common import get_function_params, overwrite_function_params
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import min_version
@@ -56,9 +57,9 @@ if not DEFAULT_REPLACED:
 if "site" in workflow.config_settings.config:
     config["site"] = site.from_command_line(workflow.config_settings.config["site"])
 try:
-    config_files.validate_config(
-        config, os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml")
-    )
+    # The schema's one path (plan/config.py): its document is then read once, for the
+    # validation and the defaults alike.
+    config_files.validate_config(config)
     RUNS, EXCLUDED = matrix.plan(config)
     site.check_images(config, RUNS)
 except checks.ConfigError as error:
@@ -145,6 +146,15 @@ def max_batch_logs():
     return [max_batch_log(path) for path in max_batch_paths()]
 
 
+def parameters_named_once(function):
+    """`function`, an input, params, threads or resources function of the training jobs, with its
+    parameters read once: Snakemake reads a function's signature (inspect.signature) each time it
+    calls it, about ten functions per job, a fifth of a 1,000-configuration dry run; its own
+    path helpers (snakemake.ioutils) name them the same way."""
+    overwrite_function_params(function, get_function_params(function))
+    return function
+
+
 def while_unmeasured(framework, result_of, inputs_of):
     """An input function giving a job `inputs_of(settings)` only while its result
     (`result_of(run path)`) is missing. A measured run has no edge to its dataset or image, so
@@ -160,7 +170,7 @@ def while_unmeasured(framework, result_of, inputs_of):
             return []
         return inputs_of(planned_settings(path, result_of))
 
-    return inputs
+    return parameters_named_once(inputs)
 
 
 def planned_settings(path, result_of):
@@ -200,7 +210,7 @@ def refusal(message):
     def refuse(wildcards):
         raise WorkflowError(message)
 
-    return refuse
+    return parameters_named_once(refuse)
 
 
 def submission_checks():

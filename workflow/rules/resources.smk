@@ -3,8 +3,10 @@
 # user's slurm_extra of the profile or the command line merged in. Included before train.smk and
 # trace.smk, whose rules use them. (The resources a profile gives every job of a rule, which the
 # preview checks against the site: preview.smk, resource_value.)
+import sys
+
 from scalesweep.contract import layout
-from scalesweep.plan import launch, matrix
+from scalesweep.plan import launch, matrix, preview
 
 
 def settings_of(framework, wildcards):
@@ -29,7 +31,7 @@ def job_command(framework, max_batch=False, traced=False):
             settings, config["container"], workflow.basedir, WORKDIR, PYTHON
         )
 
-    return command_of
+    return parameters_named_once(command_of)
 
 
 def job_threads(framework, wildcards):
@@ -43,7 +45,7 @@ def job_threads(framework, wildcards):
 
 
 def trainer_threads(framework):
-    return lambda wildcards: job_threads(framework, wildcards)
+    return parameters_named_once(lambda wildcards: job_threads(framework, wildcards))
 
 
 def profile_slurm_extra(resource_settings):
@@ -71,6 +73,10 @@ def command_line_slurm_extra(resource_settings):
 
 PROFILE_SLURM_EXTRA = profile_slurm_extra(workflow.resource_settings)
 
+# The executor Snakemake's command line names (None: no command line, e.g. the API, where the
+# executor is known only when the jobs run).
+COMMAND_LINE_EXECUTOR = preview.intended_executor(sys.argv[1:])
+
 COMMAND_LINE_SLURM_EXTRA = command_line_slurm_extra(workflow.resource_settings)
 
 
@@ -94,6 +100,13 @@ def user_slurm_extra(wildcards, input, attempt, threads, rulename):
     return " ".join(value for value in values if value)
 
 
+@functools.lru_cache(maxsize=None)
+def job_slurm_resources(path, extra):
+    """A run's SLURM resources, computed once for the six or seven its job asks for (once more
+    with the user's slurm_extra)."""
+    return launch.slurm_resources(SETTINGS[path], config["cluster"], extra)
+
+
 def slurm_resource(framework, name, default=None):
     """One SLURM resource of a training job (the plugin reads them); none for a local run, whose
     preview would otherwise show SLURM job shapes for a laptop."""
@@ -101,23 +114,25 @@ def slurm_resource(framework, name, default=None):
     def resource_of(wildcards, input, attempt, threads, rulename):
         if runs_locally():
             return None
-        settings = settings_of(framework, wildcards)
         extra = (
             user_slurm_extra(wildcards, input, attempt, threads, rulename)
             if name == "slurm_extra"
             else ""
         )
-        return launch.slurm_resources(settings, config["cluster"], extra).get(
-            name, default
-        )
+        path = run_path(framework, wildcards)
+        return job_slurm_resources(path, extra).get(name, default)
 
-    return resource_of
+    return parameters_named_once(resource_of)
 
 
 def slurm_resources(framework, multinode=False):
     """Every SLURM resource of a training job, by name: `resources: **slurm_resources(...)`. A
     run across nodes is an `mpi` job of the plugin, one task per node (scalesweep/plan/launch.py).
+    Where the command line says the jobs run here, none but `mpi` is declared: each would be a
+    function Snakemake evaluates for every job only to learn it is None (resource_of).
     """
+    if COMMAND_LINE_EXECUTOR == "local":
+        return {"mpi": "srun"} if multinode else {}
     resources = {
         name: slurm_resource(framework, name, default)
         for name, default in (

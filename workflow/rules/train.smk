@@ -43,7 +43,7 @@ for made in TRAINER_RULES:
         input:
             data=dataset_input(made.framework.name, result_of=result_of),
             image=image_inputs(made.framework.name, result_of=result_of),
-            earlier_jobs=await_earlier_slurm_jobs,
+            earlier_jobs=parameters_named_once(await_earlier_slurm_jobs),
         output:
             (
                 result

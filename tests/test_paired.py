@@ -1,0 +1,72 @@
+"""benchmarks/paired.py, the harness every `make bench` row is timed with: the sides alternate,
+the printed figures are the medians, minima and maxima of the runs and of each pair's ratio, and
+a base given as a commit is unpacked without touching the repository."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import paired
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_sides_alternate_and_each_round_starts_with_the_other_side():
+    ran = []
+
+    def run_side(side, checkout, index):
+        ran.append((side, checkout.name, index))
+        return paired.Timing(wall_s=1.0, cpu_s=1.0)
+
+    pairs = paired.run_pairs(run_side, {paired.HEAD: Path("/a/head"), paired.BASE: Path("/b/base")}, 3)
+    assert ran == [("head", "head", 0), ("base", "base", 0), ("base", "base", 1), ("head", "head", 1),
+                   ("head", "head", 2), ("base", "base", 2)]
+    assert len(pairs.head) == len(pairs.base) == 3
+
+
+def test_lines_are_the_medians_extremes_and_per_pair_ratios():
+    timing = paired.Timing
+    pairs = paired.Pairs(head=[timing(10.0, 2.0), timing(20.0, 4.0), timing(12.0, 3.0)],
+                         base=[timing(20.0, 4.0), timing(10.0, 4.0), timing(24.0, 6.0)])
+    figures = {name: (float(value), unit) for name, value, unit in
+               (line.split() for line in paired.pair_lines("row", pairs, goal_wall_s=6.0))}
+    assert figures["row_cpu_s"] == (3.0, "s") and figures["row_cpu_s_min"] == (2.0, "s")
+    assert figures["row_cpu_s_max"] == (4.0, "s") and figures["row_wall_s"] == (12.0, "s")
+    assert figures["row_base_cpu_s"] == (4.0, "s") and figures["row_base_wall_s_max"] == (24.0, "s")
+    # pairs, not medians: cpu 2/4, 4/4, 3/6; wall 10/20, 20/10, 12/24
+    assert figures["row_cpu_ratio_to_base"] == (0.5, "x") and figures["row_cpu_ratio_to_base_max"] == (1.0, "x")
+    assert figures["row_wall_ratio_to_base"] == (0.5, "x") and figures["row_wall_ratio_to_base_max"] == (2.0, "x")
+    assert figures["row_wall_goal_ratio"] == (2.0, "x")
+
+
+def test_command_runs_on_both_checkouts_of_a_commit_without_touching_the_repository(tmp_path):
+    status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True).stdout
+    # Each side writes its checkout's path; {repo} is that side's, PYTHONPATH too.
+    script = ("import os, sys; open(os.path.join(sys.argv[2], str(os.getpid())), 'w')"
+              ".write(sys.argv[1] + ' ' + os.environ['PYTHONPATH'])")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "paired.py"), "--name", "probe", "--base-commit", "HEAD",
+         "--rounds", "2", "--", sys.executable, "-c", script, "{repo}", str(tmp_path)],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    printed = [line.split()[0] for line in result.stdout.splitlines()]
+    assert "probe_cpu_s" in printed and "probe_base_wall_s_max" in printed and "probe_cpu_ratio_to_base" in printed
+    seen = sorted(path.read_text() for path in tmp_path.iterdir())
+    assert len(seen) == 4
+    head = f"{REPO} {REPO}"
+    assert seen.count(head) == 2
+    base = [text for text in seen if text != head]
+    assert len(base) == 2 and base[0] == base[1] and base[0].split()[0] == base[0].split()[1]
+    # the unpacked base is removed afterwards, and the repository's state is unchanged
+    assert not Path(base[0].split()[0]).exists()
+    assert subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True,
+                          text=True).stdout == status
+
+
+def test_a_failing_command_is_a_failure_with_its_output():
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "paired.py"), "--name", "probe", "--base", str(REPO),
+         "--rounds", "1", "--", sys.executable, "-c", "import sys; print('broken input'); sys.exit(3)"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "exited 3" in result.stderr and "broken input" in result.stderr
