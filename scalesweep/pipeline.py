@@ -60,13 +60,36 @@ def capped_figure_processes(cpus: int) -> int:
     return max(1, min(FIGURE_PROCESSES, cpus))
 
 
+# Each drawing process imports pandas, scipy and matplotlib again and reads the tables: a few
+# CPU-seconds, more than all 17 figures of a sweep of a few dozen runs cost to draw in this one.
+# Processes pay off once the figures have this many rows (of the runs or scaling table) to draw.
+FIGURE_PROCESS_MIN_ROWS = 1000
+
+
+def drawing_processes(requested: int | None, table_csv) -> int:
+    """The drawing processes for the figures of `table_csv` (runs.csv or scaling.csv): `requested`
+    (None: one per CPU this process may run on), at most FIGURE_PROCESSES, and one for a table of
+    fewer than FIGURE_PROCESS_MIN_ROWS rows."""
+    processes = capped_figure_processes(usable_cpu_count() if requested is None else requested)
+    if processes > 1 and csv_rows(table_csv) < FIGURE_PROCESS_MIN_ROWS:
+        return 1
+    return processes
+
+
+def csv_rows(path) -> int:
+    """Data rows of a CSV file, counted as lines (a quoted field may hold a line break: the count
+    is then an upper bound, which only ever starts processes)."""
+    with open(path, "rb") as stream:
+        return max(0, sum(chunk.count(b"\n") for chunk in iter(lambda: stream.read(1 << 20), b"")) - 1)
+
+
 def write_figures(table_files: dict, figures_dir, processes: int | None = 1) -> str:
     """The figures stage: the FIGURE_TABLES of `table_files` ({name: path}) -> figures_dir/*.png
     and *.svg, drawn by `processes` processes (None: one per CPU this process may run on, up to
-    FIGURE_PROCESSES)."""
+    FIGURE_PROCESSES; one for a small sweep: drawing_processes)."""
     from scalesweep.report import figures  # matplotlib and seaborn
 
-    processes = capped_figure_processes(usable_cpu_count() if processes is None else processes)
+    processes = drawing_processes(processes, table_files["scaling"])
     return figures.write_figures(*(table_files[name] for name in FIGURE_TABLES), figures_dir,
                                  processes=processes)
 
@@ -94,7 +117,7 @@ def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSet
     figures are drawn while the tables are computed: each figure as soon as its tables are
     written (figures.FigureProcesses). The tables stage runs in one process, and on a laptop
     the other cores would wait for it."""
-    processes = capped_figure_processes(usable_cpu_count() if figure_processes is None else figure_processes)
+    processes = drawing_processes(figure_processes, runs_csv)
     if processes <= 1:
         yield write_tables(runs_csv, table_outputs, settings, network_csv)
         yield write_figures(table_outputs, figures_dir, processes)

@@ -101,6 +101,19 @@ def test_stage_processes_follow_the_cpus_up_to_the_cap():
 
 # ------------------------------------------------------------------ rows_by_group
 
+def test_a_small_sweep_draws_in_this_process_a_large_one_in_processes(tmp_path, monkeypatch):
+    """Each drawing process imports the analysis libraries again: for a sweep of a few dozen runs
+    that costs more than the figures. Counted in rows of the table given, header aside."""
+    monkeypatch.setattr(pipeline, "usable_cpu_count", lambda: 8)
+    table = tmp_path / "runs.csv"
+    table.write_text("gpus,note\n" + "1,x\n" * (pipeline.FIGURE_PROCESS_MIN_ROWS - 1))
+    assert pipeline.csv_rows(table) == pipeline.FIGURE_PROCESS_MIN_ROWS - 1
+    assert [pipeline.drawing_processes(wanted, table) for wanted in (None, 1, 3)] == [1, 1, 1]
+    with table.open("a") as stream:
+        stream.write("2,y\n")
+    assert [pipeline.drawing_processes(wanted, table) for wanted in (None, 1, 3)] == [pipeline.FIGURE_PROCESSES, 1, 3]
+
+
 def test_a_group_is_found_by_its_values_as_printed_missing_ones_alike():
     fits = pd.DataFrame({"model": ["a", "a", "b"], "per_gpu_batch": [64.0, math.nan, 64.0],
                          "p": [0.9, 0.8, 0.7]})
@@ -139,7 +152,8 @@ def test_a_figure_of_the_scaling_table_alone_is_drawn_alike_with_every_table(tab
 
 
 @pytest.mark.slow  # fresh interpreters
-def test_figures_drawn_while_the_tables_are_computed_are_the_files_drawn_after(table_files, tmp_path):
+def test_figures_drawn_while_the_tables_are_computed_are_the_files_drawn_after(table_files, tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "FIGURE_PROCESS_MIN_ROWS", 0)  # processes even for these 78 runs
     runs_csv = table_files["scaling"].parent / "runs.csv"
     outputs = tables.outputs_in(tmp_path / "tables")
     lines = list(pipeline.tables_figures_findings(runs_csv, outputs, AnalysisSettings.from_config(),
@@ -163,6 +177,7 @@ def test_a_tables_stage_failing_after_figures_started_fails_with_its_error_and_n
         raise ValueError("the fits failed")
 
     monkeypatch.setattr(fits, "fit_table", failing_fit_table)
+    monkeypatch.setattr(pipeline, "FIGURE_PROCESS_MIN_ROWS", 0)  # processes even for these 78 runs
     runs_csv = table_files["scaling"].parent / "runs.csv"
     outputs = tables.outputs_in(tmp_path / "tables")
     with pytest.raises(ValueError, match="the fits failed"):

@@ -11,9 +11,13 @@ The speedup figure draws the `speedup` column and overlays exactly this fit.
 
 Fits use N' = N / N_min, where N_min is the group's baseline (the smallest GPU count with a usable
 ok run; the `fit_variable` column says "N/2" when it is not 1). Each fit is one parameter p in
-[0, 1], fitted by `scipy.optimize.curve_fit` on the per-GPU-count medians (the baseline's S = 1
-included) with relative residuals ((S - law) / S: timing noise is relative), and its standard
-error sqrt(diag(pcov)). `r2` is the R^2 of that same objective: weighted by 1/S^2 around the
+[0, 1], the least squares on the per-GPU-count medians (the baseline's S = 1 included) with
+relative residuals ((S - law) / S: timing noise is relative), and its standard error as
+`scipy.optimize.curve_fit` gives it, sqrt(diag(pcov)). Inside (0, 1) the minimum is found in
+closed form (Gustafson: linear least squares) or from one (Amdahl: 1/S is linear in 1/N', whose
+fit starts Newton's method on the objective itself): exact to rounding, where curve_fit stopped
+once the objective changed by less than 1e-8 (p then agreed to about 1e-7). On a bound of [0, 1]
+the fit is curve_fit's bounded one, as before. `r2` is the R^2 of that same objective: weighted by 1/S^2 around the
 weighted mean (`objective` says so), so it judges the fit by what the fit minimised. That stderr treats the
 points as independent, but every speedup shares the baseline's measurement; with repeats, the
 bootstrap accounts for it: it resamples the ok runs within each GPU count (the baseline's too),
@@ -26,6 +30,7 @@ the largest fitted GPU count are columns pred_gpus_k, pred_speedup_k, pred_effic
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -114,18 +119,114 @@ def weighted_r_squared(observed, predicted, weights) -> float:
 
 
 def fit_law(law: str, scale, speedups) -> LawFit:
-    """Least-squares p in [0, 1] of `law` through (N', S) points."""
-    x, y = np.asarray(scale, float), np.asarray(speedups, float)
+    """Least-squares p in [0, 1] of `law` through (N', S) points, relative residuals
+    ((S - law) / S: timing noise is relative). One cache for every caller: the fit table, the
+    predictions' Amdahl fallback (which fits the same medians for every count it predicts) and,
+    through the fit table, the findings."""
+    return _cached_fit(law, tuple(np.asarray(scale, float)), tuple(np.asarray(speedups, float)))
+
+
+@functools.lru_cache(maxsize=65536)
+def _cached_fit(law: str, scale: tuple, speedups: tuple) -> LawFit:
+    x, y = np.array(scale), np.array(speedups)
+    p = exact_p(law, x, y[None, :])[0]
+    if not np.isfinite(p):
+        return _bounded_fit(law, x, y)
+    stderr = _stderr(law, x, y, p)
+    return LawFit(float(p), stderr, weighted_r_squared(y, LAWS[law](x, p), 1.0 / y**2))
+
+
+def _bounded_fit(law: str, x: np.ndarray, y: np.ndarray) -> LawFit:
+    """The fit as scipy's bounded least squares gives it: for a minimum on a bound of [0, 1] (or
+    data too few or too odd for the closed form), where the answer is the bound solver's own."""
     with warnings.catch_warnings():
         # pcov is inf when p sits on a bound (e.g. super-linear data): stderr becomes NaN below.
         warnings.simplefilter("ignore", OptimizeWarning)
-        # Timing noise is relative (a few % of the time at every N), so residuals are weighted
-        # by S itself; unweighted, the large-N points dominate and the stderr is too small.
+        # Weighted by S itself; unweighted, the large-N points dominate and the stderr is too small.
         popt, pcov = curve_fit(LAWS[law], x, y, p0=[0.5], bounds=(0.0, 1.0), sigma=y)
     p = float(popt[0])
     variance = float(pcov[0, 0])
     stderr = math.sqrt(variance) if np.isfinite(variance) and variance >= 0 else math.nan
     return LawFit(p, stderr, weighted_r_squared(y, LAWS[law](x, p), 1.0 / y**2))
+
+
+def _stderr(law: str, x: np.ndarray, y: np.ndarray, p: float) -> float:
+    """curve_fit's standard error of p (sigma relative, not absolute): the residual variance
+    over n - 1 degrees of freedom times (J'J)^-1, J the weighted residuals' derivative in p."""
+    residual, slope, _ = _residuals(law, x, y, p)
+    return math.sqrt(float(np.sum(residual**2)) / (len(y) - 1) / float(np.sum(slope**2)))
+
+
+def _residuals(law: str, x, y, p):
+    """Weighted residuals r = law(x, p) / y - 1 and their first and second derivatives in p,
+    for p broadcasting against y's rows."""
+    if law == "gustafson":
+        residual = (1.0 - p + p * x) / y - 1.0
+        return residual, (x - 1.0) / y + 0.0 * residual, 0.0 * residual
+    share = 1.0 - 1.0 / x  # Amdahl: 1 / S = 1 - p share
+    inverse = 1.0 - p * share
+    return 1.0 / (y * inverse) - 1.0, share / (y * inverse**2), 2.0 * share**2 / (y * inverse**3)
+
+
+NEWTON_STEPS = 60
+# A minimum this near a bound may be the bound itself, off by rounding: the bounded solver's.
+BOUND_MARGIN = 1e-9
+# Newton converges quadratically: after a step this small the next would be below rounding.
+NEWTON_TOLERANCE = 1e-12
+
+
+def exact_p(law: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The p of each row of y (at the N' of x) minimising fit_law's objective, where that minimum
+    lies inside (0, 1); NaN where it does not (a bound, or a degenerate row): those rows are the
+    bounded solver's.
+
+    Gustafson's weighted residual c + p d is linear in p: p = -sum(c d) / sum(d^2). Amdahl's
+    1 / S = 1 - p (1 - 1/N') is linear in p too, so the weighted linear least squares of that form
+    gives the start, and Newton's method on the objective itself (relative residuals of S, as
+    curve_fit minimises) takes it to the exact minimum in a few steps, all rows at once.
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if law == "gustafson":
+            p, converged = _gustafson_p(x, y), np.ones(len(y), bool)
+        else:
+            share = 1.0 - 1.0 / x
+            p = np.sum((y - 1.0) * share * y, axis=1) / np.sum((share * y) ** 2, axis=1)
+            p, converged = _newton(x, y, np.clip(p, 0.0, 1.0))
+        inside = converged & (p > BOUND_MARGIN) & (p < 1.0 - BOUND_MARGIN) & (len(x) > 1)
+        return np.where(inside & _below_bounds(law, x, y, p), p, np.nan)
+
+
+def _gustafson_p(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Unbounded least-squares p of each row: the weighted residual is c + p d."""
+    c, d = (1.0 - y) / y, (x - 1.0) / y
+    return -np.sum(c * d, axis=1) / np.sum(d * d, axis=1)
+
+
+def _newton(x: np.ndarray, y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Newton's method on the Amdahl objective's derivative, every row at once; also whether each
+    row converged to a minimum (positive curvature)."""
+    done = np.zeros(len(p), bool)
+    for _ in range(NEWTON_STEPS):
+        residual, slope, bend = _residuals("amdahl", x, y, p[:, None])
+        gradient = np.sum(residual * slope, axis=1)
+        curvature = np.sum(slope**2 + residual * bend, axis=1)
+        step = np.where(done, 0.0, gradient / curvature)
+        p = p - step
+        done |= ~(np.abs(step) > NEWTON_TOLERANCE * np.maximum(np.abs(p), 1.0))
+        if done.all():
+            break
+    converged = done & (curvature > 0) & np.isfinite(p)
+    return p, converged
+
+
+def _below_bounds(law: str, x, y, p) -> np.ndarray:
+    """Whether the interior minimum is strictly lower than both bounds' objective: else the bounded
+    solver decides, as it did for every fit before."""
+    def objective(q):
+        return np.sum(_residuals(law, x, y, q)[0] ** 2, axis=1)
+
+    at_p = objective(np.nan_to_num(p)[:, None])
+    return (at_p < objective(np.zeros((len(y), 1)))) & (at_p < objective(np.ones((len(y), 1))))
 
 
 def limit_speedup(law: str, p: float) -> float:
@@ -142,26 +243,25 @@ def predicted_speedup(law: str, p: float, gpus, baseline_gpus: float):
 
 def fit_law_batch(law: str, scale, speedups) -> np.ndarray:
     """p in [0, 1] of `law` for every row of `speedups` (all at the N' of `scale`): the least
-    squares of fit_law (relative residuals) for many data sets at once. The bootstrap refits
-    every group hundreds of times; one curve_fit call each made that most of the analysis of a
-    large sweep. NaN for a row with a value that is not finite and > 0.
+    squares of fit_law (relative residuals) for many data sets at once, as the bootstrap needs.
+    NaN for a row with a value that is not finite and > 0.
 
-    Gustafson is linear in p, so its weighted least-squares p clipped to the bounds is exact.
-    Amdahl is not: the best p of a grid over [0, 1], refined by golden-section search between the
-    grid points beside it (the objective is smooth; the grid finds the best basin, as curve_fit
-    from p0 = 0.5 does on data that follow the law).
+    Gustafson's objective is a parabola in p, so its closed-form p clipped to the bounds is exact.
+    Amdahl's interior minima come from exact_p; a row whose minimum lies on a bound (or whose
+    Newton steps did not settle) gets the best p of a grid over [0, 1], refined by golden-section
+    search between the grid points beside it, the bounds themselves included.
     """
     x = np.asarray(scale, float)
     y = np.atleast_2d(np.asarray(speedups, float))
     valid = np.all(np.isfinite(y) & (y > 0), axis=1)
     y = np.where(valid[:, None], y, 1.0)
     if law == "gustafson":
-        # residual (1 - p + p x - y) / y = c + p d
-        c, d = (1.0 - y) / y, (x - 1.0) / y
         with np.errstate(divide="ignore", invalid="ignore"):
-            p = np.clip(-np.sum(c * d, axis=1) / np.sum(d * d, axis=1), 0.0, 1.0)
+            p = np.clip(_gustafson_p(x, y), 0.0, 1.0)
     else:
-        p = _amdahl_batch(x, y)
+        p = exact_p(law, x, y)
+        searched = ~np.isfinite(p)
+        p[searched] = _amdahl_batch(x, y[searched])
     return np.where(valid, p, np.nan)
 
 

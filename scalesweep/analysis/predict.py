@@ -26,7 +26,6 @@ is pure: the tables stage hands it the runs.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -367,11 +366,10 @@ def predict_amdahl(n: int, measured: Measured) -> dict:
     }
 
 
-@functools.lru_cache(maxsize=4096)
 def law_fits(gpus: tuple, throughputs: tuple) -> tuple:
-    """The Amdahl and Gustafson fits of the speedups over the first count. Cached: every count
-    asked beyond a sweep is predicted from the same measured points, and two curve_fit calls per
-    count were most of the prediction table's time."""
+    """The Amdahl and Gustafson fits of the speedups over the first count, from the fits' one
+    cache (fits.fit_law): every count asked beyond a sweep is predicted from the same measured
+    points, and the fit table has fitted most of them already."""
     from scalesweep.analysis import fits
 
     scale = np.asarray(gpus, float) / gpus[0]
