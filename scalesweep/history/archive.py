@@ -95,8 +95,8 @@ def _file_of(history_dir: Path, sweep_id: str) -> Path:
     return own if own.is_file() else query.sweep_catalog(history_dir).get(sweep_id, own)
 
 
-def compact(history_dir) -> Path | None:
-    """Compact the history's files into one store once COMPACT_AT sweep files lie beside the
+def compact(history_dir, at: int = store.COMPACT_AT) -> Path | None:
+    """Compact the history's files into one store once `at` sweep files lie beside the
     stores (scalesweep/history/store.py); the store's path, or None. A damaged or foreign file is
     left where it is. Compaction only speeds reading: the sweep is archived before it, so a
     compaction that cannot finish (a full disk, files compacted away by another process again and
@@ -106,17 +106,17 @@ def compact(history_dir) -> Path | None:
     history_dir = Path(history_dir)
     problem = None
     for _ in range(query.RELISTINGS):
-        if len(store.loose_files(history_dir)) < store.COMPACT_AT:
+        if len(store.loose_files(history_dir)) < at:
             return None
         files = store.sweep_files(history_dir)
         try:
-            return store.compact(history_dir, files, _write_query_atomic)
+            return store.compact(history_dir, files, _write_query_atomic, at)
         except (duckdb.Error, OSError) as error:
             problem = error
         if all(path.exists() for path in files):  # not another compaction: a damaged file, or the disk
             readable = [path for path in files if query.unreadable(path) is None]
             try:
-                return store.compact(history_dir, readable, _write_query_atomic)
+                return store.compact(history_dir, readable, _write_query_atomic, at)
             except (duckdb.Error, OSError) as error:
                 problem = error
     warnings.warn(f"sweep history {history_dir}: not compacted ({str(problem).splitlines()[0]}); "
@@ -190,6 +190,7 @@ def _writer():
         import duckdb
 
         _writing["connection"] = duckdb.connect()
+        _writing["connection"].execute("SET enable_progress_bar = false")
     return _writing["connection"]
 
 
