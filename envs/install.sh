@@ -37,11 +37,22 @@ wanted=$(<wheelhouse/python-version)
 # (snakemake 9.27 executors/local.py spawn_job for `run:` rules; the slurm plugin's job command),
 # so a space or shell character in this folder's path would fail the sweep after its training ran.
 if [[ $venv =~ [^A-Za-z0-9_./+,:@%=-] ]]; then
-    fail "the folder '$here' has a character a shell splits or expands (a space, quote, \$, ...): Snakemake puts .venv/bin/python's path unquoted into its jobs' commands; unpack the bundle under a path of letters, digits and _ . / + , : @ % = - only"
+    fail "the folder '$here' has a character a shell splits or expands (a space, quote, \$, ...): Snakemake puts .venv/bin/python's path unquoted into its jobs' commands; unpack the bundle under a path of letters, digits and _ . / + , @ % = - only"
 fi
+# Python's venv refuses a folder whose path holds the PATH separator (venv/__init__.py:
+# "contains the PATH separator"): said here, before pip or ensurepip is blamed for it.
+if [[ $venv == *:* ]]; then
+    fail "the folder '$here' has a ':' in its path: Python's venv refuses to make a virtual environment there (':' separates PATH entries); unpack the bundle under a path of letters, digits and _ . / + , @ % = - only"
+fi
+# A venv holds its own folder's path (the python wrapper, the entry points' #! lines, pyvenv.cfg):
+# a bundle moved to another folder keeps a .venv that runs nothing here. Installed means its python
+# runs as this venv and imports the project.
 if [ -f "$venv/.installed" ]; then
-    echo "install.sh: already installed in $venv (remove it to install again)"
-    exit 0
+    if [ "$("$venv/bin/python" -c 'import sys, scalesweep; print(sys.prefix)' 2>/dev/null)" = "$venv" ]; then
+        echo "install.sh: already installed in $venv (remove it to install again)"
+        exit 0
+    fi
+    echo "install.sh: $venv does not run here (made in $(cat "$venv/.installed") and moved? a venv is bound to its folder): installing again"
 fi
 python=${PYTHON:-python3}
 how="$(module_for "$wanted") and run bash install.sh again, or name the interpreter: PYTHON=/path/to/python$wanted bash install.sh"
@@ -49,8 +60,11 @@ how="$(module_for "$wanted") and run bash install.sh again, or name the interpre
 command -v "$python" >/dev/null || fail "no interpreter '$python': $how"
 where=$(command -v "$python")
 [ "$where" = "$python" ] || python_named="$python ($where)"
-have=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') ||
-    fail "$python does not run without PYTHONHOME and PYTHONPATH: $how"
+have=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>&1) ||
+    fail "${python_named:-$python} does not run without PYTHONHOME and PYTHONPATH (it said: $(head -c 200 <<<"$have")): $how"
+# Anything else that runs (a shell, echo, a wrapper script) prints something else.
+[[ $have =~ ^[0-9]+\.[0-9]+$ ]] ||
+    fail "${python_named:-$python} is not a Python interpreter: asked for its version it printed '$(head -c 200 <<<"$have")': $how"
 if ! [[ $have =~ ^3\.([0-9]+)$ ]] || ((BASH_REMATCH[1] < 11)); then
     fail "${python_named:-$python} is Python $have; the workflow needs Python 3.11 or later and this bundle's wheels are for Python $wanted: $how"
 fi
@@ -58,6 +72,21 @@ if [ "$have" != "$wanted" ]; then
     fail "${python_named:-$python} is Python $have, but this bundle's wheels are for Python $wanted (compiled wheels fit one minor version): $how; or build a bundle for $have: make bundle PYTHON_VERSION=$have"
 fi
 [ "$(uname -m)" = x86_64 ] || fail "this machine is $(uname -m): the bundle's wheels are for x86_64"
+
+# A wheel cut short or damaged (a copy interrupted, a disk full on unpacking) is named here: pip
+# would stop with a traceback and say only that a wheel is missing.
+damaged=$("$python" - wheelhouse <<'CHECK'
+import pathlib, sys, zipfile
+for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            archive.infolist()
+    except (zipfile.BadZipFile, OSError) as error:
+        print(f"{wheel} ({error})")
+CHECK
+) || fail "could not read the wheelhouse $here/wheelhouse"
+[ -z "$damaged" ] ||
+    fail "damaged wheels in the wheelhouse (not a whole zip file): $(tr '\n' ' ' <<<"$damaged")- unpack the bundle again from its tarball"
 
 rm -rf "$venv" # what an install that failed left
 tools=$(mktemp -d)
@@ -122,6 +151,6 @@ for name in python3 "python$wanted"; do ln -sfn python "$venv/bin/$name"; done
 
 version=$("$venv/bin/python" -c 'from scalesweep.plan.code_version import code_version; print(code_version())')
 "$venv/bin/snakemake" --version >/dev/null
-touch "$venv/.installed"
+echo "$venv" >"$venv/.installed"
 echo "install.sh: installed scalesweep $version in $venv"
 echo "install.sh: next, from $here: .venv/bin/snakemake --executor slurm --profile mn5 -n"
