@@ -95,15 +95,16 @@ def _file_of(history_dir: Path, sweep_id: str) -> Path:
     return own if own.is_file() else query.sweep_catalog(history_dir).get(sweep_id, own)
 
 
-def compact(history_dir, at: int = store.COMPACT_AT) -> Path | None:
-    """Compact the history's files into one store once `at` sweep files lie beside the
-    stores (scalesweep/history/store.py); the store's path, or None. A damaged or foreign file is
+def compact(history_dir, at: int | None = None) -> Path | None:
+    """Compact the history's files into one store once `at` (default store.COMPACT_AT) sweep files
+    lie beside the stores (scalesweep/history/store.py); the store's path, or None. A damaged or foreign file is
     left where it is. Compaction only speeds reading: the sweep is archived before it, so a
     compaction that cannot finish (a full disk, files compacted away by another process again and
     again) is a warning, and the files stay as they are."""
     import duckdb
 
     history_dir = Path(history_dir)
+    at = store.COMPACT_AT if at is None else at
     problem = None
     for _ in range(query.RELISTINGS):
         if len(store.loose_files(history_dir)) < at:
