@@ -92,11 +92,24 @@ def report(name: str, values: list, unit: str) -> None:
         print(f"{name}_max {max(values):.2f} {unit}", flush=True)
 
 
+def timed_install(tarball: Path, into: Path, python: str, without_network: bool) -> tuple[Path, float, float]:
+    """(the installed folder, install.sh's seconds, unpacking's seconds); exits when install.sh fails."""
+    start = time.perf_counter()
+    folder = unpack(tarball, into)
+    unpacked = time.perf_counter() - start
+    done, seconds = install(folder, python, without_network=without_network)
+    if done.returncode != 0:
+        sys.exit(f"bench_bundle: install.sh of {tarball} failed:\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+    return folder, seconds, unpacked
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python-version", default="3.12", help="the bundle's Python minor version")
     parser.add_argument("--rounds", type=int, default=3, help="installs to time (median, min, max)")
     parser.add_argument("--bundle", type=Path, help="an existing tarball instead of building one")
+    parser.add_argument("--base-bundle", type=Path,
+                        help="an older checkout's tarball, installed alternately with this one (base_install_*)")
     args = parser.parse_args(argv)
     python = find_python(args.python_version)
     if python is None:
@@ -117,17 +130,18 @@ def main(argv=None) -> int:
         with tarfile.open(tarball) as archive:
             wheels = sum(1 for name in archive.getnames() if name.endswith(".whl"))
         print(f"bundle_{tag}_wheels {wheels} wheels", flush=True)
-        installs, unpacks = [], []
+        installs, unpacks, base_installs = [], [], []
         for round_ in range(args.rounds):
-            start = time.perf_counter()
-            folder = unpack(tarball, scratch / f"round-{round_}")
-            unpacks.append(time.perf_counter() - start)
-            done, seconds = install(folder, python, without_network=without_network)
-            if done.returncode != 0:
-                sys.exit(f"bench_bundle: install.sh failed:\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+            if args.base_bundle is not None:  # alternated: both sides see the same load
+                base_installs.append(timed_install(args.base_bundle, scratch / f"base-{round_}", python, without_network)[1])
+                print(f"base_install_{tag}_s_round{round_ + 1} {base_installs[-1]:.1f} s", flush=True)
+            folder, seconds, unpacked = timed_install(tarball, scratch / f"round-{round_}", python, without_network)
             installs.append(seconds)
+            unpacks.append(unpacked)
             print(f"install_{tag}_s_round{round_ + 1} {seconds:.1f} s", flush=True)
         report(f"install_{tag}_s", installs, "s")
+        if base_installs:
+            report(f"base_install_{tag}_s", base_installs, "s")
         report(f"unpack_{tag}_s", unpacks, "s")
         print(f"installed_{tag}_mb {folder_mb(folder):.0f} MB", flush=True)
     return 0

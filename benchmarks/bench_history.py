@@ -1,7 +1,11 @@
-"""Benchmark of the sweep history (issue 11): one `scalesweep compare` over a history of 1,000
-sweeps x 100 runs (goal: 3 s on a 2-core laptop).
+"""Benchmark of the sweep history (issues 11, 36): one `scalesweep compare` over a history of 1,000
+sweeps x 100 runs (goal: 1 s on a 2-core laptop).
 
-    .venv/bin/python benchmarks/bench_history.py [--sweeps 1000] [--repeats 3]
+    .venv/bin/python benchmarks/bench_history.py [--sweeps 1000] [--repeats 3] [--base CHECKOUT]
+
+With `--base`, the same runs are also archived one file per sweep, as an older checkout without
+stores wrote them (compaction off), and that checkout's `compare` runs on them, alternating with
+this one's on its compacted history: `base_compare_100k_runs_s` beside `compare_100k_runs_s`.
 
 Prints `name value unit` lines:
 
@@ -25,6 +29,7 @@ compared, the injected slowdown not found).
 
 import argparse
 import hashlib
+import os
 import resource
 import shutil
 import statistics
@@ -40,10 +45,10 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from scalesweep.history import archive  # noqa: E402
+from scalesweep.history import archive, store  # noqa: E402
 
 PYTHON = sys.executable
-GOAL_S = 3.0
+GOAL_S = 1.0
 DEFAULT_SWEEPS = 1000
 MODELS = ("resnet50", "resnet18", "vit_h_14", "vit_b_16", "vit_tiny")
 GPUS = (1, 2, 4, 8, 16)
@@ -89,9 +94,14 @@ def sweep_runs(number: int, rng: np.random.Generator) -> pd.DataFrame:
     return frame
 
 
-def build_history(folder: Path, sweeps: int) -> list[str]:
+def build_history(folder: Path, sweeps: int, compact_at: int = store.COMPACT_AT) -> list[str]:
+    """The history of `sweeps` sweeps, compacted every `compact_at` sweeps as archiving does."""
     rng = np.random.default_rng(0)
-    return [archive.archive(sweep_runs(number, rng), folder).sweep_id for number in range(sweeps)]
+    compacting, store.COMPACT_AT = store.COMPACT_AT, compact_at
+    try:
+        return [archive.archive(sweep_runs(number, rng), folder).sweep_id for number in range(sweeps)]
+    finally:
+        store.COMPACT_AT = compacting
 
 
 def children_cpu_s() -> float:
@@ -99,10 +109,12 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(command: list[str]) -> tuple[float, float]:
-    """(wall s, CPU s) of a command run to its end; BenchmarkFailure if it fails."""
+def timed(command: list[str], checkout: Path = REPO) -> tuple[float, float]:
+    """(wall s, CPU s) of a command run to its end in `checkout`; BenchmarkFailure if it fails."""
     cpu, start = children_cpu_s(), time.perf_counter()
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    # Nothing written into another checkout: its bytecode stays in memory.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"} if checkout != REPO else None
+    result = subprocess.run(command, cwd=checkout, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if result.returncode != 0:
         raise BenchmarkFailure(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}")
@@ -135,7 +147,25 @@ def report(name: str, walls: list[float], cpus: list[float], goal_s: float | Non
         print(f"{name}_goal_ratio {median / goal_s:.2f} x", flush=True)
 
 
-def run(workdir: Path, sweeps: int, repeats: int) -> None:
+def alternate_with_base(base: Path, workdir: Path, sweeps: int, repeats: int, label: str) -> None:
+    """The pooled comparison by `base` on one file per sweep and by this checkout on its store,
+    alternated run by run on the same runs; both must find the same configurations slower."""
+    loose = workdir / "history-one-file-per-sweep"
+    build_history(loose, sweeps, compact_at=sweeps + 1)
+    sides = (f"gpu_driver={DRIVERS[0]},cluster=mn5", f"gpu_driver={SLOW_DRIVER},cluster=mn5")
+    ours = compare_command(workdir / "history", workdir / "compare", *sides)
+    theirs = compare_command(loose, workdir / "compare-base", *sides)
+    timings = {"base": [], "this": []}
+    for _ in range(repeats):
+        timings["base"].append(timed(theirs, base))
+        timings["this"].append(timed(ours))
+    check_comparison(workdir / "compare-base")
+    for name, prefix in (("base", "base_"), ("this", "")):
+        report(f"{prefix}compare_{label}_runs_alternated", [w for w, _ in timings[name]],
+               [c for _, c in timings[name]], None)
+
+
+def run(workdir: Path, sweeps: int, repeats: int, base: Path | None = None) -> None:
     folder, out = workdir / "history", workdir / "compare"
     started, started_cpu = time.perf_counter(), time.process_time()
     ids = build_history(folder, sweeps)
@@ -159,6 +189,8 @@ def run(workdir: Path, sweeps: int, repeats: int) -> None:
     report(f"history_where_{label}_runs", [w for w, _ in filtered], [c for _, c in filtered], None)
     compared = [timed([*pooled, "--where", COMPARE_WHERE]) for _ in range(repeats)]
     report(f"compare_where_{label}_runs", [w for w, _ in compared], [c for _, c in compared], None)
+    if base is not None:
+        alternate_with_base(base, workdir, sweeps, repeats, label)
 
 
 def main(argv=None) -> int:
@@ -166,12 +198,13 @@ def main(argv=None) -> int:
     parser.add_argument("--sweeps", type=int, default=DEFAULT_SWEEPS, help="sweeps in the history (100 runs each)")
     parser.add_argument("--repeats", type=int, default=3, help="timed comparisons (median, min, max)")
     parser.add_argument("--keep", action="store_true", help="keep the history (path on stderr)")
+    parser.add_argument("--base", type=Path, help="an older checkout to alternate with (its own history format)")
     args = parser.parse_args(argv)
     if args.sweeps < 2 * len(DRIVERS) * len(CLUSTERS):
         parser.error(f"--sweeps must be at least {2 * len(DRIVERS) * len(CLUSTERS)}")
     workdir = Path(tempfile.mkdtemp(prefix="scalesweep-bench-history-"))
     try:
-        run(workdir, args.sweeps, args.repeats)
+        run(workdir, args.sweeps, args.repeats, args.base)
     except BenchmarkFailure as error:
         print(f"bench_history: FAILED: {error}", file=sys.stderr)
         return 1

@@ -73,7 +73,7 @@ for ((minor = ${glibc#2.}; minor >= 5; minor--)); do platforms+=(--platform "man
 platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
 "${pip[@]}" download --quiet --only-binary=:all: "${platforms[@]}" --implementation cp \
     --python-version "$version" --abi "cp${version/./}" --find-links "$wheels" -d "$wheels" \
-    -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt ||
+    -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt -r envs/installer.txt ||
     fail "pip download failed (above): a dependency without a wheel for Python $version on manylinux x86_64? If it is pure Python and published as source only, add it to SDIST_ONLY in envs/bundle.sh"
 echo "$version" >"$wheels/python-version"
 

@@ -37,11 +37,22 @@ wanted=$(<wheelhouse/python-version)
 # (snakemake 9.27 executors/local.py spawn_job for `run:` rules; the slurm plugin's job command),
 # so a space or shell character in this folder's path would fail the sweep after its training ran.
 if [[ $venv =~ [^A-Za-z0-9_./+,:@%=-] ]]; then
-    fail "the folder '$here' has a character a shell splits or expands (a space, quote, \$, ...): Snakemake puts .venv/bin/python's path unquoted into its jobs' commands; unpack the bundle under a path of letters, digits and _ . / + , : @ % = - only"
+    fail "the folder '$here' has a character a shell splits or expands (a space, quote, \$, ...): Snakemake puts .venv/bin/python's path unquoted into its jobs' commands; unpack the bundle under a path of letters, digits and _ . / + , @ % = - only"
 fi
+# Python's venv refuses a folder whose path holds the PATH separator (venv/__init__.py:
+# "contains the PATH separator"): said here, before pip or ensurepip is blamed for it.
+if [[ $venv == *:* ]]; then
+    fail "the folder '$here' has a ':' in its path: Python's venv refuses to make a virtual environment there (':' separates PATH entries); unpack the bundle under a path of letters, digits and _ . / + , @ % = - only"
+fi
+# A venv holds its own folder's path (the python wrapper, the entry points' #! lines, pyvenv.cfg):
+# a bundle moved to another folder keeps a .venv that runs nothing here. Installed means its python
+# runs as this venv and imports the project.
 if [ -f "$venv/.installed" ]; then
-    echo "install.sh: already installed in $venv (remove it to install again)"
-    exit 0
+    if [ "$("$venv/bin/python" -c 'import sys, scalesweep; print(sys.prefix)' 2>/dev/null)" = "$venv" ]; then
+        echo "install.sh: already installed in $venv (remove it to install again)"
+        exit 0
+    fi
+    echo "install.sh: $venv does not run here (made in $(cat "$venv/.installed") and moved? a venv is bound to its folder): installing again"
 fi
 python=${PYTHON:-python3}
 how="$(module_for "$wanted") and run bash install.sh again, or name the interpreter: PYTHON=/path/to/python$wanted bash install.sh"
@@ -49,8 +60,11 @@ how="$(module_for "$wanted") and run bash install.sh again, or name the interpre
 command -v "$python" >/dev/null || fail "no interpreter '$python': $how"
 where=$(command -v "$python")
 [ "$where" = "$python" ] || python_named="$python ($where)"
-have=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') ||
-    fail "$python does not run without PYTHONHOME and PYTHONPATH: $how"
+have=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>&1) ||
+    fail "${python_named:-$python} does not run without PYTHONHOME and PYTHONPATH (it said: $(head -c 200 <<<"$have")): $how"
+# Anything else that runs (a shell, echo, a wrapper script) prints something else.
+[[ $have =~ ^[0-9]+\.[0-9]+$ ]] ||
+    fail "${python_named:-$python} is not a Python interpreter: asked for its version it printed '$(head -c 200 <<<"$have")': $how"
 if ! [[ $have =~ ^3\.([0-9]+)$ ]] || ((BASH_REMATCH[1] < 11)); then
     fail "${python_named:-$python} is Python $have; the workflow needs Python 3.11 or later and this bundle's wheels are for Python $wanted: $how"
 fi
@@ -59,18 +73,59 @@ if [ "$have" != "$wanted" ]; then
 fi
 [ "$(uname -m)" = x86_64 ] || fail "this machine is $(uname -m): the bundle's wheels are for x86_64"
 
+# A wheel cut short or damaged (a copy interrupted, a disk full on unpacking) is named here: pip
+# would stop with a traceback and say only that a wheel is missing.
+damaged=$("$python" - wheelhouse <<'CHECK'
+import pathlib, sys, zipfile
+for wheel in sorted(pathlib.Path(sys.argv[1]).glob("*.whl")):
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            archive.infolist()
+    except (zipfile.BadZipFile, OSError) as error:
+        print(f"{wheel} ({error})")
+CHECK
+) || fail "could not read the wheelhouse $here/wheelhouse"
+[ -z "$damaged" ] ||
+    fail "damaged wheels in the wheelhouse (not a whole zip file): $(tr '\n' ' ' <<<"$damaged")- unpack the bundle again from its tarball"
+
 rm -rf "$venv" # what an install that failed left
-trap 'status=$?; if [ $status -ne 0 ]; then rm -rf "$venv"; echo "install.sh: failed, removed $venv" >&2; fi' EXIT
+tools=$(mktemp -d)
+trap 'status=$?; rm -rf "$tools"; if [ $status -ne 0 ]; then rm -rf "$venv"; echo "install.sh: failed, removed $venv" >&2; fi' EXIT
 
 echo "install.sh: $venv from $where (Python $have) and $here/wheelhouse"
 "$python" -m venv "$venv" || fail "$python could not make a virtual environment (is its venv/ensurepip module installed?)"
-# No index and no pip configuration (a site's pip.conf or PIP_* variables could name one):
-# everything comes from the wheelhouse, and a missing wheel is an error here, not a download.
+# No index and no pip or uv configuration (a site's pip.conf, uv.toml or PIP_*/UV_* variables
+# could name one): everything comes from the wheelhouse, and a missing wheel is an error here, not
+# a download.
 export PIP_CONFIG_FILE=/dev/null
+unset $(compgen -e | grep '^UV_' || true)
 pip=("$venv/bin/python" -m pip --isolated --disable-pip-version-check install --quiet --no-index --find-links "$here/wheelhouse")
-"${pip[@]}" -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt ||
-    fail "pip could not install envs/workflow.txt from $here/wheelhouse alone (its error above): the wheelhouse lacks a wheel it needs; unpack the bundle again, or build a new one (make bundle PYTHON_VERSION=$wanted)"
-"${pip[@]}" --no-deps --no-build-isolation -e . || fail "pip could not install the project itself (its error above)"
+# uv (envs/installer.txt), where the wheelhouse holds it: its wheel is a zip whose one binary is
+# taken out into a temporary folder, never installed. It installs the same wheels into the same
+# venv several times faster than pip, and --compile-bytecode writes every module's .pyc on all cores
+# now, so the first import on GPFS reads them instead of compiling (pip compiles one file at a
+# time: most of its 82 s). A bundle made before uv, or uv failing, falls back to pip.
+uv=""
+uv_wheel=$(compgen -G "wheelhouse/uv-*.whl" | head -n 1 || true)
+if [ -n "$uv_wheel" ] && "$python" - "$uv_wheel" "$tools/uv" <<'UNZIP'; then uv=$tools/uv; fi
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    name = next(n for n in wheel.namelist() if n.endswith(".data/scripts/uv"))
+    with wheel.open(name) as binary, open(sys.argv[2], "wb") as out:
+        out.write(binary.read())
+os.chmod(sys.argv[2], 0o755)
+UNZIP
+uv_pip=("$uv" pip install --offline --no-index --no-config --no-cache --quiet --link-mode copy
+    --compile-bytecode --python "$venv/bin/python" --find-links "$here/wheelhouse")
+if [ -n "$uv" ] && "${uv_pip[@]}" -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt &&
+    "${uv_pip[@]}" --no-deps --no-build-isolation -e .; then
+    echo "install.sh: installed with uv $("$uv" --version | cut -d' ' -f2)"
+else
+    [ -z "$uv" ] || echo "install.sh: uv could not install (above); pip installs instead" >&2
+    "${pip[@]}" -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt ||
+        fail "pip could not install envs/workflow.txt from $here/wheelhouse alone (its error above): the wheelhouse lacks a wheel it needs; unpack the bundle again, or build a new one (make bundle PYTHON_VERSION=$wanted)"
+    "${pip[@]}" --no-deps --no-build-isolation -e . || fail "pip could not install the project itself (its error above)"
+fi
 
 # The venv's interpreter becomes a wrapper that unsets SHADOWING and then starts the real one.
 # Python cannot ignore PYTHONHOME itself in time (an interpreter of another version dies before
@@ -96,6 +151,6 @@ for name in python3 "python$wanted"; do ln -sfn python "$venv/bin/$name"; done
 
 version=$("$venv/bin/python" -c 'from scalesweep.plan.code_version import code_version; print(code_version())')
 "$venv/bin/snakemake" --version >/dev/null
-touch "$venv/.installed"
+echo "$venv" >"$venv/.installed"
 echo "install.sh: installed scalesweep $version in $venv"
 echo "install.sh: next, from $here: .venv/bin/snakemake --executor slurm --profile mn5 -n"

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -301,6 +302,48 @@ def test_install_refuses_a_folder_whose_path_snakemake_would_split(tmp_path, nam
     message = refusal(fake_bundle(tmp_path / name, "3.12"), python_of("3.12"))
     assert "has a character a shell splits or expands" in message and name in message
     assert not list(tmp_path.rglob("made"))
+
+
+# ------------------------------------------------------------------ hostile input (issue 38, round 4)
+
+@pytest.mark.parametrize("impostor", ["/bin/echo", "/bin/true"])
+def test_an_interpreter_that_is_no_python_is_named_as_such_with_what_it_printed(tmp_path, impostor):
+    message = refusal(fake_bundle(tmp_path / "b", "3.12"), impostor)
+    assert f"{impostor} is not a Python interpreter: asked for its version it printed" in message
+    assert "is Python" not in message
+
+
+def test_a_folder_with_a_colon_is_refused_for_what_venv_refuses_before_anything_runs(tmp_path):
+    message = refusal(fake_bundle(tmp_path / "site:b", "3.12"), python_of("3.12"))
+    assert "has a ':' in its path: Python's venv refuses" in message and "site:b" in message
+    assert "ensurepip" not in message and "pip could not" not in message
+
+
+def test_a_damaged_wheel_is_named_before_anything_is_installed(tmp_path):
+    folder = fake_bundle(tmp_path / "b", "3.12")
+    (folder / "wheelhouse" / "numpy-2.4.0-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"PK\x03\x04 cut short")
+    with zipfile.ZipFile(folder / "wheelhouse" / "whole-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("whole/__init__.py", "")
+    message = refusal(folder, python_of("3.12"))
+    assert "damaged wheels in the wheelhouse" in message and "numpy-2.4.0-cp312" in message
+    assert "whole-1.0" not in message and "unpack the bundle again" in message
+    assert "Traceback" not in message
+
+
+@pytest.mark.slow
+def test_a_bundle_moved_to_another_folder_installs_again_instead_of_saying_installed(installed, python_bundle, tmp_path):
+    folder, _ = installed
+    moved = tmp_path / "moved"
+    shutil.copytree(folder, moved, symlinks=True)
+    done, _ = install(moved, python_bundle)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "does not run here" in done.stdout and "installing again" in done.stdout
+    assert "already installed" not in done.stdout
+    runs = subprocess.run([str(moved / ".venv" / "bin" / "python"), "-c", "import sys, scalesweep; print(sys.prefix)"],
+                          capture_output=True, text=True)
+    assert runs.stdout.strip() == str(moved / ".venv")
+    again, _ = install(moved, python_bundle)
+    assert "already installed" in again.stdout
 
 
 @pytest.mark.slow

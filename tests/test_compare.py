@@ -10,7 +10,10 @@ import pytest
 
 from scalesweep.cli import main
 from scalesweep.history import archive, compare
-from scalesweep.history.compare import Cell, compare_runs, estimate
+from scalesweep.analysis import intervals
+from scalesweep.analysis.intervals import Cell, estimate
+from scalesweep.history.compare import compare_runs
+from scalesweep.report import compare_text
 from scalesweep.report.compare_figure import FASTER, SAME, SLOWER, UNKNOWN, UNKNOWN_NO_REPEATS
 from scalesweep.tidy.rows import runs_table
 
@@ -69,7 +72,7 @@ def test_repeats_against_a_single_run_with_the_spread():
 
 def test_bootstrap_false_alarm_rate_at_its_threshold():
     rng, rejected, trials = np.random.default_rng(5), 0, 400
-    n = compare.MIN_BOOTSTRAP_REPEATS
+    n = intervals.MIN_BOOTSTRAP_REPEATS
     for _ in range(trials):
         base, cand = rng.normal(4.6, 0.05, (2, n))
         est = estimate(Cell(base), Cell(cand), rng, resamples=2000)
@@ -91,7 +94,7 @@ def test_bootstrap_with_many_repeats_agrees_with_theory():
 
 def test_bootstrap_means_are_means_of_resamples():
     values = np.array([1.0, 2.0, 6.0])
-    means = compare.bootstrap_means(values, np.random.default_rng(2), 20000)
+    means = intervals.bootstrap_means(values, np.random.default_rng(2), 20000)
     possible = {round(sum(c) / 3, 9) for c in __import__("itertools").product(values, repeat=3)}
     assert {round(m, 9) for m in means} <= possible
     assert means.mean() == pytest.approx(3.0, abs=0.03)
@@ -105,7 +108,7 @@ def null_rejection_rate(repeats: int, method: str, trials: int = 1500) -> float:
     for _ in range(trials):
         base, cand = rng.normal(0, 0.05, (2, repeats))
         if method == "percentile bootstrap":
-            draws = (compare.bootstrap_means(cand, rng, 2000) - compare.bootstrap_means(base, rng, 2000))
+            draws = (intervals.bootstrap_means(cand, rng, 2000) - intervals.bootstrap_means(base, rng, 2000))
             low, high = np.quantile(draws, [0.025, 0.975])
             rejected += low > 0 or high < 0
         else:
@@ -263,7 +266,7 @@ def test_provenance_diff_lists_exactly_the_fields_that_differ(tmp_path):
     other_place = runs_from_header(tmp_path, "place", header(slurm_cluster_name=None, hostname="laptop",
                                                               slurm_nodelist=None))
     assert list(compare.provenance_diff(base, other_place)) == ["cluster", "slurm_nodelist"]
-    assert compare.provenance_lines(diff)[1] == "  gpu_driver: 535.104.05 -> 550.54.15"
+    assert compare_text.provenance_lines(diff)[1] == "  gpu_driver: 535.104.05 -> 550.54.15"
 
 
 # ----------------------------------------------------------------------------- outputs and CLI

@@ -5,7 +5,8 @@ intervals whatever the order (before, two runs of one `compare` gave two compare
 import numpy as np
 import pandas as pd
 
-from scalesweep.history.compare import MIN_BOOTSTRAP_REPEATS, compare_runs
+from scalesweep.analysis.intervals import MIN_BOOTSTRAP_REPEATS
+from scalesweep.history.compare import compare_runs
 
 
 def pooled_side(driver: str, factor: float, rng: np.random.Generator) -> pd.DataFrame:

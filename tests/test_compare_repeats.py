@@ -13,7 +13,9 @@ import pandas as pd
 import pytest
 
 from scalesweep.history import archive, compare, query, sides
+from scalesweep.analysis import intervals
 from scalesweep.history.compare import compare_runs
+from scalesweep.report import compare_text
 from scalesweep.report.compare_figure import SAME, SLOWER, UNKNOWN_NO_REPEATS
 
 SD = 0.07
@@ -102,8 +104,8 @@ def test_the_summary_says_how_many_repeats_a_five_percent_change_needs(tmp_path)
     from scipy.stats import norm
 
     needed = math.ceil(2 * variance * (norm.ppf(1 - 0.05 / 24) + norm.ppf(0.8)) ** 2 / math.log(1.05) ** 2)
-    assert compare.repeats_needed(variance, 12) == needed
-    text = compare.comparison_summary(table, facts, sides.Side("a", a), sides.Side("b", b))
+    assert intervals.repeats_needed(variance, 12) == needed
+    text = compare_text.comparison_summary(table, facts, sides.Side("a", a), sides.Side("b", b))
     assert f"a 5 % change needs about {needed} repeats a side" in text
 
 
@@ -114,8 +116,8 @@ def test_the_history_is_read_only_when_some_configuration_lacks_bootstrap_repeat
         calls.append(1)
         return sweep(rng, repeats=3, tag="old")
 
-    compare_runs(sweep(rng, repeats=compare.MIN_BOOTSTRAP_REPEATS, tag="a"),
-                 sweep(rng, repeats=compare.MIN_BOOTSTRAP_REPEATS, tag="b"), history_runs=history_runs)
+    compare_runs(sweep(rng, repeats=intervals.MIN_BOOTSTRAP_REPEATS, tag="a"),
+                 sweep(rng, repeats=intervals.MIN_BOOTSTRAP_REPEATS, tag="b"), history_runs=history_runs)
     assert calls == []  # every configuration is bootstrapped: no spread needed
     _, facts = compare_runs(sweep(rng, tag="c"), sweep(rng, tag="d"), history_runs=history_runs)
     assert calls == [1] and facts["spread"]["laptop CPU"][1] == 24

@@ -22,13 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from scalesweep.contract import atomic, layout
-from scalesweep.history import query
+from scalesweep.history import query, store
 from scalesweep.tidy.provenance import SWEEP_COLUMNS
 from scalesweep.tidy.table import read_runs_csv
 
@@ -70,23 +71,58 @@ def _archive(runs: pd.DataFrame, history_dir: Path, config, source) -> Archived:
         held = runs["run_id"].isin(list(known))
         if held.all():
             sweep_id = max(known[run] for run in runs["run_id"])
-            return Archived(sweep_id, history_dir / f"{query.FILE_PREFIX}{sweep_id}{query.FILE_SUFFIX}",
-                            _id_date(sweep_id), 0)
+            return Archived(sweep_id, _file_of(history_dir, sweep_id), _id_date(sweep_id), 0)
         runs = runs[~held].reset_index(drop=True)
     content = content_hash(runs)
     date = sweep_date(runs)
-    existing = [path for path in sorted(history_dir.glob(f"{query.FILE_PREFIX}*-{content}{query.FILE_SUFFIX}"))
-                if query.unreadable(path) is None]
+    existing = [(sweep_id, path) for sweep_id, path in query.sweep_catalog(history_dir).items()
+                if sweep_id.endswith(f"-{content}") and query.unreadable(path) is None]
     if existing:
-        sweep_id = query.sweep_id_of(existing[0])
-        return Archived(sweep_id, existing[0], _id_date(sweep_id), len(runs))
+        sweep_id, path = existing[0]
+        return Archived(sweep_id, path, _id_date(sweep_id), len(runs))
     # A damaged file of this content (a write cut short on a file system that renamed it into
     # place anyway, a copy cut short) is written again below, under its own name.
     sweep_id = f"{_id_time(date)}-{content}"
-    path = history_dir / f"{query.FILE_PREFIX}{sweep_id}{query.FILE_SUFFIX}"
+    path = history_dir / f"{store.FILE_PREFIX}{sweep_id}{store.FILE_SUFFIX}"
     frame = archive_frame(runs, sweep_id, date, config, source)
     write_parquet_atomic(frame, path)
-    return Archived(sweep_id, path, date, len(runs))
+    return Archived(sweep_id, compact(history_dir) or path, date, len(runs))
+
+
+def _file_of(history_dir: Path, sweep_id: str) -> Path:
+    """The file holding sweep `sweep_id`: its own, or the store it was compacted into."""
+    own = history_dir / f"{store.FILE_PREFIX}{sweep_id}{store.FILE_SUFFIX}"
+    return own if own.is_file() else query.sweep_catalog(history_dir).get(sweep_id, own)
+
+
+def compact(history_dir, at: int | None = None) -> Path | None:
+    """Compact the history's files into one store once `at` (default store.COMPACT_AT) sweep files
+    lie beside the stores (scalesweep/history/store.py); the store's path, or None. A damaged or foreign file is
+    left where it is. Compaction only speeds reading: the sweep is archived before it, so a
+    compaction that cannot finish (a full disk, files compacted away by another process again and
+    again) is a warning, and the files stay as they are."""
+    import duckdb
+
+    history_dir = Path(history_dir)
+    at = store.COMPACT_AT if at is None else at
+    problem = None
+    for _ in range(query.RELISTINGS):
+        if len(store.loose_files(history_dir)) < at:
+            return None
+        files = store.sweep_files(history_dir)
+        try:
+            return store.compact(history_dir, files, _write_query_atomic, at)
+        except (duckdb.Error, OSError) as error:
+            problem = error
+        if all(path.exists() for path in files):  # not another compaction: a damaged file, or the disk
+            readable = [path for path in files if query.unreadable(path) is None]
+            try:
+                return store.compact(history_dir, readable, _write_query_atomic, at)
+            except (duckdb.Error, OSError) as error:
+                problem = error
+    warnings.warn(f"sweep history {history_dir}: not compacted ({str(problem).splitlines()[0]}); "
+                  "every sweep stays readable in its own file", stacklevel=2)
+    return None
 
 
 def content_hash(runs: pd.DataFrame) -> str:
@@ -131,13 +167,18 @@ def archive_frame(runs: pd.DataFrame, sweep_id: str, date: str, config, source) 
 
 def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
     """Write `frame` to `path` as Parquet, replaced whole or not at all (scalesweep/contract/atomic.py)."""
+    connection = _writer()
+    connection.register("archived", _typed_for_parquet(frame))
+    try:
+        _write_query_atomic("SELECT * FROM archived", path)
+    finally:
+        connection.unregister("archived")
+
+
+def _write_query_atomic(sql: str, path: Path) -> None:
+    """The rows of `sql` (on the writing database) as the Parquet file `path`, replaced whole or not at all."""
     with atomic.replaced_whole(path) as temporary:
-        connection = _writer()
-        connection.register("archived", _typed_for_parquet(frame))
-        try:
-            connection.execute(f"COPY archived TO {query.sql_text(str(temporary))} (FORMAT parquet)")
-        finally:
-            connection.unregister("archived")
+        _writer().execute(f"COPY ({sql}) TO {query.sql_text(str(temporary))} (FORMAT parquet)")
 
 
 # One in-memory DuckDB database per process for writing archives: opening one costs 30-60 ms,
@@ -150,6 +191,7 @@ def _writer():
         import duckdb
 
         _writing["connection"] = duckdb.connect()
+        _writing["connection"].execute("SET enable_progress_bar = false")
     return _writing["connection"]
 
 

@@ -34,22 +34,22 @@ throughput:
   the log epoch times of the two GPU counts involved (same variance sources as above, Welch t).
 - `provenance_diff`: the provenance fields whose values differ between the two sides' runs of
   the configuration.
+
+This module matches the configurations and builds the table; the statistics above are
+scalesweep/analysis/intervals.py's, the summary's words scalesweep/report/compare_text.py's.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-# scipy.special, not scipy.stats: the same distribution functions for a third of the import time.
-from scipy.special import ndtr, ndtri, stdtr, stdtrit
-
 from scalesweep.analysis import scaling
+from scalesweep.analysis.intervals import CONFIDENCE, MIN_BOOTSTRAP_REPEATS, Cell, efficiency_interval, estimate
 from scalesweep.contract import atomic
 from scalesweep.history import query, sides
 from scalesweep.report.compare_figure import (
@@ -58,19 +58,13 @@ from scalesweep.report.compare_figure import (
     SLOWER,
     UNKNOWN,
     UNKNOWN_NO_REPEATS,
-    config_label,
-    level_text,
     plot_ratios,
 )
+from scalesweep.report.compare_text import DIFF_FIELDS, comparison_summary, nothing_in_common
 from scalesweep.tidy import provenance
 from scalesweep.tidy.table import group_keys
 
-CONFIDENCE = 0.95
-MIN_BOOTSTRAP_REPEATS = 20
-BOOTSTRAP_RESAMPLES = 10_000
 CI_LOW, CI_HIGH = "throughput_ci_low_img_s", "throughput_ci_high_img_s"
-# Provenance compared between the sides; a start time or load average always differs.
-DIFF_FIELDS = tuple(c for c in provenance.PROVENANCE_COLUMNS if c not in provenance.UNCOMPARED)
 METRIC_INPUTS = ("gpus", "nodes", "status", "steady_epoch_time_s", "throughput_img_s",
                  "total_time_s", CI_LOW, CI_HIGH)
 COMPARE_COLUMNS = (
@@ -168,35 +162,6 @@ def texts(column: pd.Series) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- one side's cell
 
-@dataclass
-class Cell:
-    """The ok runs of one configuration on one side: their log throughputs and the run-to-run
-    variance of one run's log throughput on its hardware, pooled over repeats (repeat_spread),
-    with its degrees of freedom; NaN where no repeats tell it. The pooled variance, where known,
-    is used for repeats too: 3 repeats alone give a t interval of 2 degrees of freedom, pooled
-    over the sweep's configurations and history dozens."""
-
-    logs: np.ndarray
-    run_var: float = math.nan
-    statuses: dict = field(default_factory=dict)
-    run_df: float = math.inf
-
-    @property
-    def n(self) -> int:
-        return len(self.logs)
-
-    def variance(self) -> tuple[float, float]:
-        """(variance of the mean log throughput, its degrees of freedom); NaN when unknown."""
-        if self.n >= 1 and self.pooled:
-            return self.run_var / self.n, self.run_df
-        if self.n >= 2:
-            return float(np.var(self.logs, ddof=1) / self.n), float(self.n - 1)
-        return math.nan, math.nan
-
-    @property
-    def pooled(self) -> bool:
-        return math.isfinite(self.run_var)
-
 
 def hardware(runs: pd.DataFrame) -> np.ndarray:
     """What a run ran on, for pooling its repeats: its GPU model, else its CPU model."""
@@ -233,15 +198,6 @@ def repeat_spread(sources) -> dict[str, tuple[float, float]]:
     return {name: (row.ss / row.df, float(row.df)) for name, row in pooled.iterrows() if row.df > 0}
 
 
-def repeats_needed(variance: float, m: int, change: float = 0.05, confidence: float = CONFIDENCE,
-                   power: float = 0.8) -> int:
-    """Repeats a side that detect a `change` (5 %) at the family-wise `confidence` over m
-    configurations with `power`, for runs whose log throughput varies by `variance` (normal
-    approximation: n = 2 sigma^2 (z_(1 - alpha / 2m) + z_power)^2 / log(1 + change)^2)."""
-    z = float(ndtri(1 - (1 - confidence) / (2 * max(m, 1)))) + float(ndtri(power))
-    return max(2, math.ceil(2 * variance * z * z / math.log1p(change) ** 2))
-
-
 def cell_of(rows: pd.DataFrame, spread: dict | None = None) -> Cell:
     """The cell of one configuration's rows, with the run-to-run spread of its hardware
     (repeat_spread; a single run without it has no variance). Its values and statuses are in
@@ -257,92 +213,6 @@ def cell_of(rows: pd.DataFrame, spread: dict | None = None) -> Cell:
 
 
 # ----------------------------------------------------------------------------- the ratio
-
-@dataclass
-class Estimate:
-    """log(candidate / baseline) throughput of one configuration and what its interval rests on."""
-
-    log_ratio: float
-    method: str
-    variance: float = math.nan
-    df: float = math.nan
-    resamples: np.ndarray | None = None
-
-    def interval(self, level: float) -> tuple[float, float]:
-        """The ratio's interval at `level` (NaN, NaN without one)."""
-        if self.resamples is not None:
-            tail = (1 - level) / 2
-            low, high = np.quantile(self.resamples, [tail, 1 - tail])
-            return math.exp(low), math.exp(high)
-        if not (math.isfinite(self.variance) and self.variance > 0):
-            return math.nan, math.nan
-        half = t_quantile(0.5 + level / 2, self.df) * math.sqrt(self.variance)
-        return math.exp(self.log_ratio - half), math.exp(self.log_ratio + half)
-
-    def p_value(self) -> float:
-        """Two-sided p-value of 'no change' (ratio 1)."""
-        if self.resamples is not None:
-            below = np.count_nonzero(self.resamples <= 0)
-            above = np.count_nonzero(self.resamples >= 0)
-            return min(1.0, 2 * (min(below, above) + 1) / (len(self.resamples) + 1))
-        if not (math.isfinite(self.variance) and self.variance > 0):
-            return math.nan
-        return t_two_sided_p(self.log_ratio / math.sqrt(self.variance), self.df)
-
-
-def welch_df(variances, dfs) -> float:
-    """Satterthwaite's degrees of freedom of a sum of variance estimates (inf: known exactly)."""
-    total = sum(variances)
-    denominator = sum(v * v / d for v, d in zip(variances, dfs) if math.isfinite(d) and d > 0)
-    return total * total / denominator if denominator > 0 else math.inf
-
-
-def estimate(base: Cell, cand: Cell, rng: np.random.Generator,
-             resamples: int = BOOTSTRAP_RESAMPLES) -> Estimate | None:
-    """The ratio estimate of one configuration; None when a side has no usable run."""
-    if base.n == 0 or cand.n == 0:
-        return None
-    log_ratio = float(cand.logs.mean() - base.logs.mean())
-    if min(base.n, cand.n) >= MIN_BOOTSTRAP_REPEATS:
-        draws = resampled_means(cand.logs, rng, resamples) - resampled_means(base.logs, rng, resamples)
-        return Estimate(log_ratio, "bootstrap", resamples=draws)
-    (var_b, df_b), (var_c, df_c) = base.variance(), cand.variance()
-    variance = var_b + var_c
-    if not (math.isfinite(variance) and variance > 0):
-        return Estimate(log_ratio, "none")
-    method = "pooled spread" if base.pooled or cand.pooled else "repeats"
-    return Estimate(log_ratio, method, variance, welch_df([var_b, var_c], [df_b, df_c]))
-
-
-def resampled_means(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """bootstrap_means spread by sqrt(n / (n - 1)) around the sample mean: the sample variance's
-    spread instead of the plug-in variance's."""
-    n, mean = len(values), values.mean()
-    return mean + (bootstrap_means(values, rng, resamples) - mean) * math.sqrt(n / (n - 1))
-
-
-BOOTSTRAP_CHUNK = 4_000_000  # values drawn at once: bounds the memory of many repeats
-
-
-def bootstrap_means(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """Means of `resamples` resamples (with replacement) of `values`, drawn as index arrays in
-    chunks (numpy's multinomial, one binomial per value and resample, is ten times slower)."""
-    n = len(values)
-    rows = max(1, BOOTSTRAP_CHUNK // n)
-    return np.concatenate([
-        values[rng.integers(0, n, size=(min(rows, resamples - start), n))].mean(axis=1)
-        for start in range(0, resamples, rows)
-    ])
-
-
-def t_quantile(probability: float, df: float) -> float:
-    """Student's t quantile; the normal one for infinite degrees of freedom."""
-    return float(ndtri(probability) if math.isinf(df) else stdtrit(df, probability))
-
-
-def t_two_sided_p(statistic: float, df: float) -> float:
-    tail = ndtr(-abs(statistic)) if math.isinf(df) else stdtr(df, -abs(statistic))
-    return float(2 * tail)
 
 
 def verdict(adjusted: tuple[float, float]) -> str:
@@ -382,16 +252,6 @@ def efficiency_terms(config: tuple, efficiency: tuple, cells: dict) -> list[tupl
         variance, df = cell.variance() if cell is not None else (math.nan, math.nan)
         terms.append((value * value * variance, df))
     return terms
-
-
-def efficiency_interval(diff: float, terms: list, level: float = CONFIDENCE) -> tuple[float, float]:
-    variances = [v for v, _ in terms]
-    if not terms:
-        return diff, diff
-    if not all(math.isfinite(v) for v in variances) or not np.isfinite(diff):
-        return math.nan, math.nan
-    half = t_quantile(0.5 + level / 2, welch_df(variances, [d for _, d in terms])) * math.sqrt(sum(variances))
-    return diff - half, diff + half
 
 
 # ----------------------------------------------------------------------------- provenance
@@ -606,94 +466,6 @@ def run_identities(runs: pd.DataFrame) -> set:
         columns = sorted(c for c in runs.columns if c not in provenance.SWEEP_COLUMNS and c != "run_id")
         identities |= set(pd.util.hash_pandas_object(runs.loc[without, columns].astype(str), index=False))
     return identities
-
-
-def nothing_in_common(facts: dict, baseline: str, candidate: str) -> str:
-    """Why two sides with no configuration in both cannot be compared, with one configuration
-    of each (a table of nothing would read as 'no change')."""
-    keys = facts["keys"]
-
-    def side(name, configs):
-        example = f", e.g. {config_label(dict(zip(keys, configs[0])), keys)}" if configs else ""
-        return f"{name} {len(configs)}{example}"
-
-    notes = "".join(f"; {note}" for note in facts["notes"])
-    return (f"{baseline} and {candidate} have no configuration in common ("
-            f"{side('baseline', facts['only_baseline'])}; {side('candidate', facts['only_candidate'])}"
-            f"{notes}): a configuration is its axes ({', '.join(keys)}), compared only where both ran it")
-
-
-def comparison_summary(table: pd.DataFrame, facts: dict, baseline, candidate) -> str:
-    """The short text report: sides, verdict counts, the changed configurations, provenance."""
-    keys = facts["keys"]
-    lines = [_side_line("baseline", baseline), _side_line("candidate", candidate),
-             f"configurations in both: {len(table)} (only in the baseline: "
-             f"{len(facts['only_baseline'])}, only in the candidate: {len(facts['only_candidate'])})",
-             *(f"note: {note}" for note in facts["notes"])]
-    lines.append(
-        f"throughput ratio = candidate / baseline; {level_text(facts['confidence'])} intervals per "
-        f"configuration; verdicts at the family-wise {level_text(facts['confidence'])} level (Bonferroni "
-        f"over {facts['m']} configurations with an interval: each at {level_text(facts['adjusted_level'])})")
-    counts = table["verdict"].value_counts()
-    unknown = counts.get(UNKNOWN, 0) + counts.get(UNKNOWN_NO_REPEATS, 0)
-    lines.append("verdicts: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in (SLOWER, FASTER, SAME))
-                 + f", {unknown} {UNKNOWN}" + (f" ({counts[UNKNOWN_NO_REPEATS]} for want of repeats)"
-                                               if UNKNOWN_NO_REPEATS in counts else ""))
-    methods = table["ci_method"].value_counts()
-    lines.append("intervals from: " + ", ".join(f"{m} ({n})" for m, n in methods.items()))
-    lines += spread_lines(facts["spread"], len(table))
-    for name in (SLOWER, FASTER, UNKNOWN, UNKNOWN_NO_REPEATS):
-        chosen = table[table["verdict"] == name]
-        if len(chosen):
-            lines.append(f"{name}:")
-            lines += [f"  {_row_line(row, keys)}" for _, row in chosen.iterrows()]
-    lines += provenance_lines(facts["provenance"])
-    return "\n".join(lines) + "\n"
-
-
-def spread_lines(spread: dict, m: int) -> list[str]:
-    """The run-to-run spread behind single runs' intervals, and what it takes to see 5 %."""
-    lines = []
-    for name, (variance, df) in sorted(spread.items()):
-        lines.append(f"run-to-run spread on {name or 'unknown hardware'}: {100 * math.sqrt(variance):.1f} % "
-                     f"(sd of log throughput, pooled repeats, df {df:g}); a 5 % change needs about "
-                     f"{repeats_needed(variance, m)} repeats a side to be found (80 % power, "
-                     f"family-wise over {m})")
-    return lines
-
-
-def _side_line(name: str, side) -> str:
-    sweeps = side.sweeps
-    shown = ", ".join(sweeps[:3]) + (f" (+{len(sweeps) - 3} more)" if len(sweeps) > 3 else "")
-    return f"{name}: {side.label} ({len(side.runs)} runs" + (f"; sweeps {shown})" if sweeps else ")")
-
-
-def _row_line(row, keys) -> str:
-    line = f"{config_label(row, keys)}: "
-    if not np.isfinite(row["ratio"]):
-        return line + (row["note"] or "no ratio")
-    line += f"throughput x{row['ratio']:.3f}"
-    if np.isfinite(row["ratio_ci_low"]):
-        line += f" [{row['ratio_ci_low']:.3f}, {row['ratio_ci_high']:.3f}]"
-    line += f" ({row['change_pct']:+.1f} %, {row['ci_method']}"
-    line += f", n {row['n_baseline']}/{row['n_candidate']})"
-    return line + (f"; {row['note']}" if row["note"] else "")
-
-
-def provenance_lines(diff: dict, shown: int = 3) -> list[str]:
-    if not diff:
-        return [f"provenance: no field differs ({', '.join(DIFF_FIELDS)})"]
-    lines = ["provenance that differs (baseline -> candidate):"]
-    for name, (base, cand) in diff.items():
-        lines.append(f"  {name}: {_values(base, shown)} -> {_values(cand, shown)}")
-    return lines
-
-
-def _values(values: tuple, shown: int) -> str:
-    if not values:
-        return "(none)"
-    text = ", ".join(values[:shown])
-    return text + (f" (+{len(values) - shown} more)" if len(values) > shown else "")
 
 
 def regressions(table: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:

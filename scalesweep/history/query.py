@@ -21,11 +21,11 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep.analysis.scaling import scaling_table
-from scalesweep.history import sqlfilter
+from scalesweep.history import sqlfilter, store
+from scalesweep.history.store import FILE_PREFIX, FILE_SUFFIX, duckdb_path, sql_text, sweep_files, sweep_id_of
 from scalesweep.tidy.provenance import SWEEP_COLUMNS
 from scalesweep.tidy.table import NON_KEY_COLUMNS
 
-FILE_PREFIX, FILE_SUFFIX = "sweep-", ".parquet"
 SELECTOR_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 
 
@@ -43,14 +43,6 @@ MARKER_COLUMN = "sweep_id"
 
 
 # ----------------------------------------------------------------------------- reading
-
-def sweep_files(history_dir) -> list[Path]:
-    """The archived sweeps' files, oldest id first (temporary files of writers are hidden)."""
-    history_dir = Path(history_dir)
-    if not history_dir.is_dir():
-        return []
-    return sorted(history_dir.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"))
-
 
 def refuse_missing_history(history_dir) -> None:
     """ValueError when `history_dir` is no folder: a mistyped --history would otherwise list "no
@@ -81,29 +73,40 @@ def unreadable(path) -> str | None:
     return None
 
 
-def duckdb_path(path) -> str:
-    """`path` as DuckDB's read_parquet reads it literally: DuckDB expands every path as a glob
-    and has no escape character, but a one-character class ([[], [*], [?]) matches the
-    character itself."""
-    return re.sub(r"([\[*?])", r"[\1]", str(path))
+def sweep_catalog(history_dir) -> dict[str, Path]:
+    """{sweep id: the file holding it}, oldest id first: a sweep file's id is its name, a store's
+    ids its sweep_id column (a damaged store holds none)."""
+    import duckdb
+
+    catalog = {}
+    connection = duckdb.connect()
+    try:
+        for path in sweep_files(history_dir):
+            if not store.is_store(path):
+                catalog.setdefault(sweep_id_of(path), path)
+                continue
+            try:
+                held = store.sweeps_by_file(connection, [path])[str(path)]
+            except duckdb.Error:
+                continue  # named as damaged by the queries that read it
+            catalog.update((sweep_id, path) for sweep_id in held if sweep_id not in catalog)
+    finally:
+        connection.close()
+    return dict(sorted(catalog.items()))
 
 
-def sweep_id_of(path: Path) -> str:
-    return Path(path).name[len(FILE_PREFIX):-len(FILE_SUFFIX)]
-
-
-def files_of_sweeps(history_dir, ids) -> list[Path]:
-    """The file of each sweep id (or unique prefix of one); ValueError naming the id otherwise."""
-    files = sweep_files(history_dir)
+def sweeps_named(history_dir, ids) -> list[tuple[str, Path]]:
+    """(sweep id, its file) of each sweep id (or unique prefix of one); ValueError naming the id
+    otherwise."""
+    catalog = sweep_catalog(history_dir)
     chosen = []
     for wanted in ids:
-        matching = [path for path in files if sweep_id_of(path).startswith(wanted)]
+        matching = [sweep_id for sweep_id in catalog if sweep_id.startswith(wanted)]
         if not matching:
-            raise ValueError(f"no archived sweep {wanted!r} in {history_dir}: {known_sweeps(files)}")
+            raise ValueError(f"no archived sweep {wanted!r} in {history_dir}: {known_sweeps(list(catalog))}")
         if len(matching) > 1:
-            names = ", ".join(sweep_id_of(path) for path in matching[:5])
-            raise ValueError(f"sweep id {wanted!r} is ambiguous in {history_dir}: {names}")
-        chosen.append(matching[0])
+            raise ValueError(f"sweep id {wanted!r} is ambiguous in {history_dir}: {', '.join(matching[:5])}")
+        chosen.append((matching[0], catalog[matching[0]]))
     return chosen
 
 
@@ -111,13 +114,13 @@ def files_of_sweeps(history_dir, ids) -> list[Path]:
 LISTED_SWEEPS = 5
 
 
-def known_sweeps(files) -> str:
+def known_sweeps(sweep_ids) -> str:
     """'archived: <the newest ids> (N sweeps; `scalesweep history` lists them)', or that
-    there is none."""
-    if not files:
+    there is none; `sweep_ids` oldest first."""
+    if not sweep_ids:
         return "the history holds no sweep"
-    newest = [sweep_id_of(path) for path in files[-LISTED_SWEEPS:]][::-1]
-    more = f" and {len(files) - len(newest)} older" if len(files) > len(newest) else ""
+    newest = list(sweep_ids)[-LISTED_SWEEPS:][::-1]
+    more = f" and {len(sweep_ids) - len(newest)} older" if len(sweep_ids) > len(newest) else ""
     return f"archived: {', '.join(newest)}{more} (`scalesweep history` lists them)"
 
 
@@ -186,7 +189,7 @@ _held: dict = {"files": frozenset(), "runs": {}}
 def _held_runs(history_dir) -> dict[str, str]:
     """{run_id: oldest sweep id holding it} over the history's readable files."""
     # Each file's identity is taken before it is read: a file replaced meanwhile is read again.
-    present = {str(path): _file_identity(str(path)) for path in sweep_files(history_dir)}
+    present = {str(path): store.file_identity(str(path)) for path in sweep_files(history_dir)}
     if not _held["files"] <= set(present.values()):
         _held.update(files=frozenset(), runs={})
     unread = [path for path, identity in present.items() if identity not in _held["files"]]
@@ -239,7 +242,7 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
     import duckdb
 
     condition = None if where is None else sqlfilter.condition_sql(where)  # refused before any file is read
-    readable = [str(path) for path in files]
+    readable, relisted = [str(path) for path in files], 0
     while readable:
         connection = _reading_connection(readable)
         try:
@@ -254,6 +257,10 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
             runs = "SELECT * FROM all_runs" + ("" if condition is None else f" WHERE {condition}")
             return connection.execute(f"WITH {views}, runs AS ({runs}) {sql}", list(parameters)).df(), readable
         except duckdb.Error as error:
+            if relisted < RELISTINGS and any(not Path(path).exists() for path in readable):
+                _forget_connection()
+                readable, relisted = _relisted(readable), relisted + 1
+                continue
             damaged = {} if _is_query_error(error) else _damaged(readable, error)
             if not damaged:
                 columns = _reader["columns"] if _reader.get("views_of") == readable else []
@@ -266,6 +273,18 @@ def _query(files, sql: str, parameters=(), where: str | None = None) -> tuple[pd
                               DamagedArchiveWarning, stacklevel=2)
             readable = [path for path in readable if path not in damaged]
     return pd.DataFrame(columns=list(SWEEP_COLUMNS)), []
+
+
+# A file listed but gone when read was compacted meanwhile (history/store.py): its sweeps are in a
+# store that is in place, found by listing the folder again. A few times, not forever: a history
+# compacted faster than it is read is a bug to see, not a loop.
+RELISTINGS = 3
+
+
+def _relisted(files: list[str]) -> list[str]:
+    """The history files of the folders of `files`, listed again."""
+    folders = dict.fromkeys(str(Path(path).parent) for path in files)
+    return [str(path) for folder in folders for path in sweep_files(folder)]
 
 
 # One DuckDB database per process for reading the history, kept while the files it has read stay
@@ -281,7 +300,7 @@ _reader: dict = {}
 
 def _reading_connection(files: list[str]):
     """The shared database, able to read the folders of `files` only (sqlfilter.confined_connection)."""
-    identities = {path: _file_identity(path) for path in files}
+    identities = {path: store.file_identity(path) for path in files}
     folders = {str(Path(path).parent) for path in files}
     if not _reader_serves(identities, folders):
         _forget_connection()
@@ -301,14 +320,6 @@ def _reader_serves(identities: dict, folders: set) -> bool:
     return all(read.get(path, identity) == identity for path, identity in identities.items())
 
 
-def _file_identity(path: str) -> tuple:
-    try:
-        stat = Path(path).stat()
-    except OSError:
-        return (path,)  # DuckDB names the missing file when it reads it
-    return (path, stat.st_size, stat.st_ino, stat.st_mtime_ns)
-
-
 def _forget_connection() -> None:
     """Drop the shared database (after an error its state is not to be trusted)."""
     connection = _reader.pop("connection", None)
@@ -324,14 +335,10 @@ def _foreign(connection, files: list[str]) -> list[str]:
     unseen = [path for path in files if path not in marked]
     if unseen:
         found = {row[0] for row in connection.execute(
-            f"SELECT DISTINCT file_name FROM parquet_schema({_paths_sql(unseen)}) WHERE name = ?",
+            f"SELECT DISTINCT file_name FROM parquet_schema({store.paths_sql(unseen)}) WHERE name = ?",
             [MARKER_COLUMN]).fetchall()}
         marked.update((path, path in found) for path in unseen)
     return [path for path in files if not marked[path]]
-
-
-def _paths_sql(files: list[str]) -> str:
-    return f"[{', '.join(sql_text(duckdb_path(path)) for path in files)}]"
 
 
 # DuckDB's names for a row's file and its place in it (virtual columns of read_parquet): what
@@ -346,7 +353,7 @@ def _views(connection, files: list[str]) -> str:
     the database reads these files. (Not views: DuckDB reads every file's schema again for each
     view made or described, 0.07 s over 1,000 files.)"""
     if _reader.get("views_of") != files:
-        source = f"read_parquet({_paths_sql(files)}, union_by_name = true)"
+        source = f"read_parquet({store.paths_sql(files)}, union_by_name = true)"
         columns = [column[0] for column in connection.execute(f"SELECT * FROM {source} LIMIT 0").description]
         copies = _copies(connection, source, columns)
         _reader.update(views_of=list(files), columns=columns,
@@ -355,20 +362,26 @@ def _views(connection, files: list[str]) -> str:
 
 
 def _copies(connection, source: str, columns: list[str]) -> str | None:
-    """None where no run is held twice; else the SQL of the rows that _runs_select leaves out,
-    each run's later copies (kept as the table run_copies where DuckDB's row places tell them)."""
-    if "run_id" not in columns:
-        return None
-    held_twice = connection.execute(f"SELECT run_id FROM {source} WHERE run_id IS NOT NULL "
-                                    "GROUP BY run_id HAVING count(*) > 1 LIMIT 1").fetchall()
-    if not held_twice:
+    """None where no sweep is read from two files and no run is held twice; else the SQL of the
+    rows that _runs_select leaves out (kept as the table run_copies where DuckDB's row places tell
+    them): every row of a sweep read from a file after the first holding it (by name, stores
+    first: a copy of a file under any name, of any format, with or without run ids; a sweep in
+    two stores while a compaction removes what its store replaced), then each run's later copies."""
+    sweep_twice = connection.execute(f"SELECT sweep_id FROM {source} GROUP BY sweep_id "
+                                     "HAVING count(DISTINCT filename) > 1 LIMIT 1").fetchall()
+    run_twice = "run_id" in columns and connection.execute(
+        f"SELECT run_id FROM {source} WHERE run_id IS NOT NULL GROUP BY run_id HAVING count(*) > 1 LIMIT 1").fetchall()
+    if not (sweep_twice or run_twice):
         return None
     if any(name in columns for name in ROW_PLACE):
-        return "window"
+        return "window" if "run_id" in columns else None
     place = ", ".join(ROW_PLACE)
+    run_id = "run_id" if "run_id" in columns else "NULL"
     connection.execute(
-        f"CREATE OR REPLACE TEMP TABLE run_copies AS SELECT {place} FROM {source} WHERE run_id IN "
-        f"(SELECT run_id FROM {source} WHERE run_id IS NOT NULL GROUP BY run_id HAVING count(*) > 1) "
+        f"CREATE OR REPLACE TEMP TABLE run_copies AS WITH placed AS (SELECT {place}, sweep_id, {run_id} AS run_id, "
+        f"filename <> min(filename) OVER (PARTITION BY sweep_id) AS later_file FROM {source}) "
+        f"SELECT {place} FROM placed WHERE later_file UNION ALL "
+        f"SELECT {place} FROM placed WHERE NOT later_file AND run_id IS NOT NULL "
         f"QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY sweep_id, {place}) > 1")
     return "run_copies"
 
@@ -455,10 +468,6 @@ def _selector_condition(pairs) -> tuple[str, list]:
                      f"AND TRY_CAST({name} AS DOUBLE) = TRY_CAST(? AS DOUBLE)))")
         parameters += [value, value, value]
     return " AND ".join(parts), parameters
-
-
-def sql_text(value: str) -> str:
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 def sql_name(column: str) -> str:

@@ -18,11 +18,11 @@ from scalesweep.history.query import (
     FILE_SUFFIX,
     archived_runs,
     archived_runs_each,
-    files_of_sweeps,
     known_sweeps,
     query,
     query_error,
-    sweep_files,
+    sweep_catalog,
+    sweeps_named,
     unreadable,
 )
 from scalesweep.plan.checks import ConfigError
@@ -92,9 +92,9 @@ def _side(spec: str, history_dir, where: str | None, selected: pd.DataFrame | No
         if runs.empty:
             raise ValueError(f"no archived run in {history_dir} matches {spec!r}")
     else:
-        files = files_of_sweeps(history_dir, [spec])
-        runs = archived_runs(history_dir, files=files)
-        refuse_damaged(spec, files if runs.empty else [])
+        (sweep_id, path), = sweeps_named(history_dir, [spec])
+        runs = archived_runs(history_dir, selectors=[f"sweep_id={sweep_id}"], files=[path])
+        refuse_damaged(spec, [path] if runs.empty else [])
     if runs.empty:
         raise ValueError(f"{spec}: holds no runs")
     if where is not None:
@@ -167,9 +167,9 @@ def check_side(spec: str, history_dir, workdir=".") -> None:
     if "=" in spec:
         if archived_runs(history_dir, selectors=[spec]).empty:
             raise ValueError(f"no archived run in {history_dir} matches {spec!r}: "
-                             f"{known_sweeps(sweep_files(history_dir))}")
+                             f"{known_sweeps(list(sweep_catalog(history_dir)))}")
         return
-    files_of_sweeps(history_dir, [spec])
+    sweeps_named(history_dir, [spec])
 
 
 def check_compare_with(config, workdir=".") -> None:
