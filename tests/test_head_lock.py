@@ -3,6 +3,7 @@ here, ran elsewhere or is gone, and the exact commands to go on with, printed wh
 is parsed."""
 
 import os
+import socket
 import subprocess
 import time
 
@@ -121,6 +122,17 @@ def test_round4_a_dead_heads_process_id_taken_by_a_later_process_is_gone(tmp_pat
     head_lock.write_head_record(tmp_path, "login1", other_process.pid)  # the head itself
     assert "still running" in head_lock.lock_advice(tmp_path, "login1", ARGV)
     assert abs(head_lock.process_started(other_process.pid) - time.time()) < 60
+
+
+def test_round4_snakemake_calls_a_head_whose_pid_a_later_process_took_gone(tmp_path, other_process):
+    """The same case through the workflow: Snakemake parsing in the folder gives the dead head's
+    advice, not "still running", though a process with the record's id runs there."""
+    lock(tmp_path)
+    head_lock.write_head_record(tmp_path, socket.gethostname(), other_process.pid, started=time.time() - 3600)
+    result = dry_run(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"(process {other_process.pid} on {socket.gethostname()}, started " in result.stderr
+    assert "is no longer running" in result.stderr and "still running" not in result.stderr
 
 
 def test_round4_a_folder_named_like_a_lock_is_no_lock_snakemake_stops_at(tmp_path):

@@ -170,6 +170,32 @@ def test_round4_an_old_layout_or_unplanned_run_target_is_named_with_the_layout_e
     assert "(e.g. results/runs/tensorflow/model~cnn_small/dataset~synth-cifar/gpus~1/" in said
 
 
+def test_round4_omp_num_threads_asked_in_env_reaches_the_jobs_command(tmp_path):
+    """The same case through `snakemake -n -p`: the job of the run whose path says
+    env~OMP_NUM_THREADS=3 exports 3, the others the thread share."""
+    path = config_file(tmp_path, env_in("matrix", {"OMP_NUM_THREADS": 3}))
+    result = subprocess.run([str(SNAKEMAKE), "-n", "-p", "--snakefile", str(REPO / "Snakefile"), "--configfile",
+                             str(path), "--replace-workflow-config"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, **LOCAL_ENV})
+    said = result.stdout + result.stderr
+    assert result.returncode == 0, said[-3000:]
+    commands = [line for line in said.splitlines() if "run_attempt.py" in line]
+    asked = [line for line in commands if "env~OMP_NUM_THREADS=3" in line]
+    assert asked and all(" OMP_NUM_THREADS=3 " in line and "OMP_NUM_THREADS=$((" not in line for line in asked)
+    assert any("OMP_NUM_THREADS=$((" in line for line in commands if "env~" not in line)
+
+
+def test_round4_a_target_that_made_no_runs_table_closes_without_pointing_at_errors(tmp_path):
+    """Through the workflow: a target that succeeds without tidying (a synthetic dataset) ends
+    with the line that says so, not "see the errors above"."""
+    result = subprocess.run([str(SNAKEMAKE), "resources/datasets/cifar10/synth-cifar", "--cores", "1", "--snakefile",
+                             str(REPO / "Snakefile"), "--configfile", str(TINY)], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600, env={**os.environ, **LOCAL_ENV})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "see the errors above" not in result.stderr
+    assert "scalesweep: the targets asked for are made; no runs table yet (" in result.stderr
+
+
 def test_round4_a_sweep_that_made_no_runs_table_says_so_without_pointing_at_errors(tmp_path):
     from scalesweep.report import outcome
 
