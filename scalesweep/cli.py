@@ -368,11 +368,25 @@ def parse_command(args):
     for path in args.logs:
         try:
             for run in parse_file(path, world_size=args.world_size):
+                contradiction = given_world_size_contradiction(run, args.world_size)
+                if contradiction:
+                    raise LogFormatError(path, contradiction)
                 print(json.dumps(asdict(run)))
         except (LogFormatError, OSError) as error:
             print(f"error: {error}", file=sys.stderr)
             status = 1
     return status
+
+
+def given_world_size_contradiction(run, world_size) -> str | None:
+    """Why --world-size N cannot stand for a run whose log names its own world size (a DDP
+    reference log takes N over its file name: that is what the option is for)."""
+    logged = run.header.get("world_size")
+    from scalesweep.logs.formats.ddp import FORMAT as DDP_FORMAT
+
+    if world_size is None or run.format == DDP_FORMAT or logged in (None, world_size):
+        return None
+    return f"--world-size {world_size}: the log's header says 'world_size' {logged}: leave out --world-size for a log that prints its own"
 
 
 def version_text():

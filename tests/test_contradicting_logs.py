@@ -126,6 +126,20 @@ def test_a_world_size_the_logs_header_contradicts_is_an_error(tmp_path):
     assert not (tmp_path / "out" / "tidy").exists()
 
 
+def test_parse_refuses_a_world_size_the_logs_header_contradicts_and_keeps_a_ddp_logs(tmp_path):
+    log = write_epochs_log(tmp_path / "run.log", 2, [30.0, 10.0, 12.0])
+    contradicted = scalesweep("parse", "--world-size", 8, log, cwd=tmp_path)
+    assert contradicted.returncode == 1 and contradicted.stdout == ""
+    assert contradicted.stderr.strip() == (f"error: {log}: --world-size 8: the log's header says 'world_size' 2: "
+                                           "leave out --world-size for a log that prints its own")
+    agreed = scalesweep("parse", "--world-size", 2, log, cwd=tmp_path)
+    assert agreed.returncode == 0 and json.loads(agreed.stdout)["header"]["world_size"] == 2
+    # A DDP reference log takes the count over its file name: what the option is for.
+    ddp = scalesweep("parse", "--world-size", 8, REPO / "tests" / "data" / "logs" / "ddp_vit_4gpus.log", cwd=tmp_path)
+    assert ddp.returncode == 0, ddp.stderr
+    assert json.loads(ddp.stdout)["header"]["world_size"] == 8
+
+
 RUNS_CSV = ("framework,model,dataset,gpus,nodes,repeat,status,steady_epoch_time_s,throughput_img_s,"
             "total_time_s,epoch_overhead_s,log\n"
             "pytorch,resnet18,d,1,1,0,ok,10.0,102.4,40.0,0.5,a.log\n"

@@ -27,7 +27,7 @@ from scalesweep.contract.input_files import not_a_file
 from scalesweep.contract.records import RECORD_PREFIX
 from scalesweep.logs import invariants
 from scalesweep.logs.failures import failure_from_signatures, last_exception, one_line
-from scalesweep.logs.formats.ddp import is_ddp_line, parse_ddp
+from scalesweep.logs.formats.ddp import FORMAT as DDP_FORMAT, is_ddp_line, parse_ddp
 from scalesweep.logs.formats.keras import (
     EPOCH_TIME_RE,
     KERAS_EPOCH_RE,
@@ -98,7 +98,7 @@ def parse_log(text: str, source: str = "<string>", world_size: int | None = None
     fmt = detect_format(lines)
     if fmt == "scalesweep":
         return [_consistent(run) for run in parse_scalesweep(lines, source, world_size)]
-    if fmt == "ddp-reference":
+    if fmt == DDP_FORMAT:
         return [_consistent(checked(parse_ddp(lines, source, world_size)))]
     if fmt in ("tf-reference-keras2", "tf-keras3"):
         runs = parse_keras(lines, source, fmt, world_size, images_per_epoch)
@@ -114,7 +114,7 @@ def _consistent(run: ParsedRun) -> ParsedRun:
         return run
     run.problems = [f"{run.source}: {problem}" for problem in
                     invariants.run_problems(run.header, run.epochs, run.summary,
-                                            seconds_measured=run.format != "ddp-reference")]
+                                            seconds_measured=run.format != DDP_FORMAT)]
     if run.problems:
         run.summary = refused_summary(run.problems, len(run.epochs))
     return run
@@ -147,7 +147,7 @@ def detect_format(lines) -> str | None:
     if any(RECORD_PREFIX in line for _, line in lines):
         return "scalesweep"
     if any(is_ddp_line(line) for _, line in lines):
-        return "ddp-reference"
+        return DDP_FORMAT
     if not any(KERAS_HEADER_RE.match(line) or KERAS_EPOCH_RE.match(line) for _, line in lines):
         return None
     # Keras 2 closes an epoch line with `- 9s/epoch - 712ms/step`; Keras 3 has no s/epoch field.

@@ -24,6 +24,9 @@ from scalesweep.logs.run import (
     parse_duration,
 )
 
+# The format name a DDP reference log is parsed as (logs/read.py detects it).
+FORMAT = "ddp-reference"
+
 # The framework whose reference script writes these logs (its registry entry names this format).
 FRAMEWORK = frameworks.with_reference_log_format("ddp").name
 
@@ -112,7 +115,7 @@ def parse_ddp(lines, source, world_size) -> ParsedRun:
     if nodes is not None:
         draft.header["nodes"] = nodes
     draft.epochs = _ddp_epochs(epochs, draft.header.get("images_per_epoch"))
-    return ParsedRun("ddp-reference", source, draft.header, draft.epochs, _ddp_summary(draft, final))
+    return ParsedRun(FORMAT, source, draft.header, draft.epochs, _ddp_summary(draft, final))
 
 
 def _split_key_value(body: str) -> tuple[str, str]:
