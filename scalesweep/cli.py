@@ -155,12 +155,7 @@ def main(argv=None):
     from scalesweep.logs.run import LogFormatError
 
     try:
-        settings = AnalysisSettings.from_options(
-            efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
-            epoch_budget=args.epoch_budget, greenest_time_bound_s=args.greenest_time_bound_s,
-            allow_superlinear=args.allow_superlinear, predict_gpus=args.predict, gpus_per_node=args.gpus_per_node,
-            network_busbw_gb_s=args.network_busbw,
-            network_latency_s=None if args.network_latency_us is None else args.network_latency_us / 1e6)
+        settings = analyze_settings(args, AnalysisSettings)
         refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch,
                           args.world_size, args.network)
     except (ValueError, FileNotFoundError, LogFormatError) as error:
@@ -170,6 +165,16 @@ def main(argv=None):
         print(f"scalesweep analyze: {not_written_in_out(error, args.out)}", file=sys.stderr)
         return FAILED_EXIT
     return REFUSED_EXIT if refused else 0
+
+
+def analyze_settings(args, settings_type):
+    """The analysis settings `analyze`'s options give (the schema's defaults for the rest)."""
+    return settings_type.from_options(
+        efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
+        epoch_budget=args.epoch_budget, greenest_time_bound_s=args.greenest_time_bound_s,
+        allow_superlinear=args.allow_superlinear, predict_gpus=args.predict, gpus_per_node=args.gpus_per_node,
+        network_busbw_gb_s=args.network_busbw,
+        network_latency_s=None if args.network_latency_us is None else args.network_latency_us / 1e6)
 
 
 def not_written_in_out(error: OSError, out) -> str:

@@ -7,11 +7,13 @@ CLI in temporary folders (docs/hostile-cases.md)."""
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
 from conftest import REPO, TINY
+from scalesweep.analysis import predict
 from test_predict_network import ACROSS, analyze, network_csv, predictions, runs
 
 pytestmark = pytest.mark.command
@@ -70,8 +72,8 @@ def test_the_config_refuses_a_node_size_its_counts_do_not_fill_and_an_absurd_wha
          "gpus_per_node=3 (analysis.gpus_per_node)"),
         ({"network": {"busbw_gb_s": 6, "latency_us": 50000}},
          "config key 'analysis.network.latency_us': latency must be a time in [0, 0.01] s, got 50000 us"),
-        ({"network": {"busbw_gb_s": float("nan")}},  # NaN passes the schema's minimum
-         "config key 'analysis.network.busbw_gb_s': busbw_gb_s must be a bus bandwidth in (0, 1800] GB/s, got nan"),
+        ({"network": {"busbw_gb_s": float("nan")}},  # NaN passes the schema's minimum: the finite check
+         "config key 'analysis.network.busbw_gb_s': is nan (YAML's .nan): give a finite number"),
         ({"network": {"busbw_gb_s": 1e9}},
          "config key 'analysis.network.busbw_gb_s': busbw_gb_s must be a bus bandwidth in (0, 1800] GB/s, "
          "got 1000000000.0"),
@@ -84,29 +86,42 @@ def test_the_config_refuses_a_node_size_its_counts_do_not_fill_and_an_absurd_wha
         assert said in check.stderr, check.stderr
 
 
-def test_runs_csv_numbers_out_of_range_refuse_their_groups_prediction_naming_them(tmp_path):
-    """A negative epoch overhead (which predicted 843.8 % and -120.5 % efficiency), a negative
-    step time (labelled 'no step times' without its value), one measured count (a zero-wide band
-    that missed the truth): each group says why it has no prediction; the sound group is predicted."""
-    sound = runs()
-    overhead = runs().assign(dataset="bad-overhead")
-    overhead.loc[overhead.gpus == 2, "epoch_overhead_s"] = -45.0
-    step = runs().assign(dataset="bad-step")
-    step.loc[step.gpus == 4, "step_time_s"] = -0.16
+@pytest.mark.parametrize("column, gpus, value, line", [("epoch_overhead_s", 2, -45.0, "-45.0"),
+                                                       ("step_time_s", 4, -0.16, "-0.16")])
+def test_a_runs_csv_with_a_negative_duration_is_refused_naming_line_column_and_value(tmp_path, column, gpus, value,
+                                                                                      line):
+    """A negative epoch overhead (which predicted 843.8 % and -120.5 % efficiency) or step time
+    (labelled 'no step times' without its value): the runs table's reader refuses the file,
+    naming where (tidy/table.py check_runs), before any table is written."""
+    bad = runs().assign(dataset="bad")
+    bad.loc[bad.gpus == gpus, column] = value
+    done = analyze(tmp_path, pd.concat([runs(), bad]), "--network", network_csv(tmp_path / "n.csv"))
+    assert done.returncode != 0
+    assert f"runs.csv line " in done.stderr and f"column '{column}' holds {line}, not a duration" in done.stderr
+    assert not (tmp_path / "out" / "tables" / "predictions.csv").exists()
+
+
+def test_predictor_inputs_out_of_range_refuse_their_groups_prediction_naming_them():
+    """Behind the reader, the predictor checks its own inputs where they enter (a table made by
+    other code): a negative overhead or step time refuses that group's prediction, by name."""
+    gpus = np.array([1.0, 2.0, 4.0])
+    overhead = pd.DataFrame({"epoch_overhead_s": [1.0, -45.0, 1.0]})
+    assert predict.out_of_range(overhead, gpus) == ("runs.csv: epoch_overhead_s = -45.0 at 2 GPUs is not a "
+                                                    "duration >= 0 s: no prediction for this group")
+    step = pd.DataFrame({"step_time_s": [0.16, 0.17, -0.16]})
+    assert predict.out_of_range(step, gpus).startswith("runs.csv: step_time_s = -0.16 at 4 GPUs is not a step time > 0 s")
+    assert predict.out_of_range(pd.DataFrame({"step_time_s": [0.16, float("nan"), 0.2]}), gpus) == ""
+
+
+def test_one_measured_count_refuses_its_groups_prediction_and_the_sound_group_is_predicted(tmp_path):
+    """One measured count (a zero-wide band that missed the truth) says why it has no prediction."""
     lonely = runs(counts=(1,), breakdown=False).assign(dataset="one-count")
-    done = analyze(tmp_path, pd.concat([sound, overhead, step, lonely]), "--network", network_csv(tmp_path / "n.csv"))
+    done = analyze(tmp_path, pd.concat([runs(), lonely]), "--network", network_csv(tmp_path / "n.csv"))
     assert done.returncode == 0, done.stderr[-3000:]
     table = pd.read_csv(tmp_path / "out" / "tables" / "predictions.csv")
     by = {dataset: rows.set_index("gpus") for dataset, rows in table.groupby("dataset")}
     assert by["imagenet-50k"].loc[8, "efficiency_pct"] == pytest.approx(37.0, abs=0.1)
-    for dataset, said in (
-        ("bad-overhead", "runs.csv: epoch_overhead_s = -45.0 at 2 GPUs is not a duration >= 0 s"),
-        ("bad-step", "runs.csv: step_time_s = -0.16 at 4 GPUs is not a step time > 0 s"),
-        ("one-count", "one measured GPU count (1) and no network rule: no growth to continue, the band would be "
-                      "zero wide"),
-    ):
-        rows = by[dataset]
-        assert (rows["method"] == "none").all() and rows["efficiency_pct"].isna().all(), dataset
-        assert rows["inputs"].str.startswith(said).all(), (dataset, rows["inputs"].iloc[0])
-    findings = (tmp_path / "out" / "findings.md").read_text()
-    assert "No prediction at 4, 8, 16, 32 GPUs: runs.csv: epoch_overhead_s = -45.0 at 2 GPUs" in findings
+    rows = by["one-count"]
+    assert (rows["method"] == "none").all() and rows["efficiency_pct"].isna().all()
+    assert rows["inputs"].str.startswith("one measured GPU count (1) and no network rule: no growth to continue, "
+                                         "the band would be zero wide").all(), rows["inputs"].iloc[0]

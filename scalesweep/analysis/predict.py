@@ -203,11 +203,11 @@ def network_rules(n: int, measured: Measured, gpus_per_node: int, network: Netwo
 
 
 def step_time_rules(n: int, measured: Measured, gpus_per_node: int, network: Network | None,
-                    backward_share: float | None = None) -> dict:
+                    backward_share: float = DEFAULTS.backward_share) -> dict:
     """tau(n) under each growth rule: {"flat", "log", "comm"} (s), "network" where the runs give
     its inputs, the point estimate ("point", the larger of log and network, named in
     "point_rule") and what "comm", the band's low end, rests on."""
-    share = DEFAULTS.backward_share if backward_share is None else backward_share
+    share = backward_share
     last_n, last_tau = measured.gpus[-1], measured.step_time_s[-1]
     growth = growth_per_doubling(measured.gpus, measured.step_time_s)
     doublings = math.log2(n / last_n)
@@ -269,9 +269,9 @@ def efficiency_pct(throughput: float, gpus: int, base_throughput: float, base_gp
 
 
 def predict_model(n: int, measured: Measured, steps_of, gpus_per_node: int, network: Network | None,
-                  backward_share: float | None = None) -> dict:
+                  backward_share: float = DEFAULTS.backward_share) -> dict:
     """The step model's prediction at `n` GPUs; `steps_of(n)` is S(n)."""
-    share = DEFAULTS.backward_share if backward_share is None else backward_share
+    share = backward_share
     t0_values = [v for v in measured.epoch_overhead_s if not math.isnan(v)]
     t0 = float(np.median(t0_values)) if t0_values else 0.0
     steps = steps_of(n)
@@ -382,13 +382,13 @@ def no_prediction(reason: str) -> dict:
 
 
 def predict_count(n: int, measured: Measured, steps_of, gpus_per_node: int, network: Network | None,
-                  backward_share: float | None = None) -> dict:
+                  backward_share: float = DEFAULTS.backward_share) -> dict:
     """The prediction at `n` GPUs by the best method the inputs allow. One measured count gives
     no growth to continue: the step model then needs the network rule's inputs, or its band
     would be the flat rule alone, zero wide."""
     if not all(tau > 0 for tau in measured.step_time_s):
         return predict_amdahl(n, measured)
-    share = DEFAULTS.backward_share if backward_share is None else backward_share
+    share = backward_share
     if len(measured.gpus) < 2 and network_rules(n, measured, gpus_per_node, network, share) is None:
         return no_prediction(f"one measured GPU count ({measured.gpus[0]}) and no network rule: no growth to "
                              "continue, the band would be zero wide")

@@ -86,12 +86,12 @@ TRAIN_SPLIT = "train"
 def split_problem(path: Path) -> str | None:
     """An imagefolder dataset is the folder that holds train/<class>/*.jpeg: a path naming the
     train/ split itself (its class folders one level too high) failed in every job's trainer."""
-    if (path / TRAIN_SPLIT).is_dir():
-        return None
-    if path.name == TRAIN_SPLIT:
+    if path.name == TRAIN_SPLIT and not (path / TRAIN_SPLIT).is_dir():
         return (f"is the {TRAIN_SPLIT}/ split itself; an imagefolder dataset is the folder that holds "
                 f"{TRAIN_SPLIT}/ (and val/): give {path.parent}")
-    return f"holds no {TRAIN_SPLIT}/ folder (an imagefolder dataset is {TRAIN_SPLIT}/<class>/*.jpeg and val/<class>/*.jpeg)"
+    # A folder without train/ yet may still be filling (a copy under way, a dataset made by an
+    # earlier step of the user's): the trainer names what it lacks.
+    return None
 
 
 def image_problem(path) -> str | None:
