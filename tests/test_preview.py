@@ -79,3 +79,31 @@ def test_a_local_preview_counts_minutes_and_prices_no_prediction():
                                 local=True, config_files=["tiny.yaml"])
     assert text.split("\n")[-1] == "  minutes at their time limits (60 min): at most 240 (all 4 jobs: 240)"
     assert "predicted, not run" not in text
+
+
+def test_the_executor_named_is_snakemakes_but_for_a_dry_runs_own():
+    assert preview.executor_named("slurm", ["-n"]) == "slurm"
+    assert preview.executor_named("dryrun", ["-n", "--executor", "slurm"]) == "slurm"
+    assert preview.executor_named("touch", ["-n"]) == "local"
+    assert preview.executor_named(None, ["-n", "--executor", "slurm"]) == "slurm"
+
+
+def test_a_jobs_image_files_are_the_digest_and_a_pulled_images_sif():
+    from scalesweep.plan import containers
+
+    assert containers.image_files(None) == []
+    local = "/images/pytorch 24.07.sif"
+    assert containers.image_files(local) == [containers.digest_file(local)]
+    pulled = "docker://nvcr.io/nvidia/pytorch:24.07-py3"
+    assert containers.is_pulled(pulled)
+    assert containers.image_files(pulled) == [containers.pulled_sif(pulled), containers.digest_file(pulled)]
+
+
+def test_an_unplanned_run_target_is_named_with_the_layout_and_an_example():
+    from scalesweep.plan import matrix
+
+    said = matrix.unplanned_run_message("results/runs/x/train.log", ["results/runs/y/train.log"])
+    assert said.startswith("results/runs/x/train.log is no run of this sweep's plan: a run's path is ")
+    assert "<framework>/model~<model>/dataset~<dataset>/gpus~<gpus>[/<setting>~<value>...]" in said
+    assert "(e.g. results/runs/y/train.log)" in said
+    assert "(e.g." not in matrix.unplanned_run_message("results/runs/x/train.log", [])

@@ -167,3 +167,11 @@ def sdm_warnings(deployment_methods, container: dict) -> list:
             f"images of the config's container section (runtime {runtime}), not in them; leave "
             "--sdm conda out, or set container.runtime none to train in the conda environments")
     return warnings
+
+
+def image_files(image) -> list:
+    """What a job needs of its framework's `image`: the digest (rule image_digest, or rule `images`
+    with the pulled SIF); nothing without a container runtime (`image` None)."""
+    if not image:
+        return []
+    return ([pulled_sif(image)] if is_pulled(image) else []) + [digest_file(image)]

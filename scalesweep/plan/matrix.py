@@ -362,3 +362,13 @@ def synthetic_options(spec: dict) -> str:
 
     return shlex.join(arg for key, value in sorted(spec.items())
                       for arg in (f"--{key.replace('_', '-')}", str(value)))
+
+
+def unplanned_run_message(target: str, examples: list) -> str:
+    """Why `target`, a path a rule's pattern matches, is no run of the plan (a path of the older
+    run layout, a GPU count not in the matrix): the layout a run's path has, and a planned one."""
+    example = f" (e.g. {examples[0]})" if examples else ""
+    return (f"{target} is no run of this sweep's plan: a run's path is "
+            f"{layout.run_path('<framework>', '<model>', '<dataset>', '<gpus>')}[/<setting>~<value>...], with "
+            f"only the settings away from their defaults, sorted by name{example}; `snakemake -n` "
+            "lists the planned runs (docs/outputs.md: results of the older layout are not found)")

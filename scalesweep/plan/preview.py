@@ -110,6 +110,14 @@ def local_cost_lines(pending, every_job, probe=None) -> list:
             f"{sum(s['time_limit_min'] for s in every_job + probes)})"]
 
 
+def executor_named(plugin: str | None, argv) -> str | None:
+    """The executor the user gave: Snakemake's `plugin`, but for a dry run, which executes with its
+    own 'dryrun' (or 'touch') and says nothing of it; then the command line's. None: unknown."""
+    if plugin is not None and plugin not in ("dryrun", "touch"):
+        return plugin
+    return intended_executor(argv)
+
+
 def intended_executor(argv) -> str | None:
     """The executor named on Snakemake's command line `argv` (--executor, or a profile's
     `executor:`), 'local' where none is; None where `argv` is no Snakemake command line (the API)."""

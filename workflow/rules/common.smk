@@ -62,24 +62,18 @@ try:
     config_files.validate_config(config)
     RUNS, EXCLUDED = matrix.plan(config)
     site.check_images(config, RUNS)
-except checks.ConfigError as error:
-    config_sources = config_files.sources(CONFIG_FILES, workflow.config_settings.config)
-    raise WorkflowError(f"{error} {config_sources}") from None
-
-# The analysis settings, built once: the preview, the network probe's decision, rule tables and
-# the failure path (outcome.smk) all read this one object.
-ANALYSIS = AnalysisSettings.from_config(config["analysis"], config["cluster"])
-
-# A run's result and logs live at <framework>/model~M/dataset~D/gpus~N, then one folder level per
-# setting it measures away from the default (matrix.run_path, spelled by contract/layout.py).
-TRAINING_DEFAULTS = config_files.training_defaults()
-RUN_SETTINGS = [matrix.run_settings(run, config) for run in RUNS]
-RUN_PATHS = [matrix.run_path(settings, TRAINING_DEFAULTS) for settings in RUN_SETTINGS]
-WORKDIR = os.getcwd()
-SETTINGS = dict(zip(RUN_PATHS, RUN_SETTINGS))
-# Missing or empty datasets and images: listed by a preview, refused by a run (submission_checks).
-PATH_PROBLEMS = site.path_problems(config, RUN_SETTINGS, WORKDIR)
-try:
+    # The analysis settings, built once: the preview, the network probe's decision, rule tables and
+    # the failure path (outcome.smk) all read this one object.
+    ANALYSIS = AnalysisSettings.from_config(config["analysis"], config["cluster"])
+    # A run's result and logs live at <framework>/model~M/dataset~D/gpus~N, then one folder level per
+    # setting it measures away from the default (matrix.run_path, spelled by contract/layout.py).
+    TRAINING_DEFAULTS = config_files.training_defaults()
+    RUN_SETTINGS = [matrix.run_settings(run, config) for run in RUNS]
+    RUN_PATHS = [matrix.run_path(run, TRAINING_DEFAULTS) for run in RUN_SETTINGS]
+    WORKDIR = os.getcwd()
+    SETTINGS = dict(zip(RUN_PATHS, RUN_SETTINGS))
+    # Missing or empty datasets and images: listed by a preview, refused by a run (submission_checks).
+    PATH_PROBLEMS = site.path_problems(config, RUN_SETTINGS, WORKDIR)
     checks.check_planned(
         config, SETTINGS.values(), WORKDIR, training_defaults=TRAINING_DEFAULTS
     )
@@ -147,10 +141,7 @@ def max_batch_logs():
 
 
 def parameters_named_once(function):
-    """`function`, an input, params, threads or resources function of the training jobs, with its
-    parameters read once: Snakemake reads a function's signature (inspect.signature) each time it
-    calls it, about ten functions per job, a fifth of a 1,000-configuration dry run; its own
-    path helpers (snakemake.ioutils) name them the same way."""
+    """`function` with its parameters read once: Snakemake reads them at each call (ioutils' way)."""
     overwrite_function_params(function, get_function_params(function))
     return function
 
@@ -174,19 +165,12 @@ def while_unmeasured(framework, result_of, inputs_of):
 
 
 def planned_settings(path, result_of):
-    """The settings of the planned run at `path`; for a target that matches a rule's pattern
-    but is no planned run (a path of the older run layout, a GPU count not in the matrix), a
-    refusal naming it and the layout a run's path has, not a KeyError from an input
-    function."""
-    if path in SETTINGS:
-        return SETTINGS[path]
-    example = f" (e.g. {result_of(RUN_PATHS[0])})" if RUN_PATHS else ""
-    raise WorkflowError(
-        f"{result_of(path)} is no run of this sweep's plan: a run's path is "
-        f"{layout.run_path('<framework>', '<model>', '<dataset>', '<gpus>')}[/<setting>~<value>...], with "
-        f"only the settings away from their defaults, sorted by name{example}; `snakemake -n` "
-        "lists the planned runs (docs/outputs.md: results of the older layout are not found)"
-    )
+    """The planned run's settings; a target of a rule's pattern that is no planned run (the older
+    layout, a count not in the matrix) is refused by name, not a KeyError."""
+    if path not in SETTINGS:
+        examples = [result_of(planned) for planned in RUN_PATHS[:1]]
+        raise WorkflowError(matrix.unplanned_run_message(result_of(path), examples))
+    return SETTINGS[path]
 
 
 def dataset_input(framework, result_of=run_log):
@@ -226,13 +210,7 @@ IMAGES = containers.sweep_images(
 
 
 def image_needs(framework):
-    """What a job of the framework needs of its image: the digest (rule image_digest, or rule
-    `images` with the pulled SIF); nothing without a container runtime."""
-    image = IMAGES.get(framework)
-    pulled = (
-        [containers.pulled_sif(image)] if image and containers.is_pulled(image) else []
-    )
-    return pulled + [containers.digest_file(image)] if image else []
+    return containers.image_files(IMAGES.get(framework))
 
 
 def image_inputs(framework, result_of=run_log):
@@ -256,13 +234,8 @@ def conda_env(framework):
 
 @functools.cache
 def executor_name():
-    """The executor the user gave: a dry run executes with Snakemake's own 'dryrun' (or 'touch'),
-    which says nothing of it (scalesweep/plan/preview.py: intended_executor). None: unknown.
-    """
-    executor = workflow.executor_plugin
-    if executor is not None and executor.name not in ("dryrun", "touch"):
-        return executor.name
-    return preview.intended_executor(sys.argv[1:])
+    plugin = workflow.executor_plugin
+    return preview.executor_named(plugin.name if plugin else None, sys.argv[1:])
 
 
 def runs_locally():
