@@ -58,7 +58,8 @@ def scaling_series(draw):
     return law, x, y
 
 
-@settings(max_examples=150, deadline=None)
+# derandomize: the same examples on every machine, so CI checks what was checked here.
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(scaling_series())
 def test_the_closed_form_is_the_exact_minimum_and_never_worse_than_curve_fit(series):
     law, x, y = series
@@ -73,6 +74,10 @@ def test_the_closed_form_is_the_exact_minimum_and_never_worse_than_curve_fit(ser
     assert p == pytest.approx(exact_minimum(law, x, y, p), rel=1e-12)
     # curve_fit stopped once its cost changed by less than 1e-8: its p lies near, never lower.
     assert objective(law, x, y, p) <= objective(law, x, y, before_p) * (1 + 1e-12) + 1e-300
+    if min(p, 1 - p) < 1e-5:
+        # A minimum a hair inside a bound (a speedup of 1 + 6e-8): curve_fit's finite differences
+        # cannot resolve it; the exact root and the objective above are the check there.
+        return
     assert p == pytest.approx(before_p, rel=2e-4, abs=1e-4)
     # Run to convergence, curve_fit agrees to the precision its cost test allows (the objective
     # is flat at its minimum: a relative change of 1e-16 in it moves p by about 1e-8).
@@ -82,7 +87,7 @@ def test_the_closed_form_is_the_exact_minimum_and_never_worse_than_curve_fit(ser
     assert fit.p_stderr == pytest.approx(tight_stderr, rel=1e-4, abs=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(scaling_series(), st.integers(1, 40))
 def test_a_batch_gives_each_row_the_single_fit(series, rows):
     law, x, y = series
