@@ -151,11 +151,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         return args.handler(args)
-    from scalesweep.plan.analysis_settings import AnalysisSettings
     from scalesweep.logs.run import LogFormatError
 
     try:
-        settings = analyze_settings(args, AnalysisSettings)
+        settings = analyze_settings(args)
         refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch,
                           args.world_size, args.network)
     except (ValueError, FileNotFoundError, LogFormatError) as error:
@@ -167,9 +166,11 @@ def main(argv=None):
     return REFUSED_EXIT if refused else 0
 
 
-def analyze_settings(args, settings_type):
+def analyze_settings(args):
     """The analysis settings `analyze`'s options give (the schema's defaults for the rest)."""
-    return settings_type.from_options(
+    from scalesweep.plan.analysis_settings import AnalysisSettings
+
+    return AnalysisSettings.from_options(
         efficiency_floor=args.efficiency_floor, gpu_hour_budget=args.gpu_hour_budget,
         epoch_budget=args.epoch_budget, greenest_time_bound_s=args.greenest_time_bound_s,
         allow_superlinear=args.allow_superlinear, predict_gpus=args.predict, gpus_per_node=args.gpus_per_node,
