@@ -1,11 +1,14 @@
 """Benchmark of the sweep history (issues 11, 36): one `scalesweep compare` over a history of 1,000
 sweeps x 100 runs (goal: 1 s on a 2-core laptop).
 
-    .venv/bin/python benchmarks/bench_history.py [--sweeps 1000] [--repeats 3] [--base CHECKOUT]
+    .venv/bin/python benchmarks/bench_history.py [--sweeps 1000] [--repeats 3]
+        [--base CHECKOUT | --base-commit 817bbc2]
 
-With `--base`, the same runs are also archived one file per sweep, as an older checkout without
+With a base, the same runs are also archived one file per sweep, as an older checkout without
 stores wrote them (compaction off), and that checkout's `compare` runs on them, alternating with
-this one's on its compacted history: `base_compare_100k_runs_s` beside `compare_100k_runs_s`.
+this one's on its compacted history (benchmarks/paired.py): `compare_100k_runs_paired_cpu_s`,
+`..._wall_s` (median, min, max) for this checkout, `..._paired_base_...` for the base, and each
+pair's ratio `..._paired_cpu_ratio_to_base`, `..._paired_wall_ratio_to_base`.
 
 Prints `name value unit` lines:
 
@@ -29,11 +32,8 @@ compared, the injected slowdown not found).
 
 import argparse
 import hashlib
-import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +44,9 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+import paired  # noqa: E402  (beside this file)
+from paired import BenchmarkFailure  # noqa: E402
 
 from scalesweep.history import archive, store  # noqa: E402
 
@@ -59,10 +62,6 @@ CLUSTERS = ("mn5", "leonardo", "jureca")
 SLOW_DRIVER, SLOW_MODEL, SLOWDOWN = "550.54.15", "vit_h_14", 0.8  # a regression to find
 WHERE = "gpu_model LIKE '%H100%' AND gpus >= 8"
 COMPARE_WHERE = "model = 'vit_h_14' AND gpus >= 2"
-
-
-class BenchmarkFailure(Exception):
-    pass
 
 
 def sweep_runs(number: int, rng: np.random.Generator) -> pd.DataFrame:
@@ -104,21 +103,11 @@ def build_history(folder: Path, sweeps: int, compact_at: int = store.COMPACT_AT)
         store.COMPACT_AT = compacting
 
 
-def children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def timed(command: list[str], checkout: Path = REPO) -> tuple[float, float]:
-    """(wall s, CPU s) of a command run to its end in `checkout`; BenchmarkFailure if it fails."""
-    cpu, start = children_cpu_s(), time.perf_counter()
-    # Nothing written into another checkout: its bytecode stays in memory.
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"} if checkout != REPO else None
-    result = subprocess.run(command, cwd=checkout, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
-    if result.returncode != 0:
-        raise BenchmarkFailure(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}")
-    return wall, children_cpu_s() - cpu
+    """(wall s, CPU s) of a command run to its end with `checkout`'s package; BenchmarkFailure
+    if it fails."""
+    timing, _ = paired.timed(command, cwd=checkout, env=paired.side_env(checkout))
+    return timing.wall_s, timing.cpu_s
 
 
 def compare_command(folder: Path, out: Path, baseline: str, candidate: str) -> list[str]:
@@ -148,21 +137,24 @@ def report(name: str, walls: list[float], cpus: list[float], goal_s: float | Non
 
 
 def alternate_with_base(base: Path, workdir: Path, sweeps: int, repeats: int, label: str) -> None:
-    """The pooled comparison by `base` on one file per sweep and by this checkout on its store,
-    alternated run by run on the same runs; both must find the same configurations slower."""
+    """The pooled comparison by `base` on one file per sweep (as a checkout without stores wrote
+    the history) and by this checkout on its store, alternated run by run on the same runs
+    (paired.py): both sides' medians and each pair's ratio; both must find the same
+    configurations slower."""
     loose = workdir / "history-one-file-per-sweep"
     build_history(loose, sweeps, compact_at=sweeps + 1)
     sides = (f"gpu_driver={DRIVERS[0]},cluster=mn5", f"gpu_driver={SLOW_DRIVER},cluster=mn5")
-    ours = compare_command(workdir / "history", workdir / "compare", *sides)
-    theirs = compare_command(loose, workdir / "compare-base", *sides)
-    timings = {"base": [], "this": []}
-    for _ in range(repeats):
-        timings["base"].append(timed(theirs, base))
-        timings["this"].append(timed(ours))
+    commands = {paired.HEAD: compare_command(workdir / "history", workdir / "compare", *sides),
+                paired.BASE: compare_command(loose, workdir / "compare-base", *sides)}
+
+    def run_side(side, checkout, index):
+        return paired.timed(commands[side], cwd=workdir, env=paired.side_env(checkout))[0]
+
+    pairs = paired.run_pairs(run_side, {paired.HEAD: REPO, paired.BASE: base}, repeats)
     check_comparison(workdir / "compare-base")
-    for name, prefix in (("base", "base_"), ("this", "")):
-        report(f"{prefix}compare_{label}_runs_alternated", [w for w, _ in timings[name]],
-               [c for _, c in timings[name]], None)
+    check_comparison(workdir / "compare")
+    goal = GOAL_S if sweeps == DEFAULT_SWEEPS else None
+    paired.print_lines(paired.pair_lines(f"compare_{label}_runs_paired", pairs, goal))
 
 
 def run(workdir: Path, sweeps: int, repeats: int, base: Path | None = None) -> None:
@@ -199,12 +191,15 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed comparisons (median, min, max)")
     parser.add_argument("--keep", action="store_true", help="keep the history (path on stderr)")
     parser.add_argument("--base", type=Path, help="an older checkout to alternate with (its own history format)")
+    parser.add_argument("--base-commit", help="a commit to alternate with, unpacked with git archive "
+                        "(ignored with --base)")
     args = parser.parse_args(argv)
     if args.sweeps < 2 * len(DRIVERS) * len(CLUSTERS):
         parser.error(f"--sweeps must be at least {2 * len(DRIVERS) * len(CLUSTERS)}")
     workdir = Path(tempfile.mkdtemp(prefix="scalesweep-bench-history-"))
     try:
-        run(workdir, args.sweeps, args.repeats, args.base)
+        with paired.BaseCheckout(args.base and str(args.base), args.base_commit) as base:
+            run(workdir, args.sweeps, args.repeats, base)
     except BenchmarkFailure as error:
         print(f"bench_history: FAILED: {error}", file=sys.stderr)
         return 1
