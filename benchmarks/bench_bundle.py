@@ -1,6 +1,7 @@
-"""Benchmark of the offline bundle (issue 25): its size and how long its install takes.
+"""Benchmark of the offline bundle (issues 25, 36): its size and how long its install takes.
 
     .venv/bin/python benchmarks/bench_bundle.py [--python-version 3.12] [--rounds 3] [--bundle TARBALL]
+        [--base-bundle TARBALL | --base-commit 817bbc2]
 
 Builds the bundle once (envs/bundle.sh, the network needed; or takes --bundle), then unpacks and
 installs it `--rounds` times, each into a fresh folder, in a network namespace without network
@@ -12,8 +13,14 @@ where `unshare --net` is allowed (as on the cluster: everything from the wheelho
     bundle_py312_wheels <n> wheels
     install_py312_s <median> s             # `bash install.sh` (venv, pip, wrappers, checks)
     install_py312_s_min / _max             # the fastest and slowest install
+    install_py312_cpu_s (+ _min, _max)     # its CPU seconds (install.sh and its children)
     unpack_py312_s <median> s              # `tar -xzf` of the tarball
     installed_py312_mb <MB> MB             # the unpacked folder with its .venv
+
+With a base (a tarball, or a commit whose own envs/bundle.sh builds one), the base's install.sh
+runs alternately with this one's (benchmarks/paired.py): `install_py312_paired_cpu_s`, `..._wall_s`
+and `..._paired_base_...` (median, min, max), and each pair's `..._cpu_ratio_to_base` and
+`..._wall_ratio_to_base`.
 
 Its functions are also the harness of tests/test_bundle.py.
 """
@@ -28,6 +35,9 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paired  # noqa: E402  (beside this file)
 
 REPO = Path(__file__).resolve().parent.parent
 IP = shutil.which("ip", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or "ip"
@@ -92,15 +102,35 @@ def report(name: str, values: list, unit: str) -> None:
         print(f"{name}_max {max(values):.2f} {unit}", flush=True)
 
 
-def timed_install(tarball: Path, into: Path, python: str, without_network: bool) -> tuple[Path, float, float]:
-    """(the installed folder, install.sh's seconds, unpacking's seconds); exits when install.sh fails."""
+def timed_install(tarball: Path, into: Path, python: str, without_network: bool):
+    """(the installed folder, install.sh's paired.Timing, unpacking's seconds); exits when
+    install.sh fails."""
     start = time.perf_counter()
     folder = unpack(tarball, into)
     unpacked = time.perf_counter() - start
+    cpu = paired.children_cpu_s()
     done, seconds = install(folder, python, without_network=without_network)
     if done.returncode != 0:
         sys.exit(f"bench_bundle: install.sh of {tarball} failed:\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
-    return folder, seconds, unpacked
+    return folder, paired.Timing(seconds, paired.children_cpu_s() - cpu), unpacked
+
+
+def base_bundle(args, scratch: Path, python: str) -> Path | None:
+    """The base side's tarball: --base-bundle, or the bundle of --base-commit built by that
+    commit's own envs/bundle.sh (the commit unpacked with git archive into a repository of its
+    own: bundle.sh packs a repository's tracked files)."""
+    if args.base_bundle is not None or not args.base_commit:
+        return args.base_bundle
+    checkout = paired.unpack_commit(args.base_commit, scratch / "base-checkout")
+    for git in (["init", "-q"], ["add", "-A"],
+                ["-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-qm", args.base_commit]):
+        subprocess.run(["git", "-C", str(checkout), *git], check=True, capture_output=True)
+    done = subprocess.run(["bash", "envs/bundle.sh", args.python_version, str(scratch / "base-dist")],
+                          cwd=checkout, env={**os.environ, "BUILD_PYTHON": python},
+                          capture_output=True, text=True, timeout=1200)
+    if done.returncode != 0:
+        sys.exit(f"bench_bundle: {args.base_commit}'s envs/bundle.sh failed:\n{done.stderr[-4000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
@@ -109,7 +139,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="installs to time (median, min, max)")
     parser.add_argument("--bundle", type=Path, help="an existing tarball instead of building one")
     parser.add_argument("--base-bundle", type=Path,
-                        help="an older checkout's tarball, installed alternately with this one (base_install_*)")
+                        help="an older checkout's tarball, installed alternately with this one")
+    parser.add_argument("--base-commit", help="a commit whose own bundle is built and installed "
+                        "alternately with this one (ignored with --base-bundle)")
     args = parser.parse_args(argv)
     python = find_python(args.python_version)
     if python is None:
@@ -130,20 +162,31 @@ def main(argv=None) -> int:
         with tarfile.open(tarball) as archive:
             wheels = sum(1 for name in archive.getnames() if name.endswith(".whl"))
         print(f"bundle_{tag}_wheels {wheels} wheels", flush=True)
-        installs, unpacks, base_installs = [], [], []
-        for round_ in range(args.rounds):
-            if args.base_bundle is not None:  # alternated: both sides see the same load
-                base_installs.append(timed_install(args.base_bundle, scratch / f"base-{round_}", python, without_network)[1])
-                print(f"base_install_{tag}_s_round{round_ + 1} {base_installs[-1]:.1f} s", flush=True)
-            folder, seconds, unpacked = timed_install(tarball, scratch / f"round-{round_}", python, without_network)
-            installs.append(seconds)
+        base = base_bundle(args, scratch, python)
+        installs, unpacks, folders = [], [], []
+
+        def run_side(side, bundle, index):
+            into = scratch / f"{side}-{index}"
+            folder, timing, unpacked = timed_install(bundle, into, python, without_network)
+            if side == paired.BASE:
+                shutil.rmtree(into, ignore_errors=True)  # a venv each: the disk is not endless
+                return timing
+            installs.append(timing)
             unpacks.append(unpacked)
-            print(f"install_{tag}_s_round{round_ + 1} {seconds:.1f} s", flush=True)
-        report(f"install_{tag}_s", installs, "s")
-        if base_installs:
-            report(f"base_install_{tag}_s", base_installs, "s")
+            folders.append(folder)
+            print(f"install_{tag}_s_round{index + 1} {timing.wall_s:.1f} s", flush=True)
+            return timing
+
+        if base is None:
+            for index in range(args.rounds):
+                run_side(paired.HEAD, tarball, index)
+        else:  # alternated: both sides see the same load (paired.py)
+            pairs = paired.run_pairs(run_side, {paired.HEAD: tarball, paired.BASE: base}, args.rounds)
+            paired.print_lines(paired.pair_lines(f"install_{tag}_paired", pairs))
+        report(f"install_{tag}_s", [t.wall_s for t in installs], "s")
+        report(f"install_{tag}_cpu_s", [t.cpu_s for t in installs], "s")
         report(f"unpack_{tag}_s", unpacks, "s")
-        print(f"installed_{tag}_mb {folder_mb(folder):.0f} MB", flush=True)
+        print(f"installed_{tag}_mb {folder_mb(folders[-1]):.0f} MB", flush=True)
     return 0
 
 

@@ -90,10 +90,13 @@ CHECK
 
 rm -rf "$venv" # what an install that failed left
 tools=$(mktemp -d)
-trap 'status=$?; rm -rf "$tools"; if [ $status -ne 0 ]; then rm -rf "$venv"; echo "install.sh: failed, removed $venv" >&2; fi' EXIT
+# uv unpacks the wheels into this cache and hard-links the venv's files to it: a cache on the venv's
+# own file system, so the links hold (elsewhere uv copies instead); the venv keeps its files when
+# the cache goes.
+cache=$here/.install-cache
+trap 'status=$?; rm -rf "$tools" "$cache"; if [ $status -ne 0 ]; then rm -rf "$venv"; echo "install.sh: failed, removed $venv" >&2; fi' EXIT
 
 echo "install.sh: $venv from $where (Python $have) and $here/wheelhouse"
-"$python" -m venv "$venv" || fail "$python could not make a virtual environment (is its venv/ensurepip module installed?)"
 # No index and no pip or uv configuration (a site's pip.conf, uv.toml or PIP_*/UV_* variables
 # could name one): everything comes from the wheelhouse, and a missing wheel is an error here, not
 # a download.
@@ -102,9 +105,8 @@ unset $(compgen -e | grep '^UV_' || true)
 pip=("$venv/bin/python" -m pip --isolated --disable-pip-version-check install --quiet --no-index --find-links "$here/wheelhouse")
 # uv (envs/installer.txt), where the wheelhouse holds it: its wheel is a zip whose one binary is
 # taken out into a temporary folder, never installed. It installs the same wheels into the same
-# venv several times faster than pip, and --compile-bytecode writes every module's .pyc on all cores
-# now, so the first import on GPFS reads them instead of compiling (pip compiles one file at a
-# time: most of its 82 s). A bundle made before uv, or uv failing, falls back to pip.
+# venv several times faster than pip (which also compiles one file at a time: most of its 82 s).
+# A bundle made before uv, or uv failing, falls back to pip.
 uv=""
 uv_wheel=$(compgen -G "wheelhouse/uv-*.whl" | head -n 1 || true)
 if [ -n "$uv_wheel" ] && "$python" - "$uv_wheel" "$tools/uv" <<'UNZIP'; then uv=$tools/uv; fi
@@ -115,13 +117,26 @@ with zipfile.ZipFile(sys.argv[1]) as wheel:
         out.write(binary.read())
 os.chmod(sys.argv[2], 0o755)
 UNZIP
-uv_pip=("$uv" pip install --offline --no-index --no-config --no-cache --quiet --link-mode copy
-    --compile-bytecode --python "$venv/bin/python" --find-links "$here/wheelhouse")
-if [ -n "$uv" ] && "${uv_pip[@]}" -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt &&
+# uv needs no pip in the venv (pip's own install into it, ensurepip, took a tenth of the time).
+make_venv() {
+    "$python" -m venv "$@" "$venv" || fail "$python could not make a virtual environment (is its venv/ensurepip module installed?)"
+}
+uv_pip=("$uv" pip install --offline --no-index --no-config --cache-dir "$cache" --quiet --link-mode hardlink
+    --python "$venv/bin/python" --find-links "$here/wheelhouse")
+# Every module's .pyc written now, on every core, so the first import on GPFS reads compiled files:
+# all but the packages' own test suites (a third of their modules, never imported by a sweep).
+compile_ahead() {
+    "$venv/bin/python" -m compileall -q -j 0 -x '/tests?/' "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" "$here/scalesweep" >/dev/null ||
+        echo "install.sh: some modules could not be compiled ahead (Python compiles them at their first import)" >&2
+}
+if [ -n "$uv" ] && make_venv --without-pip && "${uv_pip[@]}" -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt &&
     "${uv_pip[@]}" --no-deps --no-build-isolation -e .; then
+    compile_ahead
     echo "install.sh: installed with uv $("$uv" --version | cut -d' ' -f2)"
 else
     [ -z "$uv" ] || echo "install.sh: uv could not install (above); pip installs instead" >&2
+    rm -rf "$venv"
+    make_venv
     "${pip[@]}" -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt ||
         fail "pip could not install envs/workflow.txt from $here/wheelhouse alone (its error above): the wheelhouse lacks a wheel it needs; unpack the bundle again, or build a new one (make bundle PYTHON_VERSION=$wanted)"
     "${pip[@]}" --no-deps --no-build-isolation -e . || fail "pip could not install the project itself (its error above)"
@@ -150,7 +165,9 @@ mv -f "$wrapper" "$venv/bin/python" # replaces the link, not what it points to
 for name in python3 "python$wanted"; do ln -sfn python "$venv/bin/$name"; done
 
 version=$("$venv/bin/python" -c 'from scalesweep.plan.code_version import code_version; print(code_version())')
-"$venv/bin/snakemake" --version >/dev/null
+# An empty SLURM_CONF: the slurm plugin, imported at Snakemake's start, asks the controller for its
+# configuration, and a login node whose controller does not answer would wait 10 s for nothing.
+SLURM_CONF=/dev/null "$venv/bin/snakemake" --version >/dev/null
 echo "$venv" >"$venv/.installed"
 echo "install.sh: installed scalesweep $version in $venv"
 echo "install.sh: next, from $here: .venv/bin/snakemake --executor slurm --profile mn5 -n"
