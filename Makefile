@@ -48,15 +48,18 @@ test-fast: $(VENV)/.installed
 	$(PYTHON) -m pytest $(WORKERS) -m "not slow and not slurm and not workflow and not command" $(PYTEST_ARGS)
 
 # Benchmarks print `name value unit` lines (benchmarks/README.md); they measure, they do not judge.
-# The analysis rows run 3 times on this checkout and on BENCH_BASE (a commit, unpacked with git
-# archive), alternating (benchmarks/paired.py): median, min-max and the ratio of each pair.
+# The rows of issue 36 (the analysis, the dry run, compare, the offline install) run 3 times on this
+# checkout and on BENCH_BASE (a commit, unpacked with git archive), alternating
+# (benchmarks/paired.py): median, min-max and the ratio of each pair. The install builds both
+# bundles from the package index.
 BENCH_BASE ?= 817bbc2
 bench: $(VENV)/.installed
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_analysis.py --base-commit $(BENCH_BASE)
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_trainer.py
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_protocols.py
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_breakdown.py
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_history.py
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_history.py --base-commit $(BENCH_BASE)
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_bundle.py --base-commit $(BENCH_BASE)
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_energy.py
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_timing.py
 

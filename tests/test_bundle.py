@@ -169,6 +169,36 @@ def test_install_offline_under_a_module_of_another_python(installed, module_env,
     assert wrapper.startswith("#!/bin/bash") and all(name in wrapper for name in MODULE_VARIABLES)
 
 
+def site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3.*")) / "site-packages"
+
+
+@slow
+def test_uv_leaves_no_cache_and_every_module_but_the_test_suites_compiled(installed):
+    folder, done = installed
+    assert "installed with uv" in done.stdout
+    assert not (folder / ".install-cache").exists()
+    packages = site_packages(folder / ".venv")
+    assert not (packages / "pip").exists()  # uv installs; the venv needs no pip of its own
+    assert list((packages / "pandas" / "core" / "__pycache__").glob("frame.cpython-3*.pyc"))
+    assert list((folder / "scalesweep" / "plan" / "__pycache__").glob("matrix.cpython-3*.pyc"))
+    assert (packages / "pandas" / "tests").is_dir()
+    assert not list((packages / "pandas" / "tests").rglob("*.pyc"))
+
+
+@slow
+def test_without_uv_in_the_wheelhouse_pip_installs_the_same_venv(bundle, python_bundle, without_network, tmp_path):
+    folder = unpack(bundle, tmp_path)
+    for uv_wheel in (folder / "wheelhouse").glob("uv-*.whl"):
+        uv_wheel.unlink()
+    done, _ = install(folder, python_bundle)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "installed with uv" not in done.stdout and "installed scalesweep" in done.stdout
+    assert (site_packages(folder / ".venv") / "pip").is_dir()
+    runs = subprocess.run([str(folder / ".venv" / "bin" / "python"), "-c", "import pandas, snakemake, scalesweep"],
+                          capture_output=True, text=True)
+    assert runs.returncode == 0, runs.stderr[-2000:]
+
 @slow
 def test_what_a_user_types_runs_clean_under_the_module(installed, module_env):
     folder, _ = installed

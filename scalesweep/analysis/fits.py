@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import OptimizeWarning, curve_fit
 
 from scalesweep.analysis.scaling import (SCALING_COLUMNS, SUPERLINEAR_FLAG, flagged_gpus, group_basis, is_usable,
                                          scaling_table)
@@ -139,6 +138,10 @@ def _cached_fit(law: str, scale: tuple, speedups: tuple) -> LawFit:
 def _bounded_fit(law: str, x: np.ndarray, y: np.ndarray) -> LawFit:
     """The fit as scipy's bounded least squares gives it: for a minimum on a bound of [0, 1] (or
     data too few or too odd for the closed form), where the answer is the bound solver's own."""
+    # Here, not at the top: scipy.optimize is a third of an analysis' imports, and most fits
+    # never come here.
+    from scipy.optimize import OptimizeWarning, curve_fit
+
     with warnings.catch_warnings():
         # pcov is inf when p sits on a bound (e.g. super-linear data): stderr becomes NaN below.
         warnings.simplefilter("ignore", OptimizeWarning)
