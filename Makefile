@@ -60,6 +60,7 @@ bench: $(VENV)/.installed
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_breakdown.py
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_history.py --base-commit $(BENCH_BASE)
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_bundle.py --base-commit $(BENCH_BASE)
+	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_suite.py --base-commit $(BENCH_BASE)
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_energy.py
 	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_timing.py
 

@@ -113,3 +113,26 @@ def test_bench_bundle_quick_builds_installs_once_and_prints_every_figure():
     printed = figures(result.stdout)
     assert BUNDLE_FIGURES <= set(printed), sorted(BUNDLE_FIGURES - set(printed))
     assert printed["bundle_py312_wheels"] > 0 and printed["installed_py312_mb"] > printed["bundle_py312_mb"]
+
+
+def tiny_checkout(folder: Path, body: str) -> Path:
+    """A checkout whose whole suite is one test with `body`."""
+    (folder / "tests").mkdir(parents=True)
+    (folder / "tests" / "test_one.py").write_text(f"def test_one():\n    {body}\n")
+    return folder
+
+
+@pytest.mark.slow
+def test_bench_suite_pairs_two_checkouts_and_refuses_a_failing_side(tmp_path):
+    head = tiny_checkout(tmp_path / "head", "assert True")
+    base = tiny_checkout(tmp_path / "base", "assert True")
+    result = bench("bench_suite.py", "--head", str(head), "--base", str(base), "--rounds", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = figures(result.stdout)
+    for name in ("test_fast_cpu_s", "test_fast_base_wall_s", "test_fast_wall_ratio_to_base",
+                 "test_fast_wall_goal_ratio"):
+        assert name in printed
+    assert 0 < printed["test_fast_wall_s"] and 0 < printed["test_fast_base_cpu_s"]
+    failing = tiny_checkout(tmp_path / "failing", "assert False")
+    result = bench("bench_suite.py", "--head", str(failing), "--base", str(base), "--rounds", "1")
+    assert result.returncode == 1 and "bench_suite: FAILED" in result.stderr
