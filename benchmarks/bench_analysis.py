@@ -9,7 +9,9 @@ Prints, per row (analyze_12_runs, analyze_10k_runs, dryrun_1000_configs), `name 
 lines: `<row>_cpu_s`, `<row>_wall_s` (median, `_min`, `_max`) for this checkout,
 `<row>_base_...` for the base, `<row>_cpu_ratio_to_base` and `<row>_wall_ratio_to_base` (median,
 min, max of each pair's ratio), and `<row>_wall_goal_ratio` (the median over issue 36's goal: 5 s,
-10 s, 2 s). Both sides are whole commands in a subprocess (interpreter start, imports, parsing,
+10 s, 2 s); for the analysis rows, `<row>_outputs_equal` and `<row>_outputs_differing` (files of
+both sides' first analysis, figures aside: benchmarks/outputs_diff.py), each differing file named on
+stderr with how it differs. Both sides are whole commands in a subprocess (interpreter start, imports, parsing,
 tables, figures, DAG building), as a user waits for them, run from a folder outside both
 checkouts on the same input, made once by this checkout. They measure, they do not judge: the
 benchmark exits non-zero only when a step fails or its output is wrong (runs missing from
@@ -42,7 +44,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import paired  # noqa: E402  (beside this file)
+import outputs_diff  # noqa: E402  (beside this file)
+import paired  # noqa: E402
 from paired import BenchmarkFailure  # noqa: E402
 
 from scalesweep.train.common import runlog  # noqa: E402  (the trainers' record writer)
@@ -457,7 +460,8 @@ def analyze_side(logs: Path, runs: list[Run], workdir: Path, tables_checked: boo
         timing, _ = paired.timed([PYTHON, "-m", "scalesweep", "analyze", str(logs), "--out", str(out)],
                                  cwd=workdir, env=paired.side_env(checkout))
         check_analysis(out, runs, tables_checked and side == paired.HEAD)
-        shutil.rmtree(out, ignore_errors=True)
+        if index > 0:  # the first of each side stays, for outputs_diff
+            shutil.rmtree(out, ignore_errors=True)
         return timing
 
     return run_side
@@ -527,6 +531,18 @@ class Row:
     name: str
     run_side: object  # paired.run_pairs's run_side
     goal_wall_s: float | None
+    outputs: bool = False  # each side's first run leaves analysis-<side>-0 to compare
+
+
+def output_lines(row: Row, workdir: Path) -> list[str]:
+    """How the two sides' outputs of an analysis row differ (outputs_diff.py): counts as figures,
+    each differing file named on stderr."""
+    equal, differing = outputs_diff.differences(workdir / f"analysis-{paired.BASE}-0",
+                                                workdir / f"analysis-{paired.HEAD}-0")
+    for name, how in differing:
+        print(f"bench_analysis: {row.name}: {name} differs from the base's: {how}", file=sys.stderr)
+    return [f"{row.name}_outputs_equal {len(equal)} files",
+            f"{row.name}_outputs_differing {len(differing)} files"]
 
 
 def rows(args, workdir: Path) -> list[Row]:
@@ -542,7 +558,7 @@ def rows(args, workdir: Path) -> list[Row]:
         logs = workdir / f"logs-{len(runs)}"
         write_logs(logs, runs)
         made.append(Row(f"analyze_{count_label(len(runs))}_runs",
-                        analyze_side(logs, runs, workdir, tables_checked=True), goal))
+                        analyze_side(logs, runs, workdir, tables_checked=True), goal, outputs=True))
     if "dryrun" in asked:
         made.append(Row(f"dryrun_{count_label(args.configs)}_configs",
                         dryrun_side(dryrun_configfile(workdir, args.configs), args.configs, workdir),
@@ -561,6 +577,8 @@ def measure(args, workdir: Path) -> None:
                 continue
             pairs = paired.run_pairs(row.run_side, checkouts, args.rounds)
             paired.print_lines(paired.pair_lines(row.name, pairs, row.goal_wall_s))
+            if row.outputs:
+                paired.print_lines(output_lines(row, workdir))
 
 
 def main(argv=None) -> int:
