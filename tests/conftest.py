@@ -1,4 +1,5 @@
-"""Shared fixtures: the tiny sweep run once through Snakemake for every test that needs results."""
+"""Shared fixtures: the tiny sweep run once through Snakemake for every test that needs results
+(once per pytest run, whatever the number of xdist workers)."""
 
 import functools
 import importlib
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -32,14 +34,33 @@ def snakemake(workdir, *args, configfile=TINY, timeout=900):
     )
 
 
-@pytest.fixture(scope="session")
-def tiny_sweep(tmp_path_factory):
-    """A working directory where tests/configs/tiny.yaml ran to completion with the real trainers."""
-    workdir = tmp_path_factory.mktemp("sweep")
+def run_tiny_sweep(workdir: Path) -> Path:
     result = snakemake(workdir, "--cores", "2")
     assert result.returncode == 0, result.stderr[-4000:]
     # Printed once, with no flag: Snakemake builds rule all's job once (workflow/rules/preview.smk).
     assert result.stderr.count(" configurations to run (") == 1, result.stderr[-4000:]
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(tmp_path_factory):
+    """A working directory where tests/configs/tiny.yaml ran to completion with the real trainers,
+    made once per pytest run. Each xdist worker has a session of its own and the modules that read
+    the sweep land on both, so the first worker to need it makes it in the run's folder (the parent
+    of the workers' own) while the other waits on the lock, then reads the same folder. Tests only
+    read it: sweep_copy is the copy a test may change."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # one process: its session is the run
+        return run_tiny_sweep(tmp_path_factory.mktemp("sweep"))
+    run_folder = tmp_path_factory.getbasetemp().parent
+    workdir, finished = run_folder / "tiny-sweep", run_folder / "tiny-sweep.finished"
+    with FileLock(run_folder / "tiny-sweep.lock"):
+        if not finished.exists():
+            # a sweep that failed in the other worker is made again here, from nothing, and fails
+            # this worker's tests by its own error rather than by what the other left half-done
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir()
+            run_tiny_sweep(workdir)
+            finished.touch()
     return workdir
 
 
@@ -126,3 +147,4 @@ def pytest_collection_modifyitems(items):
 # runs every CPU-bound test in turn (the suite's critical path was that one worker).
 def _group_of(item) -> str:
     return "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]
+
