@@ -136,6 +136,7 @@ def pytest_collection_modifyitems(items):
             if any(_starts(function, program, seen) for function in functions):
                 item.add_marker(getattr(pytest.mark, mark))
         item.add_marker(pytest.mark.xdist_group(_group_of(item)))
+    items[:] = _longest_groups_first(items)
 
 
 # ------------------------------------------------------------------ `make test`'s two workers
@@ -148,3 +149,27 @@ def pytest_collection_modifyitems(items):
 def _group_of(item) -> str:
     return "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]
 
+
+# A test's rough cost in seconds by its costliest mark (typical of `--durations` on the 2-core
+# machine: a SLURM test waits on the cluster for minutes, a slow or workflow test trains or runs
+# Snakemake for tens of seconds, a command test starts an interpreter), any other test a fraction
+# of a second.
+COST_BY_MARK = {"slurm": 60.0, "slow": 20.0, "workflow": 20.0, "command": 3.0}
+COST_UNMARKED = 0.3
+
+
+def _cost(item) -> float:
+    return max([COST_BY_MARK[mark] for mark in COST_BY_MARK if item.get_closest_marker(mark)] or [COST_UNMARKED])
+
+
+def _longest_groups_first(items: list) -> list:
+    """The items with the costliest groups first. pytest-xdist hands groups out in this order
+    (`make test` passes --no-loadscope-reorder, whose default order is by number of tests) to
+    whichever worker runs dry, so a module of one four-minute test, which that order put last,
+    no longer runs alone at the end while the other worker idles (longest first: the tail is
+    at most one short group). A group's tests keep their order."""
+    totals = {}
+    for item in items:
+        group = _group_of(item)
+        totals[group] = totals.get(group, 0.0) + _cost(item)
+    return sorted(items, key=lambda item: -totals[_group_of(item)])
