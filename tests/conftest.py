@@ -146,8 +146,19 @@ def pytest_collection_modifyitems(items):
 # fixtures are built once, and a worker takes the next module whenever it runs dry: the worker
 # that ran the cluster's tests goes on with the modules left, instead of idling while one worker
 # runs every CPU-bound test in turn (the suite's critical path was that one worker).
+#
+# A module whose tests add up to a large part of the suite would be one worker's alone for that
+# long: it names a parameter in XDIST_GROUP_BY and its tests form one group per value of it.
 def _group_of(item) -> str:
-    return "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]
+    if item.get_closest_marker("slurm"):
+        return "slurm"
+    module = item.nodeid.split("::", 1)[0]
+    parameter = getattr(getattr(item, "module", None), "XDIST_GROUP_BY", None)
+    callspec = getattr(item, "callspec", None)
+    if parameter and callspec is not None and parameter in callspec.params:
+        # no "]" in a group's name: pytest-xdist takes a node id ending in one for a parameter's
+        return f"{module}/{parameter}={callspec.params[parameter]}"
+    return module
 
 
 # A test's rough cost in seconds by its costliest mark (typical of `--durations` on the 2-core

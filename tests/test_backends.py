@@ -68,6 +68,12 @@ def image_folder(tmp_path_factory) -> Path:
     return out
 
 
+# make test's xdist groups (tests/conftest.py): this module's 110 trainer runs, each starting its
+# framework in a fresh interpreter, were one group and so one worker's for the whole of it; the
+# pinned stack's tests and the container stack's are a group each, the two workers sharing them.
+XDIST_GROUP_BY = "stack"
+
+
 def pytest_generate_tests(metafunc):
     """Every test that runs a trainer runs it twice: on the pinned stack and on its framework's
     container stack (tests/stacks.py; docs/testing.md: Supported stacks)."""
