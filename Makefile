@@ -31,10 +31,11 @@ preview: $(VENV)/.installed
 # failed by name and the rest of its group not run; the other worker finishes its own groups.
 WORKERS := -n 2 --max-worker-restart=0
 
-# The SLURM tests (mostly waiting on the test cluster) in one worker, every other test in order in
-# the other (tests/conftest.py: the xdist groups).
+# The SLURM tests (mostly waiting on the test cluster) in one worker, every other test module as a
+# group of its own, handed to whichever worker runs dry, costliest first (tests/conftest.py: the
+# xdist groups; --no-loadscope-reorder keeps that order instead of pytest-xdist's by test count).
 test: $(VENV)/.installed stacks
-	$(PYTHON) -m pytest $(WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PYTHON) -m pytest $(WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # One venv per stack under .stacks/, from the interpreter its file names (envs/make_stack.sh).
 stacks: $(STACKS:%=.stacks/%/.installed)

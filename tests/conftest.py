@@ -1,4 +1,5 @@
-"""Shared fixtures: the tiny sweep run once through Snakemake for every test that needs results."""
+"""Shared fixtures: the tiny sweep run once through Snakemake for every test that needs results
+(once per pytest run, whatever the number of xdist workers)."""
 
 import functools
 import importlib
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -32,14 +34,33 @@ def snakemake(workdir, *args, configfile=TINY, timeout=900):
     )
 
 
-@pytest.fixture(scope="session")
-def tiny_sweep(tmp_path_factory):
-    """A working directory where tests/configs/tiny.yaml ran to completion with the real trainers."""
-    workdir = tmp_path_factory.mktemp("sweep")
+def run_tiny_sweep(workdir: Path) -> Path:
     result = snakemake(workdir, "--cores", "2")
     assert result.returncode == 0, result.stderr[-4000:]
     # Printed once, with no flag: Snakemake builds rule all's job once (workflow/rules/preview.smk).
     assert result.stderr.count(" configurations to run (") == 1, result.stderr[-4000:]
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(tmp_path_factory):
+    """A working directory where tests/configs/tiny.yaml ran to completion with the real trainers,
+    made once per pytest run. Each xdist worker has a session of its own and the modules that read
+    the sweep land on both, so the first worker to need it makes it in the run's folder (the parent
+    of the workers' own) while the other waits on the lock, then reads the same folder. Tests only
+    read it: sweep_copy is the copy a test may change."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # one process: its session is the run
+        return run_tiny_sweep(tmp_path_factory.mktemp("sweep"))
+    run_folder = tmp_path_factory.getbasetemp().parent
+    workdir, finished = run_folder / "tiny-sweep", run_folder / "tiny-sweep.finished"
+    with FileLock(run_folder / "tiny-sweep.lock"):
+        if not finished.exists():
+            # a sweep that failed in the other worker is made again here, from nothing, and fails
+            # this worker's tests by its own error rather than by what the other left half-done
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir()
+            run_tiny_sweep(workdir)
+            finished.touch()
     return workdir
 
 
@@ -115,6 +136,7 @@ def pytest_collection_modifyitems(items):
             if any(_starts(function, program, seen) for function in functions):
                 item.add_marker(getattr(pytest.mark, mark))
         item.add_marker(pytest.mark.xdist_group(_group_of(item)))
+    items[:] = _longest_groups_first(items)
 
 
 # ------------------------------------------------------------------ `make test`'s two workers
@@ -124,5 +146,41 @@ def pytest_collection_modifyitems(items):
 # fixtures are built once, and a worker takes the next module whenever it runs dry: the worker
 # that ran the cluster's tests goes on with the modules left, instead of idling while one worker
 # runs every CPU-bound test in turn (the suite's critical path was that one worker).
+#
+# A module whose tests add up to a large part of the suite would be one worker's alone for that
+# long: it names a parameter in XDIST_GROUP_BY and its tests form one group per value of it.
 def _group_of(item) -> str:
-    return "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]
+    if item.get_closest_marker("slurm"):
+        return "slurm"
+    module = item.nodeid.split("::", 1)[0]
+    parameter = getattr(getattr(item, "module", None), "XDIST_GROUP_BY", None)
+    callspec = getattr(item, "callspec", None)
+    if parameter and callspec is not None and parameter in callspec.params:
+        # no "]" in a group's name: pytest-xdist takes a node id ending in one for a parameter's
+        return f"{module}/{parameter}={callspec.params[parameter]}"
+    return module
+
+
+# A test's rough cost in seconds by its costliest mark (typical of `--durations` on the 2-core
+# machine: a SLURM test waits on the cluster for minutes, a slow or workflow test trains or runs
+# Snakemake for tens of seconds, a command test starts an interpreter), any other test a fraction
+# of a second.
+COST_BY_MARK = {"slurm": 60.0, "slow": 20.0, "workflow": 20.0, "command": 3.0}
+COST_UNMARKED = 0.3
+
+
+def _cost(item) -> float:
+    return max([COST_BY_MARK[mark] for mark in COST_BY_MARK if item.get_closest_marker(mark)] or [COST_UNMARKED])
+
+
+def _longest_groups_first(items: list) -> list:
+    """The items with the costliest groups first. pytest-xdist hands groups out in this order
+    (`make test` passes --no-loadscope-reorder, whose default order is by number of tests) to
+    whichever worker runs dry, so a module of one four-minute test, which that order put last,
+    no longer runs alone at the end while the other worker idles (longest first: the tail is
+    at most one short group). A group's tests keep their order."""
+    totals = {}
+    for item in items:
+        group = _group_of(item)
+        totals[group] = totals.get(group, 0.0) + _cost(item)
+    return sorted(items, key=lambda item: -totals[_group_of(item)])

@@ -68,6 +68,12 @@ def image_folder(tmp_path_factory) -> Path:
     return out
 
 
+# make test's xdist groups (tests/conftest.py): this module's 110 trainer runs, each starting its
+# framework in a fresh interpreter, were one group and so one worker's for the whole of it; the
+# pinned stack's tests and the container stack's are a group each, the two workers sharing them.
+XDIST_GROUP_BY = "stack"
+
+
 def pytest_generate_tests(metafunc):
     """Every test that runs a trainer runs it twice: on the pinned stack and on its framework's
     container stack (tests/stacks.py; docs/testing.md: Supported stacks)."""
@@ -310,6 +316,7 @@ def test_measurement_options_parse_alike_with_the_shared_defaults(framework):
     assert {key: defaults[key] for key in OWN_DEFAULTS[framework]} == OWN_DEFAULTS[framework]
 
 
+@pytest.mark.slow  # each trainer's interpreter imports its framework (TensorFlow: tens of seconds)
 def test_shared_options_are_the_same_in_both_trainers():
     tf_args, torch_args = (parsed(framework)[0]["args"] for framework in FRAMEWORKS)
     own = {"model", *OWN_DEFAULTS["tensorflow"]}
@@ -318,6 +325,7 @@ def test_shared_options_are_the_same_in_both_trainers():
     assert {"precision", "compile", "seed", "epochs", "base_lr", "max_train_images", "list_models"} <= set(shared)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("index", "message"), [(index, message) for index, (_, message) in enumerate(BAD_COMMAND_LINES)])
 def test_bad_command_lines_are_refused(framework, index, message):
     refused = parsed(framework)[2 + index]

@@ -108,6 +108,7 @@ def test_mfu_of_a_vit_h_run_on_one_h100_by_hand(tmp_path):
     assert row["mfu_pct"] == pytest.approx(100 * 240.96 / 989)
 
 
+@pytest.mark.slow
 def test_breakdown_figures_draw_the_hand_computed_parts(tmp_path):
     """Stacked bars of N x part / images per step: at N=4, 4 x 0.015 / 128 s = 0.46875 ms of
     sync wait and 4 x 0.030 / 128 s = 0.9375 ms of sync comm per image, two bars of their own; the bus-bandwidth figure marks where runs span nodes."""

@@ -286,6 +286,7 @@ def archived_pair(folder):
     return a, b
 
 
+@pytest.mark.slow
 def test_cli_history_and_compare(tmp_path, capsys):
     hist, out = tmp_path / "history", tmp_path / "compare"
     a, b = archived_pair(hist)

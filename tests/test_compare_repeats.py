@@ -61,6 +61,7 @@ def test_single_run_sweeps_without_repeats_give_no_verdict_but_the_ratio():
         expected[np.lexsort((a["gpus"], a["model"]))])
 
 
+@pytest.mark.slow
 def test_single_run_sweeps_with_history_repeats_give_no_false_alarm(tmp_path):
     rng = np.random.default_rng(1)
     store = tmp_path / "history"

@@ -1,7 +1,7 @@
 """Acceptance of the sweep comparison with the real trainers (issue 11, criterion 1).
 
 Two sweeps of the PyTorch tiny ViT through the whole workflow (Snakemake, trainers, tidy, tables,
-the archive rule into one shared history folder): the baseline with 4 repeats, the candidate with 3
+the archive rule into one shared history folder): the baseline with 4 repeats, the candidate with 2
 repeats and a known slowdown injected into every training step (SCALESWEEP_INJECT_STEP_DELAY_S,
 scalesweep/train/common/faults.py), compared by the workflow itself (config key compare_with). Then
 the regression gate (--fail-above) on the injected slowdown and on two sides that differ only by
@@ -30,9 +30,9 @@ from scalesweep.train.common import faults  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-# Seconds spent (busy) in every training step of the candidate: 8 steps per epoch at 1 GPU (128 images,
-# batch 16) and 4 per rank at 2 make the candidate's epoch 2 s / 1 s longer than the baseline's
-# ~0.1 s, a factor the noise of a shared 2-core machine cannot hide or imitate.
+# Seconds spent (busy) in every training step of the candidate: 4 steps per epoch at 1 GPU (64 images,
+# batch 16) and 2 per rank at 2 make the candidate's epoch 1 s / 0.5 s longer than the baseline's
+# ~0.05 s, a factor the noise of a shared 2-core machine cannot hide or imitate.
 DELAY_S = 0.25
 
 
@@ -43,7 +43,7 @@ def sweep_config(history_dir: Path, repeats: int, compare_with: str | None = Non
         "training": {"epochs": 2, "precision": "fp32", "num_workers": 0, "seed": 0},
         "models": {"pytorch": {"vit_tiny": {"per_gpu_batch": 16}}},
         "datasets": {"synth-folder": {"format": "imagefolder", "resolution": 32, "synthetic": {
-            "classes": 4, "train_per_class": 32, "val_per_class": 4, "size": 32}}},
+            "classes": 4, "train_per_class": 16, "val_per_class": 4, "size": 32}}},
         "history_dir": str(history_dir),
         "compare_with": compare_with,
     }
@@ -76,14 +76,14 @@ def test_injected_slowdown_is_found_and_sized_and_noise_is_not(tmp_path, monkeyp
     assert Path(archived["file"]).is_file() and archived["runs"] == 8
 
     monkeypatch.setenv(faults.STEP_DELAY_ENV, str(DELAY_S))
-    candidate = run_sweep(tmp_path / "candidate", sweep_config(shared, 3, compare_with=archived["sweep_id"]))
+    candidate = run_sweep(tmp_path / "candidate", sweep_config(shared, 2, compare_with=archived["sweep_id"]))
     monkeypatch.delenv(faults.STEP_DELAY_ENV)
     table = pd.read_csv(candidate / "results" / "compare" / "compare.csv", dtype={"gpus": str})
     assert table["gpus"].tolist() == ["1", "2"]
     assert table["verdict"].tolist() == [SLOWER, SLOWER], table.to_string()
     # the repeats' variance pooled over both GPU counts and both sides (same settings, same CPU)
     assert table["ci_method"].unique().tolist() == ["pooled spread"]
-    assert (table["n_baseline"].tolist(), table["n_candidate"].tolist()) == ([4, 4], [3, 3])
+    assert (table["n_baseline"].tolist(), table["n_candidate"].tolist()) == ([4, 4], [2, 2])
     baseline_runs = pd.read_csv(baseline / "results" / "tidy" / "runs.csv")
     expected = expected_ratio(baseline_runs)
     for _, row in table.iterrows():

@@ -114,6 +114,7 @@ def test_greenest_without_a_fitting_count_says_why(analysed):
         sweetspot.sweet_spot_table(table, replace(DEFAULTS, greenest_time_bound_s=-1))
 
 
+@pytest.mark.slow
 def test_the_figure_draws_joules_per_image_against_gpus(analysed):
     table = scaling.scaling_table(read_runs(analysed / "runs.csv"))
     figure = figures.build_figures(table)["energy_per_image"]

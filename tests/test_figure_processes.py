@@ -75,6 +75,7 @@ def bbox_y(artists, renderer):
     return min(box.y0 for box in boxes), max(box.y1 for box in boxes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["time_by_model", "speedup_by_model", "efficiency_by_model"])
 def test_a_panel_title_clears_the_tick_labels_of_the_panel_above(name):
     """Every panel shows its own GPU counts: laid out before they were shown (seaborn hides them

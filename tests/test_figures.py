@@ -82,6 +82,7 @@ def assert_png_and_svg_with_the_same_text(built, folder):
     assert not set(plt.get_fignums()) & {figure.figure.number for figure in built.values()}  # closed
 
 
+@pytest.mark.slow
 def test_a_figure_is_a_png_and_an_svg_with_the_same_text(tmp_path, figures):
     # A panel figure and a figure whose only text is a note wrapped when drawn.
     assert_png_and_svg_with_the_same_text(
@@ -109,6 +110,7 @@ def test_time_all_plots_the_table_medians(figures, tables):
     assert ax.get_ylabel() == "Steady epoch time (s)" and ax.get_xlabel() == "GPUs"
 
 
+@pytest.mark.slow
 def test_gpu_axis_is_log2_with_the_measured_counts(figures):
     ax = figures["time_all"].grid.ax
     assert ax.get_xscale() == "log"
@@ -116,6 +118,7 @@ def test_gpu_axis_is_log2_with_the_measured_counts(figures):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
 
 
+@pytest.mark.slow
 def test_repeats_get_min_max_error_bars(figures):
     ax = figures["time_all"].grid.ax
     bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
@@ -125,6 +128,7 @@ def test_repeats_get_min_max_error_bars(figures):
     assert segments == [(98.0, 104.0), (196.0, 208.0)]
 
 
+@pytest.mark.slow
 def test_throughput_has_the_ideal_line(figures, tables):
     scaling, _ = tables
     ax = figures["throughput_by_model"].grid.axes_dict["resnet50v2"]
@@ -136,6 +140,7 @@ def test_throughput_has_the_ideal_line(figures, tables):
     assert "images/s" in figures["throughput_by_model"].grid.axes.flat[0].get_ylabel()
 
 
+@pytest.mark.slow
 def test_speedup_carries_the_fitted_amdahl_curve(figures, tables):
     _, fits = tables
     figure = figures["speedup_by_model"]
@@ -153,6 +158,7 @@ def test_speedup_carries_the_fitted_amdahl_curve(figures, tables):
     assert list(ax.get_xticks()) == [1, 2, 4, 8]
 
 
+@pytest.mark.slow
 def test_derived_figures_plot_the_table_values(figures, tables):
     scaling, _ = tables
     gains = figures["marginal_gain"].data

@@ -59,6 +59,7 @@ def scaling_series(draw):
 
 
 # derandomize: the same examples on every machine, so CI checks what was checked here.
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(scaling_series())
 def test_the_closed_form_is_the_exact_minimum_and_never_worse_than_curve_fit(series):
@@ -87,6 +88,7 @@ def test_the_closed_form_is_the_exact_minimum_and_never_worse_than_curve_fit(ser
     assert fit.p_stderr == pytest.approx(tight_stderr, rel=1e-4, abs=1e-9)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(scaling_series(), st.integers(1, 40))
 def test_a_batch_gives_each_row_the_single_fit(series, rows):

@@ -15,6 +15,9 @@ import torchvision  # noqa: E402
 
 from scalesweep.train.torch_backend import flops  # noqa: E402
 
+# builds each model (ViT-H/14: 632 M parameters) to count it, seconds a test
+pytestmark = pytest.mark.slow
+
 WEIGHTS = {
     "resnet50": torchvision.models.ResNet50_Weights.IMAGENET1K_V1,
     "vit_b_16": torchvision.models.ViT_B_16_Weights.IMAGENET1K_V1,

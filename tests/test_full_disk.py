@@ -152,6 +152,7 @@ def runs_of_two_models():
         for model, factor in (("a", 1.0), ("b", 2.0)) for gpus in (1, 2, 4)])
 
 
+@pytest.mark.slow
 def test_a_rebuild_the_disk_stops_part_way_leaves_no_mix_of_old_and_new(small_disk):
     """The tables fit, the figures do not: the new tables beside the findings of before would
     tell two different sweeps; the derived files go, runs.csv stays, and the line says so."""

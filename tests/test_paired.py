@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import paired
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +41,7 @@ def test_lines_are_the_medians_extremes_and_per_pair_ratios():
     assert figures["row_wall_goal_ratio"] == (2.0, "x")
 
 
+@pytest.mark.slow
 def test_command_runs_on_both_checkouts_of_a_commit_without_touching_the_repository(tmp_path):
     status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True).stdout
     # Each side writes its checkout's path; {repo} is that side's, PYTHONPATH too.

@@ -171,6 +171,7 @@ def test_the_books_chapter_12_efficiencies_are_predicted_within_2_5_points(tmp_p
             assert not math.isnan(row["throughput_low_img_s"]) and row["throughput_low_img_s"] < row["throughput_high_img_s"]
 
 
+@pytest.mark.slow
 def test_predictions_reach_the_tables_figures_and_findings(tmp_path):
     """analysis.predict_gpus through the tables stage into predictions.csv, the speedup and
     efficiency figures (the points drawn are the table's) and findings.md's words."""

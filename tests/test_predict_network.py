@@ -210,6 +210,7 @@ def test_backward_share_0_exposes_everything_and_1_hides_up_to_all_compute(share
     assert "contradicts" not in agreed["inputs"]
 
 
+@pytest.mark.slow
 def test_a_what_if_network_from_the_config_goes_through_tables_figures_and_findings(tmp_path):
     """analysis.network (and backward_share) through the tables stage into predictions.csv, the
     efficiency figure's predicted points and findings.md, labelled as given, not measured."""

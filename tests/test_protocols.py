@@ -180,6 +180,7 @@ def test_a_group_mixing_protocols_gets_a_note_and_no_relative_metrics(tmp_path):
     assert fit_rows["p"].isna().all()
 
 
+@pytest.mark.slow
 def test_speedup_figure_overlays_the_fit_of_the_series_it_draws(steps_runs):
     table = scaling.scaling_table(steps_runs)
     fit_table = fits.fit_table(steps_runs, scaling=table)

@@ -18,6 +18,7 @@ def analyze(tmp_path, times, *options):
             for name in ("scaling", "fits", "sweet_spot")}
 
 
+@pytest.mark.slow
 def test_superlinear_rows_are_flagged_and_left_out_of_the_sweet_spot(tmp_path):
     # 2 GPUs at 3.3 s against 10 s: speedup 3.03, efficiency 151.5 % (a slowed baseline)
     tables = analyze(tmp_path, {1: 10.0, 2: 3.3, 4: 3.5})

@@ -299,6 +299,7 @@ def test_injected_failures_raise_the_real_error_types():
 # ---------------------------------------------------------------- measurement options
 
 
+@pytest.mark.slow
 def test_step_statistics_leave_out_the_runs_warmup_steps(dataset):
     # 104 images in batches of 16: 6 steps per epoch; the run's first 8 steps are warm-up.
     trainer = one_process_trainer(dataset, "--per-gpu-batch", "16", "--epochs", "2", "--warmup-steps", "8")

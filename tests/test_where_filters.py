@@ -15,16 +15,23 @@ from test_history import REPO, sweep_runs
 SECRET = "TOP-SECRET-7f3a"
 
 
-@pytest.fixture
-def hostile(tmp_path):
-    """Two archived sweeps, a secret file beside them and a place a write would land."""
-    store = tmp_path / "history"
+@pytest.fixture(scope="module")
+def archived(tmp_path_factory):
+    """Two archived sweeps and a secret file beside them, archived once for the module (about a
+    second a time): the filters only read them."""
+    folder = tmp_path_factory.mktemp("archived")
+    store = folder / "history"
     ids = [archive.archive(sweep_runs(), store).sweep_id,
            archive.archive(sweep_runs(driver="550.54.15"), store).sweep_id]
-    secret = tmp_path / "secret.txt"
+    secret = folder / "secret.txt"
     secret.write_text(SECRET + "\n")
-    return {"store": store, "ids": ids, "secret": secret, "written": tmp_path / "written",
-            "out": tmp_path / "cmp", "tmp": tmp_path}
+    return {"store": store, "ids": ids, "secret": secret}
+
+
+@pytest.fixture
+def hostile(archived, tmp_path):
+    """The archived sweeps, and this test's own places a write would land."""
+    return {**archived, "written": tmp_path / "written", "out": tmp_path / "cmp", "tmp": tmp_path}
 
 
 # (case, text with {written} / {secret} / {folder} filled in, what the one-line refusal says)
