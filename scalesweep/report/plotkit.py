@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.font_manager import FontProperties  # noqa: E402
 from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
 
 from scalesweep.analysis.scaling import SCALING_COLUMNS, format_value  # noqa: E402
@@ -64,10 +65,139 @@ class PlotFigure:
     name: str
     figure: matplotlib.figure.Figure
     data: pd.DataFrame
-    grid: sns.FacetGrid | None = None
+    grid: PanelGrid | None = None
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     note: str = ""
     flagged: pd.DataFrame = field(default_factory=pd.DataFrame)  # the points ringed as flagged
+
+
+# The panel grid's fixed geometry, in inches, or in points of the text it makes room for. A panel's
+# box is as large as seaborn's FacetGrid left it after tight_layout at HEIGHT; its margins hold
+# what each side of a panel shows, from the style's font sizes, so that nothing is measured.
+PANEL_HEIGHT = 2.45
+Y_TICK_LABEL_CHARS = 7  # "1000000", "0.00125": wider ones push the axis label outwards, still clear
+CHAR_WIDTH_EM = 0.62  # DejaVu Sans digits, in ems
+LINE_SPACING = 1.2  # matplotlib's own, between the lines of one text
+MARGIN_PAD = 6.0  # points kept clear around each panel's texts
+RIGHT_PAD = 0.15  # a panel's last x tick label reaches this far past its box
+
+
+def _points(key: str) -> float:
+    return FontProperties(size=matplotlib.rcParams[key]).get_size_in_points()
+
+
+@dataclass(frozen=True)
+class PanelGeometry:
+    """Where a panel's texts go around its box, in inches: `left` (y tick labels and label),
+    `bottom` (x tick labels in `tick_lines` lines and the axis label), `top` (a title of
+    `title_lines` lines at `title_size` points), `right` (a twin axis' ticks and label)."""
+
+    left: float
+    right: float
+    top: float
+    bottom: float
+
+    @classmethod
+    def of(cls, title_lines: int = 1, title_size: float | None = None, tick_lines: int = 1,
+           twin: bool = False) -> PanelGeometry:
+        tick_offset = _points("xtick.major.pad") + _points("xtick.major.size")
+        tick_text = _points("xtick.labelsize") * LINE_SPACING
+        label = _points("axes.labelpad") + _points("axes.labelsize") * LINE_SPACING
+        tick_width = tick_offset + Y_TICK_LABEL_CHARS * CHAR_WIDTH_EM * _points("ytick.labelsize")
+        title_points = title_size or _points("axes.titlesize")
+        title = (_points("axes.titlepad") + title_lines * title_points * LINE_SPACING) if title_lines else 0.0
+        return cls(left=(tick_width + label + MARGIN_PAD) / 72,
+                   right=(tick_width + label + MARGIN_PAD) / 72 if twin else RIGHT_PAD,
+                   top=(title + MARGIN_PAD) / 72,
+                   bottom=(tick_offset + tick_lines * tick_text + label + MARGIN_PAD) / 72)
+
+
+class PanelGrid:
+    """Panels in rows of at most `wrap`, laid out arithmetically from a PanelGeometry (no
+    tight_layout, which measures every text of the figure again each time): `figure`, `axes`
+    (the panels in order), `axes_dict` (panel name -> axes), `ax` (the first panel). A panel has
+    its title; the x axis label sits under the panels with none below, the y axis label left of
+    the first column (set_axis_labels), as seaborn's FacetGrid placed them."""
+
+    def __init__(self, panels, wrap: int | None = None, aspect: float = 1.2, sharex: bool = True,
+                 geometry: PanelGeometry | None = None, titles=None, title_size: float | None = None):
+        self.names = list(panels) or [None]
+        self.columns = min(len(self.names), wrap or len(self.names))
+        self.rows = -(-len(self.names) // self.columns)
+        self.geometry = geometry or PanelGeometry.of(title_lines=1 if titles else 0)
+        self.panel_size = (PANEL_HEIGHT * aspect, PANEL_HEIGHT)
+        self.figure = plt.figure(figsize=self._size())
+        shared = None
+        axes = []
+        for index in range(len(self.names)):
+            ax = self.figure.add_axes(self._box(index), sharex=shared)
+            shared = shared or (ax if sharex else None)
+            for side in ("top", "right"):
+                ax.spines[side].set_visible(False)  # as FacetGrid's despine
+            axes.append(ax)
+        self.axes = np.empty(len(axes), dtype=object)
+        self.axes[:] = axes
+        self.axes_dict = dict(zip(self.names, axes))
+        self.ax = axes[0]
+        self._twins: dict[int, list] = {}
+        for ax, title in zip(axes, titles or ()):
+            ax.set_title(title, size=title_size)
+
+    def _cell(self) -> tuple[float, float]:
+        g = self.geometry
+        return g.left + self.panel_size[0] + g.right, g.top + self.panel_size[1] + g.bottom
+
+    def _size(self, min_height: float = 0.0) -> tuple[float, float]:
+        width, height = self._cell()
+        self.extra_height = max(0.0, min_height - self.rows * height)
+        return self.columns * width, self.rows * height + self.extra_height
+
+    def _box(self, index: int) -> list[float]:
+        """The panel's box in figure fractions; any extra height split above and below."""
+        width, height = self._cell()
+        total_width, total_height = self.figure.get_size_inches()
+        row, column = divmod(index, self.columns)
+        x = column * width + self.geometry.left
+        y = self.extra_height / 2 + (self.rows - 1 - row) * height + self.geometry.bottom
+        return [x / total_width, y / total_height, self.panel_size[0] / total_width,
+                self.panel_size[1] / total_height]
+
+    def has_panel_below(self, index: int) -> bool:
+        return index + self.columns < len(self.names)
+
+    def set_axis_labels(self, xlabel: str, ylabel: str) -> None:
+        for index, ax in enumerate(self.axes):
+            ax.set_xlabel("" if self.has_panel_below(index) else xlabel)
+            if index % self.columns == 0:
+                ax.set_ylabel(ylabel)
+
+    def make_height(self, inches: float) -> None:
+        """At least `inches` tall (a legend's height), the panels keeping their size."""
+        self.figure.set_size_inches(self._size(inches), forward=False)
+        for index, ax in enumerate(self.axes):
+            for placed in (ax, *self._twins.get(index, ())):
+                placed.set_position(self._box(index))
+
+    def twinx(self, index: int):
+        """A right-hand axis over panel `index` (kept over it when the figure grows)."""
+        right = self.axes[index].twinx()
+        self._twins.setdefault(index, []).append(right)
+        return right
+
+    def legend(self, handles, labels, title: str) -> None:
+        """A legend right of the panels, the figure made as tall as it (legend_height)."""
+        self.make_height(legend_height(len(labels), bool(title)))
+        self.figure.legend(handles, labels, title=title, loc="center left",
+                           bbox_to_anchor=(1.0, 0.5), frameon=False)
+
+
+def legend_height(entries: int, titled: bool) -> float:
+    """A figure legend's height in inches, from the style's sizes (a line of text each entry)."""
+    size = _points("legend.fontsize")
+    rc = matplotlib.rcParams
+    lines = entries * size * (LINE_SPACING + rc["legend.labelspacing"])
+    title = _points("legend.title_fontsize") * LINE_SPACING if titled else 0.0
+    return (lines + title + 2 * (rc["legend.borderpad"] + rc["legend.borderaxespad"]) * size) / 72
 
 
 def math_free(text) -> str:
@@ -199,12 +329,11 @@ FLAGGED_STYLE = {"marker": "o", "ms": 13, "mfc": "none", "mec": "red", "mew": 1.
 FLAGGED_LABEL = "flagged (see flags, note): left out of fits and findings"
 
 
-def add_legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool = False,
+def add_legend(grid: PanelGrid, colors: dict, shown, title: str, kinds: bool = False,
                flagged: bool = False) -> None:
     """The legend right of the panels (savefig's tight bounding box keeps it in the file): the
-    colours of the labels in `shown`, and with `kinds` the measured/ideal line styles. Not
-    seaborn's add_legend: it renders the whole figure twice to size the legend, the costliest
-    step of a figure with hundreds of lines."""
+    colours of the labels in `shown`, and with `kinds` the measured/ideal line styles. The figure
+    is made as tall as the legend, so that the notes under the panels never run into it."""
     present = set(shown)
     labels = [label for label in colors if label in present]
     handles = [plt.Line2D([], [], color=colors[label], marker="o") for label in labels]
@@ -217,8 +346,7 @@ def add_legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool
         handles += [plt.Line2D([], [], **FLAGGED_STYLE)]
         labels += [FLAGGED_LABEL]
     title = "configuration" if title in ("series", "label") else plot_text(title)  # not a column name
-    grid.figure.legend(handles, labels, title=title, loc="center left",
-                       bbox_to_anchor=(1.0, 0.5), frameon=False)
+    grid.legend(handles, labels, title=title)
 
 
 def join_notes(*notes: str) -> str:
@@ -243,15 +371,10 @@ def log2_gpu_axes(axes, ticks) -> None:
         ax.tick_params(labelbottom=True)
 
 
-def finish_panels(grid: sns.FacetGrid, ylabel: str, ticks, note: str, log2: bool = True) -> None:
+def finish_panels(grid: PanelGrid, ylabel: str, ticks, note: str, log2: bool = True) -> None:
     if log2:
         log2_gpu_axes(grid.axes.flat, ticks)
     grid.set_axis_labels(GPUS_LABEL, ylabel)
-    for ax in grid.axes.flat:
-        ax.set_xlabel(GPUS_LABEL)  # seaborn shows it on the bottom row; every panel has ticks
-    # seaborn laid the grid out before each panel had its tick labels and axis label: laid out
-    # again, a panel's title no longer runs into the tick labels of the panel above.
-    grid.tight_layout()
     add_note(grid.figure, note)
 
 
@@ -281,7 +404,7 @@ def panel_wrap(data: pd.DataFrame) -> int | None:
     return COL_WRAP if data["model"].nunique() > COL_WRAP else None
 
 
-def axes_by_panel(grid: sns.FacetGrid, by_model: bool) -> dict:
+def axes_by_panel(grid: PanelGrid, by_model: bool) -> dict:
     return dict(grid.axes_dict) if by_model else {None: grid.ax}
 
 
