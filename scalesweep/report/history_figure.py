@@ -104,5 +104,5 @@ def write_history_figure(table: pd.DataFrame, output) -> str:
     log line."""
     figure = history_figure(table)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
-    save_png(figure.figure, output, 120)
+    save_png(figure, output, 120)
     return f"{NAME}: {table['sweep_id'].nunique()} sweeps in {output}"
