@@ -1,4 +1,4 @@
-"""Scaling figures: one tidy DataFrame in, one seaborn figure-level call per figure, PNGs out.
+"""Scaling figures: one tidy DataFrame in, one figure per metric on a plot kit panel grid, files out.
 
 `build_figures(scaling, fits)` makes every figure and returns them with the exact data each one
 plots (tests compare it with the table); `plot_scaling(scaling, outdir, fits)` writes them as PNG.
@@ -7,6 +7,9 @@ varying configuration axes) and `<metric>_all.png` (every group in one panel). G
 log2 axis with the measured counts as ticks. A figure without data (e.g. no doubling for the
 marginal gain) is still written, with the reason in it, so a workflow's outputs always exist.
 Labels, colours, legends and notes come from the plot kit (scalesweep/report/plotkit.py).
+The tables are already aggregated: each line, point and bar is drawn from its rows with plain
+matplotlib (seaborn's styles and palettes, none of its statistics or layout), and only a figure
+with more series than colours aggregates, the median and range of each colour in one groupby.
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ from scalesweep.report.plotkit import (
     PLOT_VALUE_COLUMNS,
     POINTS,
     STYLE,
-    Colouring,
     PlotFigure,
     add_legend,
     add_note,
@@ -346,9 +348,8 @@ def marginal_gain_figure(data: pd.DataFrame, note: str) -> PlotFigure:
         return placeholder(name, "no doubling of the GPU count with throughput on both sides: "
                            "no marginal gain")
     rows = rows.assign(**{colour.column: colour.labels})
-    # Shared colours: one bar per colour would average series; points show every one of them.
-    # No jitter: seaborn draws it from numpy's global random state, so the same tables would give
-    # a different file on every run.
+    # Shared colours: one bar per colour would average series; points show every one of them,
+    # without jitter (random, it would make the same tables a different file on every run).
     colors = palette_of(colour.labels)
     grid = model_grid(rows, by_model=True, wrap=panel_wrap(data))
     draw_gains(grid, rows, colour.column, colors, points=colour.coarse)

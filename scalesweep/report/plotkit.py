@@ -46,7 +46,6 @@ STYLE = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_
 PLAIN_KEYS = ("model", "framework", "dataset")  # shown as their value; other keys as key=value
 MEASURED, IDEAL = "measured", "ideal"
 DASHES = {MEASURED: "", IDEAL: (4, 2)}
-HEIGHT = 3.2
 COL_WRAP = 3
 MAX_COLOURS = 12
 DEFAULT_PALETTE_SIZE = 10  # seaborn's default palette repeats its colours after this many
@@ -73,8 +72,9 @@ class PlotFigure:
 
 
 # The panel grid's fixed geometry, in inches, or in points of the text it makes room for. A panel's
-# box is as large as seaborn's FacetGrid left it after tight_layout at HEIGHT; its margins hold
-# what each side of a panel shows, from the style's font sizes, so that nothing is measured.
+# box is about as large as seaborn's FacetGrid left it after tight_layout at a height of 3.2 inches;
+# its margins hold what each side of a panel shows, from the style's font sizes, so that nothing
+# is measured.
 PANEL_HEIGHT = 2.45
 Y_TICK_LABEL_CHARS = 7  # "1000000", "0.00125": wider ones push the axis label outwards, still clear
 CHAR_WIDTH_EM = 0.62  # DejaVu Sans digits, in ems
@@ -334,7 +334,7 @@ FLAGGED_LABEL = "flagged (see flags, note): left out of fits and findings"
 
 def add_legend(grid: PanelGrid, colors: dict, shown, title: str, kinds: bool = False,
                flagged: bool = False) -> None:
-    """The legend right of the panels (savefig's tight bounding box keeps it in the file): the
+    """The legend right of the panels (the saved box, crop_box, keeps it in the file): the
     colours of the labels in `shown`, and with `kinds` the measured/ideal line styles. The figure
     is made as tall as the legend, so that the notes under the panels never run into it."""
     present = set(shown)
@@ -382,7 +382,8 @@ def finish_panels(grid: PanelGrid, ylabel: str, ticks, note: str, log2: bool = T
 
 
 def add_note(figure, note: str) -> None:
-    """Notes under the panels, left-aligned (the tight bounding box keeps them in the file)."""
+    """Notes under the panels, left-aligned (the saved box, crop_box or tight_bbox, keeps them in
+    the file)."""
     if note:
         figure.text(0.01, 0.0, math_free(note), fontsize=7, va="top", ha="left")
 
