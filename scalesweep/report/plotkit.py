@@ -357,21 +357,24 @@ def join_notes(*notes: str) -> str:
 
 
 def log2_gpu_axes(axes, ticks) -> None:
-    """Log2 GPU axis with exactly `ticks` labelled. Scales first, ticks after: setting the scale
-    of one shared axis resets the locators of the others."""
-    axes = list(axes)
+    """Log2 GPU axis with exactly `ticks` labelled. Axes sharing x share its scale, locators and
+    formatters: each group is set once through its first axes (set on each, a grid of n panels
+    did the work n times over). Scales first, ticks after: setting the scale of one shared axis
+    resets the locators of the others."""
+    leaders = []
+    for ax in axes:
+        if not any(ax.get_shared_x_axes().joined(ax, leader) for leader in leaders):
+            leaders.append(ax)
     ticks = sorted({int(t) for t in ticks if t > 0})
-    for ax in axes:
+    for ax in leaders:
         ax.set_xscale("log", base=2)
-    for ax in axes:
+    for ax in leaders:
         if ticks:
             ax.set_xticks(ticks, [str(t) for t in ticks])
             if len(ticks) == 1:
                 ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
-        # Every panel labels its own GPU counts: in a wrapped grid the panel below may be empty.
-        ax.tick_params(labelbottom=True)
 
 
 def finish_panels(grid: PanelGrid, ylabel: str, ticks, note: str, log2: bool = True) -> None:
