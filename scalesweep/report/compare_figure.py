@@ -73,7 +73,8 @@ def plot_ratios(table: pd.DataFrame, facts: dict, path) -> None:
                     title="verdict", frameon=False)
     if rows.empty:
         axis.text(0.5, 0.5, "no configuration with a ratio", ha="center", transform=axis.transAxes)
-    figure.tight_layout()
+    # No tight_layout: the tight box saves whatever reaches past the figure (long configuration
+    # labels on the left, the legend on the right), and laying out first measured it all twice.
     figure.savefig(path, dpi=110, bbox_inches="tight")
 
 

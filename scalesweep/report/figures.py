@@ -1,4 +1,4 @@
-"""Scaling figures: one tidy DataFrame in, one seaborn figure-level call per figure, PNGs out.
+"""Scaling figures: one tidy DataFrame in, one figure per metric on a plot kit panel grid, files out.
 
 `build_figures(scaling, fits)` makes every figure and returns them with the exact data each one
 plots (tests compare it with the table); `plot_scaling(scaling, outdir, fits)` writes them as PNG.
@@ -7,6 +7,9 @@ varying configuration axes) and `<metric>_all.png` (every group in one panel). G
 log2 axis with the measured counts as ticks. A figure without data (e.g. no doubling for the
 marginal gain) is still written, with the reason in it, so a workflow's outputs always exist.
 Labels, colours, legends and notes come from the plot kit (scalesweep/report/plotkit.py).
+The tables are already aggregated: each line, point and bar is drawn from its rows with plain
+matplotlib (seaborn's styles and palettes, none of its statistics or layout), and only a figure
+with more series than colours aggregates, the median and range of each colour in one groupby.
 """
 
 from __future__ import annotations
@@ -32,15 +35,15 @@ from scalesweep.report.plotkit import (
     DASHES,
     FLAGGED_STYLE,
     GPUS_LABEL,
-    HEIGHT,
     IDEAL,
     MAX_COLOURS,
     MEASURED,
     MEDIANS,
+    PanelGeometry,
+    PanelGrid,
     PLOT_VALUE_COLUMNS,
     POINTS,
     STYLE,
-    Colouring,
     PlotFigure,
     add_legend,
     add_note,
@@ -111,18 +114,11 @@ def line_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bo
     long = long[list(dict.fromkeys(["model", "series", "label", hue, "gpus", "n_ok", "kind",
                                     "value", *(error or ())]))]
     colors = palette_of(colour.labels)
-    styles = {"style": "kind", "dashes": DASHES, "markers": {MEASURED: "o", IDEAL: "X"}}
-    if not joined:
-        styles = {"kind": "scatter", "s": 40}
-    elif ideal:
-        styles = {"kind": "line", **styles, **_estimator(colour)}
+    grid = model_grid(long, by_model, panel_wrap(data) if by_model else None)
+    if joined:
+        draw_lines(grid, long, hue, colors, by_model, colour.coarse)
     else:
-        styles = {"kind": "line", "marker": "o", **_estimator(colour)}
-    grid = sns.relplot(
-        data=long, x="gpus", y="value", hue=hue, palette=colors, **styles,
-        col="model" if by_model else None, col_wrap=panel_wrap(data) if by_model else None,
-        height=HEIGHT, aspect=1.2, facet_kws={"sharey": False}, legend=False,
-    )
+        draw_points(grid, long, hue, colors, by_model)
     add_legend(grid, colors, long[hue], hue, kinds=bool(ideal), flagged=not flagged.empty)
     for panel, ax in axes_by_panel(grid, by_model).items():
         panel_rows = rows_of_panel(rows, panel, by_model)
@@ -168,12 +164,63 @@ def with_step_times(data: pd.DataFrame) -> pd.DataFrame:
                        step_time_s_max=batch / data["throughput_img_s_min"])
 
 
-def _estimator(colour: Colouring) -> dict:
-    """seaborn line options: every row as it is, or (coarse) the median over the series of each
-    colour with their min-max range as a band."""
-    if colour.coarse:
-        return {"estimator": "median", "errorbar": ("pi", 100)}
-    return {"estimator": None}
+def model_grid(rows: pd.DataFrame, by_model: bool, wrap: int | None, aspect: float = 1.2,
+               geometry: PanelGeometry | None = None) -> PanelGrid:
+    """A panel per model of `rows` in the order they come (seaborn's column order), titled as
+    FacetGrid titled them; one untitled panel for all groups when not `by_model`."""
+    if not by_model:
+        return PanelGrid([None], aspect=aspect, geometry=geometry)
+    models = list(pd.unique(rows["model"]))
+    return PanelGrid(models, wrap, aspect=aspect, geometry=geometry,
+                     titles=[f"model = {model}" for model in models])
+
+
+# seaborn's lineplot marks: a white edge round each marker.
+MARKER_EDGE = {"markeredgewidth": 0.75, "markeredgecolor": "w"}
+LINE_MARKS = {MEASURED: {"marker": "o", "ls": "-"},
+              IDEAL: {"marker": "X", "dashes": DASHES[IDEAL]}}
+BAND_ALPHA = 0.2
+
+
+def draw_lines(grid: PanelGrid, long: pd.DataFrame, hue: str, colors: dict, by_model: bool,
+               coarse: bool) -> None:
+    """One line per `hue` value and kind (measured, ideal) in each panel, ordered by GPUs. Coarse:
+    the median over the rows of each hue, kind and GPU count, their range as a band; the
+    aggregate is one groupby over the whole figure."""
+    keys = ["model", hue, "kind", "gpus"] if by_model else [hue, "kind", "gpus"]
+    if coarse:
+        lines = (long.groupby(keys, sort=False)["value"].agg(["median", "min", "max"])
+                 .reset_index().sort_values("gpus", kind="stable"))
+        lines = lines.rename(columns={"median": "value"})
+    else:
+        lines = long.sort_values(["gpus", "value"], kind="stable")
+    lines = lines.dropna(subset=["value"])
+    levels = list(pd.unique(long[hue]))
+    for panel, ax in axes_by_panel(grid, by_model).items():
+        drawn = dict(tuple(rows_of_panel(lines, panel, by_model).groupby([hue, "kind"], sort=False)))
+        for level in levels:
+            for kind in (MEASURED, IDEAL):
+                line = drawn.get((level, kind))
+                if line is None:
+                    continue
+                x = line["gpus"].to_numpy(float)
+                ax.plot(x, line["value"].to_numpy(float), color=colors[level], **LINE_MARKS[kind],
+                        **MARKER_EDGE)
+                if coarse:
+                    ax.fill_between(x, line["min"].to_numpy(float), line["max"].to_numpy(float),
+                                    color=colors[level], alpha=BAND_ALPHA, linewidth=0)
+
+
+POINT_SIZE = 40
+
+
+def draw_points(grid: PanelGrid, long: pd.DataFrame, hue: str, colors: dict, by_model: bool) -> None:
+    """Every row a point in its hue's colour, one scatter per panel (seaborn's scatterplot marks)."""
+    for panel, ax in axes_by_panel(grid, by_model).items():
+        rows = rows_of_panel(long, panel, by_model).dropna(subset=["value"])
+        ax.scatter(rows["gpus"].to_numpy(float), rows["value"].to_numpy(float), s=POINT_SIZE,
+                   c=[colors[level] for level in rows[hue]], edgecolors="w",
+                   linewidths=0.08 * np.sqrt(POINT_SIZE))
 
 
 def speedup_figure(data: pd.DataFrame, name: str, y: str, ylabel: str, by_model: bool,
@@ -301,24 +348,50 @@ def marginal_gain_figure(data: pd.DataFrame, note: str) -> PlotFigure:
         return placeholder(name, "no doubling of the GPU count with throughput on both sides: "
                            "no marginal gain")
     rows = rows.assign(**{colour.column: colour.labels})
-    # Shared colours: one bar per colour would average series; points show every one of them.
-    # No jitter: seaborn draws it from numpy's global random state, so the same tables would give
-    # a different file on every run.
-    kind = {"kind": "strip", "dodge": True, "jitter": False} if colour.coarse else {"kind": "bar", "errorbar": None}
+    # Shared colours: one bar per colour would average series; points show every one of them,
+    # without jitter (random, it would make the same tables a different file on every run).
     colors = palette_of(colour.labels)
-    grid = sns.catplot(data=rows, x="gpus", y="marginal_gain_pct", hue=colour.column, col="model",
-                       col_wrap=panel_wrap(data), palette=colors, height=HEIGHT, aspect=1.2,
-                       sharey=False, legend=False, **kind)
+    grid = model_grid(rows, by_model=True, wrap=panel_wrap(data))
+    draw_gains(grid, rows, colour.column, colors, points=colour.coarse)
     add_legend(grid, colors, rows[colour.column], colour.column)
     for ax in grid.axes.flat:
         ax.axhline(100.0, color="grey", lw=0.8, ls=":")  # a perfect doubling gains 100 %
         ax.axhline(0.0, color="black", lw=0.6)
     grid.set_axis_labels(f"{GPUS_LABEL} (after doubling)", "Marginal gain per doubling (%)")
-    for ax in grid.axes.flat:
-        ax.tick_params(labelbottom=True)
-        ax.set_xlabel(f"{GPUS_LABEL} (after doubling)")
     add_note(grid.figure, join_notes(colour.note(POINTS), note))
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
+
+
+CATEGORY_WIDTH = 0.8  # of a GPU count's slot, shared by its hues side by side
+BAR_SATURATION = 0.75  # seaborn's bars: their colours a little greyer than the lines'
+STRIP_POINT_SIZE = 25
+
+
+def draw_gains(grid: PanelGrid, rows: pd.DataFrame, hue: str, colors: dict, points: bool) -> None:
+    """The marginal gains as seaborn's catplot drew them: the GPU counts as categories, each hue
+    in its own slot of a count when any count of a panel has several hues (always for points);
+    a bar per hue and count (its mean: one row each), or with `points` a point per row."""
+    counts = sorted(rows["gpus"].unique())
+    levels = list(pd.unique(rows[hue]))
+    dodge = points or bool(rows.groupby(["model", "gpus"])[hue].nunique().gt(1).any())
+    width = CATEGORY_WIDTH / len(levels) if dodge else CATEGORY_WIDTH
+    offset = {level: (index + 0.5) * width - CATEGORY_WIDTH / 2 if dodge else 0.0
+              for index, level in enumerate(levels)}
+    slot = rows["gpus"].map({gpus: index for index, gpus in enumerate(counts)}).astype(float)
+    rows = rows.assign(_x=slot + rows[hue].map(offset))
+    if not points:
+        rows = rows.groupby(["model", hue, "_x"], sort=False, as_index=False)["marginal_gain_pct"].mean()
+    for panel, ax in grid.axes_dict.items():
+        drawn = dict(tuple(rows[rows["model"] == panel].groupby(hue, sort=False)))
+        for level in (level for level in levels if level in drawn):
+            x, y = drawn[level]["_x"].to_numpy(float), drawn[level]["marginal_gain_pct"].to_numpy(float)
+            if points:
+                ax.scatter(x, y, s=STRIP_POINT_SIZE, color=colors[level], linewidths=0)
+            else:
+                ax.bar(x, y, width=width, color=sns.desaturate(colors[level], BAR_SATURATION))
+        ax.set_xticks(range(len(counts)), [str(int(gpus)) for gpus in counts])
+        ax.set_xlim(-0.5, len(counts) - 0.5)
+        ax.xaxis.grid(False)  # categories: a vertical grid line would split the bars
 
 
 def karp_flatt_figure(data: pd.DataFrame, note: str) -> PlotFigure:
@@ -329,10 +402,9 @@ def karp_flatt_figure(data: pd.DataFrame, note: str) -> PlotFigure:
         return placeholder(name, "Karp-Flatt needs at least two GPU counts with a usable time")
     rows = rows.assign(**{colour.column: colour.labels})
     colors = palette_of(colour.labels)
-    grid = sns.relplot(data=rows, x="gpus", y="karp_flatt", hue=colour.column, palette=colors,
-                       col="model", col_wrap=panel_wrap(data), kind="line", marker="o",
-                       **_estimator(colour), height=HEIGHT, aspect=1.2,
-                       facet_kws={"sharey": False}, legend=False)
+    grid = model_grid(rows, by_model=True, wrap=panel_wrap(data))
+    draw_lines(grid, rows.rename(columns={"karp_flatt": "value"}).assign(kind=MEASURED),
+               colour.column, colors, by_model=True, coarse=colour.coarse)
     add_legend(grid, colors, rows[colour.column], colour.column)
     for ax in grid.axes.flat:
         ax.axhline(0.0, color="grey", lw=0.8, ls=":")
@@ -353,12 +425,12 @@ def throughput_efficiency_figure(data: pd.DataFrame, note: str) -> PlotFigure:
         return placeholder(name, "no throughput or efficiency to plot")
     rows = rows.assign(**{colour.column: colour.labels})
     colors = palette_of(colour.labels)
-    grid = sns.FacetGrid(rows, col="model", col_wrap=panel_wrap(data), height=HEIGHT, aspect=1.3,
-                         sharey=False)
+    grid = model_grid(rows, by_model=True, wrap=panel_wrap(data), aspect=1.3,
+                      geometry=PanelGeometry.of(twin=True))
     # Coarse: the median per colour (no band: two of them on twin axes could not be told apart).
     lines = colour.column if colour.coarse else "series"
-    for panel, ax in grid.axes_dict.items():
-        right = ax.twinx()
+    for index, (panel, ax) in enumerate(grid.axes_dict.items()):
+        right = grid.twinx(index)
         for label, part in rows[rows["model"] == panel].groupby(lines):
             color = colors[part[colour.column].iloc[0]]
             part = part.groupby("gpus", as_index=False)[["throughput_img_s", "efficiency_pct"]]
@@ -377,10 +449,8 @@ def throughput_efficiency_figure(data: pd.DataFrame, note: str) -> PlotFigure:
     log2_gpu_axes(grid.axes.flat, data["gpus"])
     grid.set_axis_labels(GPUS_LABEL, "Throughput (images/s, solid)")
     for ax in grid.axes.flat:
-        ax.set_xlabel(GPUS_LABEL)
-        ax.set_ylabel("Throughput (images/s, solid)")
-    grid.figure.tight_layout()  # after twinx: make room for each right-hand axis label
-    # Outside the last twin axis (FacetGrid.add_legend would sit on its label).
+        ax.set_ylabel("Throughput (images/s, solid)")  # each panel has its own twin beside it
+    # Outside the last twin axis (its right margin holds the twin's ticks and label).
     add_legend(grid, colors, rows[colour.column], colour.column)
     add_note(grid.figure, join_notes(colour.note(MEDIANS), INTERVAL_NOTE, note))
     return PlotFigure(name, grid.figure, rows.reset_index(drop=True), grid=grid)
@@ -480,6 +550,7 @@ PART_COLOURS = dict(zip(breakdown.PART_NAMES.values(), sns.color_palette("colorb
 
 
 NET_MARKER = "net total where a part is < 0"
+TITLE_SIZE = 9  # a panel named by its model and series: two lines of smaller type
 NEGLIGIBLE_SHARE = 0.005
 
 
@@ -503,22 +574,20 @@ def step_breakdown_figure(data: pd.DataFrame) -> PlotFigure:
         note = (f"{long['series'].nunique()} series: bars are the median per model over them; "
                 "every series is in tables/scaling.csv")
     long = long.assign(panel=panel).sort_values(["panel", "gpus"])
-    grid = sns.FacetGrid(long, col="panel", col_wrap=panel_wrap(long.rename(
-        columns={"model": "_", "panel": "model"})), height=HEIGHT, aspect=1.1, sharex=False,
-        sharey=False)
-    grid.map_dataframe(_stacked_parts)
-    grid.set_titles("{col_name}", size=9)
-    for ax in grid.axes.flat:
+    panels = list(pd.unique(long["panel"]))
+    title_lines = max(str(title).count("\n") + 1 for title in panels)
+    grid = PanelGrid(panels, panel_wrap(long.rename(columns={"model": "_", "panel": "model"})),
+                     aspect=1.1, sharex=False, titles=panels, title_size=TITLE_SIZE,
+                     geometry=PanelGeometry.of(title_lines=title_lines, title_size=TITLE_SIZE))
+    for panel, ax in grid.axes_dict.items():
+        _stacked_parts(ax, long[long["panel"] == panel])
         ax.set_xlabel(GPUS_LABEL)
         ax.set_ylabel("GPU time per image (ms)")
-        ax.tick_params(labelbottom=True, labelleft=True)
-    grid.tight_layout()  # after the labels every panel now has
     handles = [Patch(color=colour, label=part)
                for part, colour in PART_COLOURS.items()]
     if (long["ms_per_image"] < 0).any():
         handles.append(plt.Line2D([], [], color="black", marker="v", ls="", label=NET_MARKER))
-    grid.figure.legend(handles=handles, title="part", loc="center left",
-                       bbox_to_anchor=(1.0, 0.5), frameon=False)
+    grid.legend(handles, [handle.get_label() for handle in handles], title="part")
     add_note(grid.figure, join_notes(
         "bar height = N x step time / images per step; growth above the N_min bar is lost "
         "efficiency, by part", note))
@@ -526,10 +595,9 @@ def step_breakdown_figure(data: pd.DataFrame) -> PlotFigure:
                       grid=grid)
 
 
-def _stacked_parts(data: pd.DataFrame, **_) -> None:
+def _stacked_parts(ax, data: pd.DataFrame) -> None:
     """One panel's stacked bars: positive parts stacked per GPU count (evenly spaced, labelled
     with the count), a marker at the net total where a part is negative."""
-    ax = plt.gca()
     counts = sorted(data["gpus"].astype(int).unique())
     position = {gpus: i for i, gpus in enumerate(counts)}
     # One value per GPU count and part, or (many series in one panel) their median.

@@ -19,8 +19,9 @@ import seaborn as sns
 
 from scalesweep.report.findings import gpus_text
 from scalesweep.report.plotkit import (
-    HEIGHT,
     STYLE,
+    PanelGeometry,
+    PanelGrid,
     PlotFigure,
     add_legend,
     add_note,
@@ -34,6 +35,8 @@ from scalesweep.report.plotkit import (
 NAME = "throughput_history"
 DATE_LABEL = "Sweep date (UTC)"
 MANY_DATES = 6  # more sweeps than this: matplotlib's own date ticks, not one per sweep
+TITLE_SIZE = 9
+DATE_TICK_LINES = 2  # a sweep's date over its time
 
 
 def history_figure(table: pd.DataFrame) -> PlotFigure:
@@ -56,26 +59,23 @@ def _history_figure(table: pd.DataFrame) -> PlotFigure:
     # Colours and legend in GPU order (a sorted palette would put 16 GPUs before 2).
     counts = data.drop_duplicates("gpus").sort_values("gpus")["count"]
     colors = dict(zip(counts, sns.color_palette(n_colors=len(counts))))
-    grid = sns.FacetGrid(data, col="panel", col_wrap=panel_wrap(data.rename(
-        columns={"model": "_", "panel": "model"})), height=HEIGHT, aspect=1.3, sharey=False)
-    grid.map_dataframe(_throughput_over_time, colors=colors)
-    grid.set_titles("{col_name}", size=9)
+    panels = list(pd.unique(data["panel"]))
+    grid = PanelGrid(panels, panel_wrap(data.rename(columns={"model": "_", "panel": "model"})),
+                     aspect=1.3, titles=panels, title_size=TITLE_SIZE,
+                     geometry=PanelGeometry.of(title_size=TITLE_SIZE, tick_lines=DATE_TICK_LINES))
     dates = sorted(data["sweep_date"].unique())
-    for ax in grid.axes.flat:
+    for panel, ax in grid.axes_dict.items():
+        _throughput_over_time(ax, data[data["panel"] == panel], colors)
         _date_axis(ax, dates)
         ax.set_xlabel(DATE_LABEL)
-        ax.xaxis.label.set_visible(True)  # seaborn hides inner panels' labels
         ax.set_ylabel("Throughput (images/s)")
         ax.set_ylim(bottom=0)
-        ax.tick_params(labelbottom=True, labelleft=True)
-    grid.tight_layout()
     add_legend(grid, colors, data["count"], "GPU count")
     add_note(grid.figure, f"{sweeps} sweeps; error bars: 95 % throughput interval of each sweep")
     return PlotFigure(NAME, grid.figure, data.reset_index(drop=True), grid=grid)
 
 
-def _throughput_over_time(data: pd.DataFrame, colors: dict, **_) -> None:
-    ax = plt.gca()
+def _throughput_over_time(ax, data: pd.DataFrame, colors: dict) -> None:
     for count, rows in data.sort_values("sweep_date").groupby("count"):
         y = rows["throughput_img_s"].to_numpy(float)
         low = (y - rows["throughput_ci_low_img_s"].to_numpy(float))
@@ -104,5 +104,5 @@ def write_history_figure(table: pd.DataFrame, output) -> str:
     log line."""
     figure = history_figure(table)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
-    save_png(figure.figure, output, 120)
+    save_png(figure, output, 120)
     return f"{NAME}: {table['sweep_id'].nunique()} sweeps in {output}"

@@ -28,7 +28,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.font_manager import FontProperties  # noqa: E402
 from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
+from matplotlib.transforms import Bbox  # noqa: E402
 
 from scalesweep.analysis.scaling import SCALING_COLUMNS, format_value  # noqa: E402
 from scalesweep.contract import atomic, layout  # noqa: E402
@@ -44,7 +46,6 @@ STYLE = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_
 PLAIN_KEYS = ("model", "framework", "dataset")  # shown as their value; other keys as key=value
 MEASURED, IDEAL = "measured", "ideal"
 DASHES = {MEASURED: "", IDEAL: (4, 2)}
-HEIGHT = 3.2
 COL_WRAP = 3
 MAX_COLOURS = 12
 DEFAULT_PALETTE_SIZE = 10  # seaborn's default palette repeats its colours after this many
@@ -64,10 +65,142 @@ class PlotFigure:
     name: str
     figure: matplotlib.figure.Figure
     data: pd.DataFrame
-    grid: sns.FacetGrid | None = None
+    grid: PanelGrid | None = None
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     note: str = ""
     flagged: pd.DataFrame = field(default_factory=pd.DataFrame)  # the points ringed as flagged
+
+
+# The panel grid's fixed geometry, in inches, or in points of the text it makes room for. A panel's
+# box is about as large as seaborn's FacetGrid left it after tight_layout at a height of 3.2 inches;
+# its margins hold what each side of a panel shows, from the style's font sizes, so that nothing
+# is measured.
+PANEL_HEIGHT = 2.45
+Y_TICK_LABEL_CHARS = 7  # "1000000", "0.00125": wider ones push the axis label outwards, still clear
+CHAR_WIDTH_EM = 0.62  # DejaVu Sans digits, in ems
+LINE_SPACING = 1.2  # matplotlib's own, between the lines of one text
+MARGIN_PAD = 6.0  # points kept clear around each panel's texts
+RIGHT_PAD = 0.2  # a panel's last x tick label reaches this far past its box
+OFFSET_TEXT_PAD = 3.0  # points between a panel's top and its y axis' offset text ("1e6")
+
+
+def _points(key: str) -> float:
+    return FontProperties(size=matplotlib.rcParams[key]).get_size_in_points()
+
+
+@dataclass(frozen=True)
+class PanelGeometry:
+    """Where a panel's texts go around its box, in inches: `left` (y tick labels and label),
+    `bottom` (x tick labels in `tick_lines` lines and the axis label), `top` (a title of
+    `title_lines` lines at `title_size` points), `right` (a twin axis' ticks and label)."""
+
+    left: float
+    right: float
+    top: float
+    bottom: float
+
+    @classmethod
+    def of(cls, title_lines: int = 1, title_size: float | None = None, tick_lines: int = 1,
+           twin: bool = False) -> PanelGeometry:
+        tick_offset = _points("xtick.major.pad") + _points("xtick.major.size")
+        tick_text = _points("xtick.labelsize") * LINE_SPACING
+        label = _points("axes.labelpad") + _points("axes.labelsize") * LINE_SPACING
+        tick_width = tick_offset + Y_TICK_LABEL_CHARS * CHAR_WIDTH_EM * _points("ytick.labelsize")
+        title_points = title_size or _points("axes.titlesize")
+        title = (_points("axes.titlepad") + title_lines * title_points * LINE_SPACING) if title_lines else 0.0
+        offset_text = OFFSET_TEXT_PAD + _points("ytick.labelsize") * LINE_SPACING
+        return cls(left=(tick_width + label + MARGIN_PAD) / 72,
+                   right=(tick_width + label + MARGIN_PAD) / 72 if twin else RIGHT_PAD,
+                   top=(max(title, offset_text) + MARGIN_PAD) / 72,
+                   bottom=(tick_offset + tick_lines * tick_text + label + MARGIN_PAD) / 72)
+
+
+class PanelGrid:
+    """Panels in rows of at most `wrap`, laid out arithmetically from a PanelGeometry (no
+    tight_layout, which measures every text of the figure again each time): `figure`, `axes`
+    (the panels in order), `axes_dict` (panel name -> axes), `ax` (the first panel). A panel has
+    its title; the x axis label sits under the panels with none below, the y axis label left of
+    the first column (set_axis_labels), as seaborn's FacetGrid placed them."""
+
+    def __init__(self, panels, wrap: int | None = None, aspect: float = 1.2, sharex: bool = True,
+                 geometry: PanelGeometry | None = None, titles=None, title_size: float | None = None):
+        self.names = list(panels) or [None]
+        self.columns = min(len(self.names), wrap or len(self.names))
+        self.rows = -(-len(self.names) // self.columns)
+        self.geometry = geometry or PanelGeometry.of(title_lines=1 if titles else 0)
+        self.panel_size = (PANEL_HEIGHT * aspect, PANEL_HEIGHT)
+        self.figure = plt.figure(figsize=self._size())
+        shared = None
+        axes = []
+        for index in range(len(self.names)):
+            ax = self.figure.add_axes(self._box(index), sharex=shared)
+            shared = shared or (ax if sharex else None)
+            for side in ("top", "right"):
+                ax.spines[side].set_visible(False)  # as FacetGrid's despine
+            axes.append(ax)
+        self.axes = np.empty(len(axes), dtype=object)
+        self.axes[:] = axes
+        self.axes_dict = dict(zip(self.names, axes))
+        self.ax = axes[0]
+        self._twins: dict[int, list] = {}
+        for ax, title in zip(axes, titles or ()):
+            ax.set_title(title, size=title_size)
+
+    def _cell(self) -> tuple[float, float]:
+        g = self.geometry
+        return g.left + self.panel_size[0] + g.right, g.top + self.panel_size[1] + g.bottom
+
+    def _size(self, min_height: float = 0.0) -> tuple[float, float]:
+        width, height = self._cell()
+        self.extra_height = max(0.0, min_height - self.rows * height)
+        return self.columns * width, self.rows * height + self.extra_height
+
+    def _box(self, index: int) -> list[float]:
+        """The panel's box in figure fractions; any extra height split above and below."""
+        width, height = self._cell()
+        total_width, total_height = self.figure.get_size_inches()
+        row, column = divmod(index, self.columns)
+        x = column * width + self.geometry.left
+        y = self.extra_height / 2 + (self.rows - 1 - row) * height + self.geometry.bottom
+        return [x / total_width, y / total_height, self.panel_size[0] / total_width,
+                self.panel_size[1] / total_height]
+
+    def has_panel_below(self, index: int) -> bool:
+        return index + self.columns < len(self.names)
+
+    def set_axis_labels(self, xlabel: str, ylabel: str) -> None:
+        for index, ax in enumerate(self.axes):
+            ax.set_xlabel("" if self.has_panel_below(index) else xlabel)
+            if index % self.columns == 0:
+                ax.set_ylabel(ylabel)
+
+    def make_height(self, inches: float) -> None:
+        """At least `inches` tall (a legend's height), the panels keeping their size."""
+        self.figure.set_size_inches(self._size(inches), forward=False)
+        for index, ax in enumerate(self.axes):
+            for placed in (ax, *self._twins.get(index, ())):
+                placed.set_position(self._box(index))
+
+    def twinx(self, index: int):
+        """A right-hand axis over panel `index` (kept over it when the figure grows)."""
+        right = self.axes[index].twinx()
+        self._twins.setdefault(index, []).append(right)
+        return right
+
+    def legend(self, handles, labels, title: str) -> None:
+        """A legend right of the panels, the figure made as tall as it (legend_height)."""
+        self.make_height(legend_height(len(labels), bool(title)))
+        self.figure.legend(handles, labels, title=title, loc="center left",
+                           bbox_to_anchor=(1.0, 0.5), frameon=False)
+
+
+def legend_height(entries: int, titled: bool) -> float:
+    """A figure legend's height in inches, from the style's sizes (a line of text each entry)."""
+    size = _points("legend.fontsize")
+    rc = matplotlib.rcParams
+    lines = entries * size * (LINE_SPACING + rc["legend.labelspacing"])
+    title = _points("legend.title_fontsize") * LINE_SPACING if titled else 0.0
+    return (lines + title + 2 * (rc["legend.borderpad"] + rc["legend.borderaxespad"]) * size) / 72
 
 
 def math_free(text) -> str:
@@ -199,12 +332,11 @@ FLAGGED_STYLE = {"marker": "o", "ms": 13, "mfc": "none", "mec": "red", "mew": 1.
 FLAGGED_LABEL = "flagged (see flags, note): left out of fits and findings"
 
 
-def add_legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool = False,
+def add_legend(grid: PanelGrid, colors: dict, shown, title: str, kinds: bool = False,
                flagged: bool = False) -> None:
-    """The legend right of the panels (savefig's tight bounding box keeps it in the file): the
-    colours of the labels in `shown`, and with `kinds` the measured/ideal line styles. Not
-    seaborn's add_legend: it renders the whole figure twice to size the legend, the costliest
-    step of a figure with hundreds of lines."""
+    """The legend right of the panels (the saved box, crop_box, keeps it in the file): the
+    colours of the labels in `shown`, and with `kinds` the measured/ideal line styles. The figure
+    is made as tall as the legend, so that the notes under the panels never run into it."""
     present = set(shown)
     labels = [label for label in colors if label in present]
     handles = [plt.Line2D([], [], color=colors[label], marker="o") for label in labels]
@@ -217,8 +349,7 @@ def add_legend(grid: sns.FacetGrid, colors: dict, shown, title: str, kinds: bool
         handles += [plt.Line2D([], [], **FLAGGED_STYLE)]
         labels += [FLAGGED_LABEL]
     title = "configuration" if title in ("series", "label") else plot_text(title)  # not a column name
-    grid.figure.legend(handles, labels, title=title, loc="center left",
-                       bbox_to_anchor=(1.0, 0.5), frameon=False)
+    grid.legend(handles, labels, title=title)
 
 
 def join_notes(*notes: str) -> str:
@@ -226,37 +357,36 @@ def join_notes(*notes: str) -> str:
 
 
 def log2_gpu_axes(axes, ticks) -> None:
-    """Log2 GPU axis with exactly `ticks` labelled. Scales first, ticks after: setting the scale
-    of one shared axis resets the locators of the others."""
-    axes = list(axes)
+    """Log2 GPU axis with exactly `ticks` labelled. Axes sharing x share its scale, locators and
+    formatters: each group is set once through its first axes (set on each, a grid of n panels
+    did the work n times over). Scales first, ticks after: setting the scale of one shared axis
+    resets the locators of the others."""
+    leaders = []
+    for ax in axes:
+        if not any(ax.get_shared_x_axes().joined(ax, leader) for leader in leaders):
+            leaders.append(ax)
     ticks = sorted({int(t) for t in ticks if t > 0})
-    for ax in axes:
+    for ax in leaders:
         ax.set_xscale("log", base=2)
-    for ax in axes:
+    for ax in leaders:
         if ticks:
             ax.set_xticks(ticks, [str(t) for t in ticks])
             if len(ticks) == 1:
                 ax.set_xlim(ticks[0] / 1.5, ticks[0] * 1.5)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
-        # Every panel labels its own GPU counts: in a wrapped grid the panel below may be empty.
-        ax.tick_params(labelbottom=True)
 
 
-def finish_panels(grid: sns.FacetGrid, ylabel: str, ticks, note: str, log2: bool = True) -> None:
+def finish_panels(grid: PanelGrid, ylabel: str, ticks, note: str, log2: bool = True) -> None:
     if log2:
         log2_gpu_axes(grid.axes.flat, ticks)
     grid.set_axis_labels(GPUS_LABEL, ylabel)
-    for ax in grid.axes.flat:
-        ax.set_xlabel(GPUS_LABEL)  # seaborn shows it on the bottom row; every panel has ticks
-    # seaborn laid the grid out before each panel had its tick labels and axis label: laid out
-    # again, a panel's title no longer runs into the tick labels of the panel above.
-    grid.tight_layout()
     add_note(grid.figure, note)
 
 
 def add_note(figure, note: str) -> None:
-    """Notes under the panels, left-aligned (the tight bounding box keeps them in the file)."""
+    """Notes under the panels, left-aligned (the saved box, crop_box or tight_bbox, keeps them in
+    the file)."""
     if note:
         figure.text(0.01, 0.0, math_free(note), fontsize=7, va="top", ha="left")
 
@@ -281,7 +411,7 @@ def panel_wrap(data: pd.DataFrame) -> int | None:
     return COL_WRAP if data["model"].nunique() > COL_WRAP else None
 
 
-def axes_by_panel(grid: sns.FacetGrid, by_model: bool) -> dict:
+def axes_by_panel(grid: PanelGrid, by_model: bool) -> dict:
     return dict(grid.axes_dict) if by_model else {None: grid.ax}
 
 
@@ -304,22 +434,22 @@ def save_figures(figures: dict[str, PlotFigure], outdir, dpi: int = 120) -> list
     paths = []
     for name, figure in figures.items():
         files = [outdir / file_name for file_name in layout.figure_names(name)]
-        save_each_format(figure.figure, files, dpi)
+        save_each_format(figure.figure, files, dpi, laid_out=figure.grid is not None)
         paths.extend(files)
     return paths
 
 
-def save_png(figure, path, dpi: int) -> None:
+def save_png(figure: PlotFigure, path, dpi: int) -> None:
     """`figure` as a PNG replaced whole (a full disk keeps the figure there was), then closed."""
-    save_each_format(figure, [Path(path)], dpi)
+    save_each_format(figure.figure, [Path(path)], dpi, laid_out=figure.grid is not None)
 
 
-def save_each_format(figure, paths: list[Path], dpi: int) -> None:
+def save_each_format(figure, paths: list[Path], dpi: int, laid_out: bool = False) -> None:
     """`figure` into each of `paths`, in the format its suffix names, each replaced whole; then
     closed. The SVG's text stays text (svg.fonttype none): searchable, and the same strings as the
-    PNG's."""
+    PNG's. `laid_out`: a PanelGrid's figure, cropped by crop_box instead of tight_bbox."""
     try:
-        bbox = tight_bbox(figure, dpi)
+        bbox = crop_box(figure, dpi) if laid_out else tight_bbox(figure, dpi)
         with matplotlib.rc_context({"svg.fonttype": "none"}):
             for path in paths:
                 with atomic.replaced_whole(path) as temporary:
@@ -338,3 +468,19 @@ def tight_bbox(figure, dpi: int):
     figure.set_dpi(dpi)
     figure.set_layout_engine(None)
     return figure.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
+
+
+def crop_box(figure, dpi: int):
+    """The box a PanelGrid's figure is saved in, in inches: the figure itself, whose margins hold
+    every panel's tick labels, axis labels and titles (PanelGeometry), joined with the texts that
+    may reach past it: the legend right of the panels, the notes under them, a panel's title or
+    text longer than the panel. Measuring those few is a fraction of tight_bbox's measure of every
+    tick label (a third of a small sweep's saving time)."""
+    figure.set_dpi(dpi)
+    renderer = figure.canvas.get_renderer()
+    texts = [*figure.legends, *figure.texts]
+    for ax in figure.axes:
+        texts += [ax.title, *ax.texts] if ax.get_title() else ax.texts
+    boxes = [figure.bbox, *(text.get_window_extent(renderer) for text in texts if text.get_visible())]
+    box = Bbox.union(boxes).transformed(figure.dpi_scale_trans.inverted())
+    return box.padded(matplotlib.rcParams["savefig.pad_inches"])
