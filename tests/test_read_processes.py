@@ -2,7 +2,9 @@
 tables and refusals one process gives, in the same order, and an error one log raises is raised
 as it is, not lost in a worker."""
 
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pandas as pd
@@ -67,3 +69,28 @@ def test_an_error_in_a_forked_reading_is_raised_as_it_is(few_logs_fork):
         rows.tidy_tables(items, processes=1)
     with pytest.raises(UnshownAxis, match="axis tag: cannot be written"):
         rows.tidy_tables(items, processes=2)
+
+
+PARENT = os.getpid()
+
+
+class KilledInAWorker:
+    """An axis value whose reading kills a forked reader, as the kernel's out-of-memory killer
+    would; in the parent it reads as any value."""
+
+    def __str__(self):
+        if os.getpid() != PARENT:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "survived"
+
+
+def test_a_killed_reader_leaves_the_logs_to_the_parent_not_a_pool_waiting_forever(few_logs_fork):
+    items = [(path, {"tag": KilledInAWorker() if position == 4 else "x"})
+             for position, path in enumerate(sorted(LOGS.iterdir())[:8])]
+    forked = rows.tidy_tables(items, processes=2)
+    one = rows.tidy_tables(items, processes=1)
+    # The parent's own object, not a worker's unpickled copy: the parent read that log again.
+    killer = items[4][1]["tag"]
+    assert [tag for tag in forked.runs["tag"] if isinstance(tag, KilledInAWorker)] == [killer]
+    pd.testing.assert_frame_equal(forked.runs, one.runs)
+    assert forked.refused == one.refused
