@@ -92,7 +92,7 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
         raise ValueError(f"--network {not_a_file_refusal(network_csv, 'a network.csv file')}")
     runs_csv, refused, copies_left_out = pipeline.collect_runs(
         [Path(p) for p in paths], Path(layout.in_results(out, layout.TIDY)), all_attempts, images_per_epoch,
-        world_sizes)
+        world_sizes, processes=None)
     report_refused(refused)
     if copies_left_out:
         print("scalesweep analyze: " + "\n".join(copies.copies_report(copies_left_out)))

@@ -145,13 +145,16 @@ def read_runs_table(path):
     return runs
 
 
-def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, world_sizes=None):
+def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, world_sizes=None,
+                 processes: int | None = 1):
     """Parse the logs, join the runs tables, write tidy_dir/{epochs,runs}.csv, each run once
     (scalesweep/tidy/copies.py: a run read twice, from two logs or a log and a table, is one run).
     `images_per_epoch`: the training set's size, for logs that count steps instead of images (Keras).
     `world_sizes`: (log file, GPUs) pairs or {log file: GPUs} for logs that print no world size
     (discover.with_world_sizes); a file there that is none of the logs read, given two counts, or
     whose log says another world size is a ValueError, before anything is written.
+    `processes`: the processes reading the logs (None: one per CPU this process may run on, up
+    to FIGURE_PROCESSES; rows.tidy_tables forks them, so never from Snakemake's process).
 
     Returns (runs.csv's path or None when there is no run at all, [refused inputs], [copies
     left out]).
@@ -164,7 +167,8 @@ def collect_runs(paths, tidy_dir, all_attempts=False, images_per_epoch=None, wor
     items, unmatched = with_world_sizes(items, world_sizes)
     if unmatched:
         raise ValueError(f"--world-size {', '.join(unmatched)}: not among the logs read")
-    tidied = tidy_tables(items, images_per_epoch)
+    processes = capped_figure_processes(usable_cpu_count() if processes is None else processes)
+    tidied = tidy_tables(items, images_per_epoch, processes=processes)
     contradicted = world_size_contradictions(tidied.runs, world_sizes)
     if contradicted:
         raise ValueError("; ".join(contradicted) + ": leave out --world-size for a log that prints its own")

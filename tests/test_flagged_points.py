@@ -86,3 +86,15 @@ def test_figures_ring_flagged_points_with_a_legend_entry(analysed):
         legend_texts = [t.get_text() for legend in figure.figure.legends for t in legend.get_texts()]
         assert FLAGGED_LABEL in legend_texts
     assert sorted(drawn["time_by_model"].flagged.gpus) == [2, 4]
+
+
+def test_flagged_gpus_as_a_scaling_table_holds_them_and_as_runs_csv_reads_them_back(tmp_path):
+    from scalesweep.analysis.scaling import flagged_gpus
+
+    group = pd.DataFrame({"gpus": [4, 1, 2, 8, 16], "flags": ["superlinear", "", None, "superlinear", 1.5]})
+    assert flagged_gpus(group) == [4, 8]
+    group.to_csv(tmp_path / "scaling.csv", index=False)
+    read_back = pd.read_csv(tmp_path / "scaling.csv")  # the empty flags read back as NaN
+    assert read_back["flags"].isna().sum() == 2
+    assert flagged_gpus(read_back) == [4, 8]
+    assert flagged_gpus(group.drop(columns="flags")) == []

@@ -415,7 +415,10 @@ def _numeric(rows: pd.DataFrame, column: str) -> np.ndarray:
     """A column as floats, NaN where missing or not a number (and all NaN when the table lacks it)."""
     if column not in rows:
         return np.full(len(rows), math.nan)
-    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
+    values = rows[column]
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind in "fiu":  # numbers already: as they are
+        return values.to_numpy(dtype=float)
+    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
 
 
 def count_spread(rates: np.ndarray, ci_low: np.ndarray | None, ci_high: np.ndarray | None) -> float:

@@ -9,8 +9,13 @@ metric column, so no plot or fit can take it for a measurement. So is a log that
 or breaks the record contract (scalesweep/contract/records.py); `tidy_tables` also lists those as refused.
 """
 
+import functools
 import math
+import multiprocessing
 import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import NamedTuple
 
@@ -79,13 +84,15 @@ def runs_table(items, images_per_epoch: int | None = None, peak_override: dict |
     return tables.epochs, tables.runs
 
 
-def tidy_tables(items, images_per_epoch: int | None = None, peak_override: dict | None = None) -> TidyTables:
+def tidy_tables(items, images_per_epoch: int | None = None, peak_override: dict | None = None,
+                processes: int = 1) -> TidyTables:
     """runs_table's tables, and the logs it refused (TidyTables.refused). `images_per_epoch`: the
-    dataset's training images, for logs that count steps instead (Keras; formats/keras.py: keras_epoch_images)."""
+    dataset's training images, for logs that count steps instead (Keras; formats/keras.py: keras_epoch_images).
+    `processes`: forked processes reading the logs when there are READ_PROCESS_MIN_LOGS or more;
+    only for a caller that is a plain process (a fork copies one thread: never Snakemake's)."""
     items = [(path, dict(axes)) for path, axes in items]
     extra_axes = _extra_axes(axes for _, axes in items)
-    readings = [reading for path, axes in items
-                for reading in _rows_for_item(path, axes, images_per_epoch, peak_override)]
+    readings = _readings(items, images_per_epoch, peak_override, processes)
     ids = [run_row["run_id"] for run_row, _, _ in readings]
     later = copies.later_readings(ids)
     copy_lines = copies.copy_lines([run_row["log"] for run_row, _, _ in readings], ids, later)
@@ -102,6 +109,44 @@ def tidy_tables(items, images_per_epoch: int | None = None, peak_override: dict 
     float_columns = (METRIC_COLUMNS + INTERVAL_COLUMNS + COST_COLUMNS + ENERGY_COLUMNS + ["slurm_energy_j"]
                      + FLOAT_BREAKDOWN_COLUMNS + PEAK_COLUMNS + ["step_time_s", "epoch_overhead_s"])
     return TidyTables(_typed(epochs, EPOCH_FLOAT_COLUMNS), _typed(runs, float_columns), refused, copy_lines)
+
+
+# A forked reader costs a few milliseconds to start and its rows must be pickled back: below this
+# many logs one process reads them sooner.
+READ_PROCESS_MIN_LOGS = 200
+# macOS offers fork, but a forked child of a process that loaded its system frameworks (numpy's
+# Accelerate) may crash: Python's own default there is spawn, whose start-up would cost more than
+# the reading saves.
+_FORKS_SAFELY = sys.platform.startswith("linux")
+
+
+def _readings(items, images_per_epoch, peak_override, processes: int) -> list:
+    """_rows_for_item's readings of every item, in the items' order, read by `processes` forked
+    processes (one below READ_PROCESS_MIN_LOGS logs, and off Linux). A log whose reading raises
+    is read again here, so that the error is raised as it is, not as a worker's pickled copy of
+    it; so are all of them when a worker dies (killed for memory): never a pool waiting forever."""
+    read = functools.partial(_item_readings, images_per_epoch=images_per_epoch, peak_override=peak_override)
+    if processes <= 1 or len(items) < READ_PROCESS_MIN_LOGS or not _FORKS_SAFELY:
+        return [reading for item in items for reading in read(item)]
+    try:
+        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
+            chunks = list(pool.map(functools.partial(_without_raising, read), items,
+                                   chunksize=max(1, len(items) // (processes * 8))))
+    except BrokenProcessPool:
+        chunks = [None] * len(items)
+    return [reading for item, chunk in zip(items, chunks) for reading in (read(item) if chunk is None else chunk)]
+
+
+def _item_readings(item, images_per_epoch, peak_override) -> list:
+    path, axes = item
+    return _rows_for_item(path, axes, images_per_epoch, peak_override)
+
+
+def _without_raising(read, item):
+    try:
+        return read(item)
+    except Exception:  # raised again by the parent, reading the item itself
+        return None
 
 
 def _typed(frame: pd.DataFrame, float_columns) -> pd.DataFrame:
