@@ -9,7 +9,7 @@ outcome.smk) from the tidy tables of every run, with a failed row per missing on
 differently.
 
 The figures and findings stages import their modules when they run: the workflow imports this
-module at every parse, and matplotlib, seaborn and scipy would slow every one.
+module at every parse, and matplotlib and scipy would slow every one.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def write_figures(table_files: dict, figures_dir, processes: int | None = 1) -> 
     """The figures stage: the FIGURE_TABLES of `table_files` ({name: path}) -> figures_dir/*.png
     and *.svg, drawn by `processes` processes (None: one per CPU this process may run on, up to
     FIGURE_PROCESSES; one for a small sweep: drawing_processes)."""
-    from scalesweep.report import figures  # matplotlib and seaborn
+    from scalesweep.report import figures  # matplotlib
 
     processes = drawing_processes(processes, table_files["scaling"])
     return figures.write_figures(*(table_files[name] for name in FIGURE_TABLES), figures_dir,
@@ -102,7 +102,7 @@ def write_findings(table_files: dict, findings_md) -> str:
 
 
 def import_stage_modules() -> None:
-    """Import every module a stage imports when it runs (matplotlib, seaborn, scipy, DuckDB):
+    """Import every module a stage imports when it runs (matplotlib, scipy, DuckDB):
     for a process that then runs stages in several threads at once (Snakemake's local rules),
     which must not import one module concurrently."""
     from scalesweep.history import compare  # noqa: F401
@@ -122,7 +122,7 @@ def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSet
         yield write_tables(runs_csv, table_outputs, settings, network_csv)
         yield write_figures(table_outputs, figures_dir, processes)
     else:
-        from scalesweep.report import figures  # matplotlib and seaborn
+        from scalesweep.report import figures  # matplotlib
 
         paths = [table_outputs[name] for name in FIGURE_TABLES]
         with figures.FigureProcesses(paths, figures_dir, processes) as drawing:

@@ -8,8 +8,9 @@ log2 axis with the measured counts as ticks. A figure without data (e.g. no doub
 marginal gain) is still written, with the reason in it, so a workflow's outputs always exist.
 Labels, colours, legends and notes come from the plot kit (scalesweep/report/plotkit.py).
 The tables are already aggregated: each line, point and bar is drawn from its rows with plain
-matplotlib (seaborn's styles and palettes, none of its statistics or layout), and only a figure
-with more series than colours aggregates, the median and range of each colour in one groupby.
+matplotlib (seaborn's look, written out in the plot kit; none of its statistics or layout), and
+only a figure with more series than colours aggregates, the median and range of each colour in
+one groupby.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.collections import LineCollection
+from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
 from scalesweep.analysis import breakdown
@@ -32,6 +33,7 @@ from scalesweep.analysis.scaling import NO_BASELINE_NOTE, SINGLE_COUNT_NOTE, for
 from scalesweep.report.prediction import draw_predictions
 from scalesweep.report.plotkit import (
     BANDS,
+    COLORBLIND,
     DASHES,
     FLAGGED_STYLE,
     GPUS_LABEL,
@@ -39,16 +41,17 @@ from scalesweep.report.plotkit import (
     MAX_COLOURS,
     MEASURED,
     MEDIANS,
-    PanelGeometry,
-    PanelGrid,
     PLOT_VALUE_COLUMNS,
     POINTS,
     STYLE,
+    PanelGeometry,
+    PanelGrid,
     PlotFigure,
     add_legend,
     add_note,
     axes_by_panel,
     colouring,
+    desaturate,
     draw_error_bars,
     finish_panels,
     join_notes,
@@ -388,7 +391,7 @@ def draw_gains(grid: PanelGrid, rows: pd.DataFrame, hue: str, colors: dict, poin
             if points:
                 ax.scatter(x, y, s=STRIP_POINT_SIZE, color=colors[level], linewidths=0)
             else:
-                ax.bar(x, y, width=width, color=sns.desaturate(colors[level], BAR_SATURATION))
+                ax.bar(x, y, width=width, color=desaturate(colors[level], BAR_SATURATION))
         ax.set_xticks(range(len(counts)), [str(int(gpus)) for gpus in counts])
         ax.set_xlim(-0.5, len(counts) - 0.5)
         ax.xaxis.grid(False)  # categories: a vertical grid line would split the bars
@@ -546,7 +549,7 @@ FIGURE_NAMES = tuple(
     for metric in ("time", "throughput", "speedup", "tts_speedup", "efficiency")
 ) + ("marginal_gain", "karp_flatt", "throughput_efficiency", "step_breakdown",
      "comm_compute_ratio", "bus_bandwidth", "energy_per_image")
-PART_COLOURS = dict(zip(breakdown.PART_NAMES.values(), sns.color_palette("colorblind", len(breakdown.PARTS))))
+PART_COLOURS = dict(zip(breakdown.PART_NAMES.values(), map(to_rgb, COLORBLIND[:len(breakdown.PARTS)])))
 
 
 NET_MARKER = "net total where a part is < 0"

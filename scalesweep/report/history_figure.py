@@ -15,7 +15,6 @@ from pathlib import Path
 import matplotlib.dates as mdates
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
 from scalesweep.report.findings import gpus_text
 from scalesweep.report.plotkit import (
@@ -25,6 +24,7 @@ from scalesweep.report.plotkit import (
     PlotFigure,
     add_legend,
     add_note,
+    cycle_colours,
     panel_wrap,
     placeholder,
     plot_table,
@@ -58,7 +58,7 @@ def _history_figure(table: pd.DataFrame) -> PlotFigure:
         return placeholder(NAME, "no throughput in the archived sweeps")
     # Colours and legend in GPU order (a sorted palette would put 16 GPUs before 2).
     counts = data.drop_duplicates("gpus").sort_values("gpus")["count"]
-    colors = dict(zip(counts, sns.color_palette(n_colors=len(counts))))
+    colors = dict(zip(counts, cycle_colours(len(counts))))
     panels = list(pd.unique(data["panel"]))
     grid = PanelGrid(panels, panel_wrap(data.rename(columns={"model": "_", "panel": "model"})),
                      aspect=1.3, titles=panels, title_size=TITLE_SIZE,

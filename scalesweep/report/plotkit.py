@@ -16,6 +16,7 @@ size a legend, and the PNG, beyond any memory).
 
 from __future__ import annotations
 
+import colorsys
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,8 @@ matplotlib.use("Agg")  # files only: no display on clusters or here; must preced
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 from matplotlib.font_manager import FontProperties  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.ticker import NullFormatter, NullLocator  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
@@ -41,8 +42,32 @@ GPUS_LABEL = "GPUs"
 # Titles sit at the top of their panel (axes.titley 1.0, where matplotlib's automatic placement
 # put every one of ours: no panel has x ticks on top). Left automatic, every draw and layout
 # measured each titled panel's y tick labels once more to place it: a fifth of the figures' time.
-STYLE = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.9),
-         "axes.titley": 1.0}
+#
+# The look is seaborn's "whitegrid" style and "notebook" context at font_scale 0.9 (seaborn 0.13.2:
+# axes_style, plotting_context), its values written out: importing seaborn, and scipy.stats with
+# it, cost a small sweep's analyze a fifth of its time for these numbers alone.
+# tests/test_plotkit_look.py checks every value against seaborn's own. Left out: its image.cmap
+# "rocket", a colormap only seaborn's import registers (no figure of ours draws an image).
+SEABORN_WHITEGRID_NOTEBOOK = {
+    "figure.facecolor": "white", "axes.labelcolor": ".15", "xtick.direction": "out",
+    "ytick.direction": "out", "xtick.color": ".15", "ytick.color": ".15", "axes.axisbelow": True,
+    "grid.linestyle": "-", "text.color": ".15", "font.family": ["sans-serif"],
+    "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans", "sans-serif"],
+    "lines.solid_capstyle": "round", "patch.edgecolor": "w", "patch.force_edgecolor": True,
+    "xtick.top": False, "ytick.right": False, "axes.grid": True, "axes.facecolor": "white",
+    "axes.edgecolor": ".8", "grid.color": ".8", "axes.spines.left": True, "axes.spines.bottom": True,
+    "axes.spines.right": True, "axes.spines.top": True, "xtick.bottom": False, "ytick.left": False,
+    "axes.linewidth": 1.25, "grid.linewidth": 1, "lines.linewidth": 1.5, "lines.markersize": 6,
+    "patch.linewidth": 1, "xtick.major.width": 1.25, "ytick.major.width": 1.25,
+    "xtick.minor.width": 1, "ytick.minor.width": 1, "xtick.major.size": 6, "ytick.major.size": 6,
+    "xtick.minor.size": 4, "ytick.minor.size": 4, "font.size": 10.8, "axes.labelsize": 10.8,
+    "axes.titlesize": 10.8, "xtick.labelsize": 9.9, "ytick.labelsize": 9.9, "legend.fontsize": 9.9,
+    "legend.title_fontsize": 10.8,
+}
+STYLE = {**SEABORN_WHITEGRID_NOTEBOOK, "axes.titley": 1.0}
+# seaborn's "colorblind" palette (seaborn.palettes.SEABORN_PALETTES), for the step breakdown's parts.
+COLORBLIND = ("#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4",
+              "#949494", "#ece133", "#56b4e9")
 PLAIN_KEYS = ("model", "framework", "dataset")  # shown as their value; other keys as key=value
 MEASURED, IDEAL = "measured", "ideal"
 DASHES = {MEASURED: "", IDEAL: (4, 2)}
@@ -321,9 +346,29 @@ def colouring(data: pd.DataFrame, by_model: bool) -> Colouring:
 
 
 def palette_of(labels) -> dict:
+    """A colour per label, in sorted order: seaborn's default palette (matplotlib's colour
+    cycle) up to its DEFAULT_PALETTE_SIZE colours, seaborn's "husl" beyond (drawn only for sweeps
+    large enough that seaborn's import is a small part of their figures)."""
     ordered = sorted(pd.unique(pd.Series(labels, dtype=str)))
-    palette = None if len(ordered) <= DEFAULT_PALETTE_SIZE else "husl"
-    return dict(zip(ordered, sns.color_palette(palette, n_colors=max(1, len(ordered)))))
+    if len(ordered) <= DEFAULT_PALETTE_SIZE:
+        return dict(zip(ordered, cycle_colours(len(ordered))))
+    import seaborn as sns
+
+    return dict(zip(ordered, sns.color_palette("husl", n_colors=len(ordered))))
+
+
+def cycle_colours(n: int) -> list:
+    """`n` colours of matplotlib's colour cycle as RGB, repeated past its end: what seaborn's
+    color_palette(n_colors=n) gives when no seaborn palette was set."""
+    cycle = [to_rgb(colour) for colour in plt.rcParams["axes.prop_cycle"].by_key()["color"]]
+    return [cycle[index % len(cycle)] for index in range(max(1, n))]
+
+
+def desaturate(colour, proportion: float) -> tuple:
+    """`colour` with its HLS saturation times `proportion` (seaborn.desaturate, as catplot's bars
+    were drawn)."""
+    hue, lightness, saturation = colorsys.rgb_to_hls(*to_rgb(colour))
+    return colorsys.hls_to_rgb(hue, lightness, saturation * proportion)
 
 
 # A flagged point (the scaling table's `flags`, e.g. superlinear) is ringed, and the legend says
