@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scalesweep.contract import layout
+from scalesweep.contract import hardware, layout
 from scalesweep.contract.input_files import not_a_file, not_a_file_refusal
 from scalesweep.contract.layout import RESULTS
 from scalesweep.plan.history_place import DEFAULT_HISTORY_DIR
@@ -102,7 +102,8 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
     for line in pipeline.tables_figures_findings(runs_csv, table_outputs, settings,
                                                  Path(layout.in_results(out, layout.FIGURES)),
                                                  Path(layout.in_results(out, layout.FINDINGS)),
-                                                 network_csv, figure_processes=None):
+                                                 network_csv, figure_processes=None,
+                                                 forked=hardware.FORKS_SAFELY):
         print(line)
     return refused
 

@@ -66,12 +66,13 @@ def capped_figure_processes(cpus: int) -> int:
 FIGURE_PROCESS_MIN_ROWS = 1000
 
 
-def drawing_processes(requested: int | None, table_csv) -> int:
+def drawing_processes(requested: int | None, table_csv, forked: bool = False) -> int:
     """The drawing processes for the figures of `table_csv` (runs.csv or scaling.csv): `requested`
-    (None: one per CPU this process may run on), at most FIGURE_PROCESSES, and one for a table of
-    fewer than FIGURE_PROCESS_MIN_ROWS rows."""
+    (None: one per CPU this process may run on), at most FIGURE_PROCESSES; one for a table of
+    fewer than FIGURE_PROCESS_MIN_ROWS rows unless they are `forked` (their start-up is then a
+    fork of this process, which has imported everything already)."""
     processes = capped_figure_processes(usable_cpu_count() if requested is None else requested)
-    if processes > 1 and csv_rows(table_csv) < FIGURE_PROCESS_MIN_ROWS:
+    if processes > 1 and not forked and csv_rows(table_csv) < FIGURE_PROCESS_MIN_ROWS:
         return 1
     return processes
 
@@ -110,14 +111,18 @@ def import_stage_modules() -> None:
 
 
 def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSettings, figures_dir,
-                            findings_md, network_csv=None, figure_processes: int | None = 1):
+                            findings_md, network_csv=None, figure_processes: int | None = 1,
+                            forked: bool = False):
     """Every stage after the tidy tables, in order: yields each stage's log line as it ends.
 
     With more than one drawing process (`figure_processes`, as write_figures takes it) the
     figures are drawn while the tables are computed: each figure as soon as its tables are
     written (figures.FigureProcesses). The tables stage runs in one process, and on a laptop
-    the other cores would wait for it."""
-    processes = drawing_processes(figure_processes, runs_csv)
+    the other cores would wait for it. `forked`: the drawing processes are forks of this one
+    (only where hardware.FORKS_SAFELY and this process has no threads: never Snakemake's), so
+    they are worth starting for the smallest sweep too; the figure modules are imported first,
+    for every fork to inherit."""
+    processes = drawing_processes(figure_processes, runs_csv, forked)
     if processes <= 1:
         yield write_tables(runs_csv, table_outputs, settings, network_csv)
         yield write_figures(table_outputs, figures_dir, processes)
@@ -125,7 +130,8 @@ def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSet
         from scalesweep.report import figures  # matplotlib
 
         paths = [table_outputs[name] for name in FIGURE_TABLES]
-        with figures.FigureProcesses(paths, figures_dir, processes) as drawing:
+        start_method = "fork" if forked else "spawn"
+        with figures.FigureProcesses(paths, figures_dir, processes, start_method) as drawing:
             yield write_tables(runs_csv, table_outputs, settings, network_csv, drawing.table_written)
             yield figures.figures_line(drawing.written())
     yield write_findings(table_outputs, findings_md)

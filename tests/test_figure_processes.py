@@ -110,6 +110,9 @@ def test_a_small_sweep_draws_in_this_process_a_large_one_in_processes(tmp_path, 
     table.write_text("gpus,note\n" + "1,x\n" * (pipeline.FIGURE_PROCESS_MIN_ROWS - 1))
     assert pipeline.csv_rows(table) == pipeline.FIGURE_PROCESS_MIN_ROWS - 1
     assert [pipeline.drawing_processes(wanted, table) for wanted in (None, 1, 3)] == [1, 1, 1]
+    # Forks of this process start with its imports: worth it at any size.
+    assert [pipeline.drawing_processes(wanted, table, forked=True) for wanted in (None, 1, 3)] == [
+        pipeline.FIGURE_PROCESSES, 1, 3]
     with table.open("a") as stream:
         stream.write("2,y\n")
     assert [pipeline.drawing_processes(wanted, table) for wanted in (None, 1, 3)] == [pipeline.FIGURE_PROCESSES, 1, 3]
@@ -152,14 +155,16 @@ def test_a_figure_of_the_scaling_table_alone_is_drawn_alike_with_every_table(tab
         assert first[0].read_bytes() == second[0].read_bytes(), name
 
 
-@pytest.mark.slow  # fresh interpreters
-def test_figures_drawn_while_the_tables_are_computed_are_the_files_drawn_after(table_files, tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "FIGURE_PROCESS_MIN_ROWS", 0)  # processes even for these 78 runs
+@pytest.mark.slow  # fresh interpreters, or forks of this one
+@pytest.mark.parametrize("forked", [False, True], ids=["spawned", "forked"])
+def test_figures_drawn_while_the_tables_are_computed_are_the_files_drawn_after(table_files, tmp_path, monkeypatch, forked):
+    if not forked:
+        monkeypatch.setattr(pipeline, "FIGURE_PROCESS_MIN_ROWS", 0)  # processes even for these 78 runs
     runs_csv = table_files["scaling"].parent / "runs.csv"
     outputs = tables.outputs_in(tmp_path / "tables")
     lines = list(pipeline.tables_figures_findings(runs_csv, outputs, AnalysisSettings.from_config(),
                                                   tmp_path / "figures", tmp_path / "findings.md",
-                                                  figure_processes=2))
+                                                  figure_processes=2, forked=forked))
     assert lines[1].startswith(f"{2 * len(figures.FIGURE_NAMES)} figure files: ")
     for name in tables.TABLES:
         assert outputs[name].read_bytes() == table_files[name].read_bytes(), name

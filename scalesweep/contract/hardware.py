@@ -17,6 +17,7 @@ config's `hardware.peak_tflops` supplies the peaks where the table cannot.
 from __future__ import annotations
 
 import os
+import sys
 
 from dataclasses import dataclass, field
 
@@ -133,6 +134,13 @@ def mfu_pct(tflops_per_gpu, peak: float | None) -> float | None:
     if peak is None or tflops_per_gpu is None:
         return None
     return 100.0 * float(tflops_per_gpu) / peak
+
+
+# Where a plain process (not Snakemake's, which has threads of its own) may fork helpers that
+# inherit its imports instead of importing them again. macOS offers fork, but a forked child of a
+# process that loaded its system frameworks (numpy's Accelerate) may crash: Python's own default
+# there is spawn, whose start-up would cost more than the helpers save.
+FORKS_SAFELY = sys.platform.startswith("linux")
 
 
 def usable_cpu_count() -> int:

@@ -699,14 +699,17 @@ class FigureProcesses:
     tables it is drawn from are written (table_written): the tables stage computes the fits and
     predictions in this process while the others draw the figures of the scaling table.
 
-    The processes are started fresh ("spawn"), not forked: the Snakemake head that runs the stage
-    has threads of its own, and a fork copies whatever lock one of them holds. Leaving the block
+    The processes are started fresh ("spawn") unless told to fork: the Snakemake head that runs
+    the stage has threads of its own, and a fork copies whatever lock one of them holds. A plain
+    process (`python -m scalesweep analyze`, hardware.FORKS_SAFELY) forks them: they start with its
+    imports, in milliseconds instead of seconds, so even a small sweep's figures are drawn on
+    every core. Leaving the block
     with an error cancels the figures not yet started and waits for the others."""
 
-    def __init__(self, table_paths, outdir, processes: int):
+    def __init__(self, table_paths, outdir, processes: int, start_method: str = "spawn"):
         self._paths = dict(zip(FIGURE_TABLES, table_paths))
         self._outdir = outdir
-        self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+        self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(start_method))
         self._tables: set[str] = set()
         self._futures: dict = {}
 

@@ -13,7 +13,6 @@ import functools
 import math
 import multiprocessing
 import statistics
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -114,10 +113,6 @@ def tidy_tables(items, images_per_epoch: int | None = None, peak_override: dict 
 # A forked reader costs a few milliseconds to start and its rows must be pickled back: below this
 # many logs one process reads them sooner.
 READ_PROCESS_MIN_LOGS = 200
-# macOS offers fork, but a forked child of a process that loaded its system frameworks (numpy's
-# Accelerate) may crash: Python's own default there is spawn, whose start-up would cost more than
-# the reading saves.
-_FORKS_SAFELY = sys.platform.startswith("linux")
 
 
 def _readings(items, images_per_epoch, peak_override, processes: int) -> list:
@@ -126,7 +121,7 @@ def _readings(items, images_per_epoch, peak_override, processes: int) -> list:
     is read again here, so that the error is raised as it is, not as a worker's pickled copy of
     it; so are all of them when a worker dies (killed for memory): never a pool waiting forever."""
     read = functools.partial(_item_readings, images_per_epoch=images_per_epoch, peak_override=peak_override)
-    if processes <= 1 or len(items) < READ_PROCESS_MIN_LOGS or not _FORKS_SAFELY:
+    if processes <= 1 or len(items) < READ_PROCESS_MIN_LOGS or not hardware.FORKS_SAFELY:
         return [reading for item in items for reading in read(item)]
     try:
         with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
