@@ -117,10 +117,7 @@ with zipfile.ZipFile(sys.argv[1]) as wheel:
         out.write(binary.read())
 os.chmod(sys.argv[2], 0o755)
 UNZIP
-# uv needs no pip in the venv (pip's own install into it, ensurepip, took a tenth of the time).
-make_venv() {
-    "$python" -m venv "$@" "$venv" || fail "$python could not make a virtual environment (is its venv/ensurepip module installed?)"
-}
+"$python" -m venv "$venv" || fail "$python could not make a virtual environment (is its venv/ensurepip module installed?)"
 uv_pip=("$uv" pip install --offline --no-index --no-config --cache-dir "$cache" --quiet --link-mode hardlink
     --python "$venv/bin/python" --find-links "$here/wheelhouse")
 # Every module's .pyc written now, on every core, so the first import on GPFS reads compiled files:
@@ -129,14 +126,12 @@ compile_ahead() {
     "$venv/bin/python" -m compileall -q -j 0 -x '/tests?/' "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" "$here/scalesweep" >/dev/null ||
         echo "install.sh: some modules could not be compiled ahead (Python compiles them at their first import)" >&2
 }
-if [ -n "$uv" ] && make_venv --without-pip && "${uv_pip[@]}" -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt &&
+if [ -n "$uv" ] && "${uv_pip[@]}" -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt &&
     "${uv_pip[@]}" --no-deps --no-build-isolation -e .; then
     compile_ahead
     echo "install.sh: installed with uv $("$uv" --version | cut -d' ' -f2)"
 else
     [ -z "$uv" ] || echo "install.sh: uv could not install (above); pip installs instead" >&2
-    rm -rf "$venv"
-    make_venv
     "${pip[@]}" -r envs/workflow.txt -c envs/constraints.txt -r envs/build-backend.txt ||
         fail "pip could not install envs/workflow.txt from $here/wheelhouse alone (its error above): the wheelhouse lacks a wheel it needs; unpack the bundle again, or build a new one (make bundle PYTHON_VERSION=$wanted)"
     "${pip[@]}" --no-deps --no-build-isolation -e . || fail "pip could not install the project itself (its error above)"

@@ -192,13 +192,15 @@ def windows(records: list) -> tuple:
 
 
 def assert_window_energy(window: dict, devices: int, rel: float) -> None:
-    """Every device's joules = its fake power x the window's seconds, to `rel` and 20 ms (a rank's
-    window edges may sit some ms from rank 0's on a loaded machine); the sum is theirs."""
+    """Every device's joules = its fake power x the window's seconds, to `rel` and 50 ms (a rank's
+    window edges may sit some ms from rank 0's, and a counter's read from the clock's, on a loaded
+    machine: 37 ms were seen with benchmarks beside the suite); the sum is theirs. A replica's
+    counter left out or counted twice is off by the whole window."""
     assert window["energy_source"] == "nvml" and window["energy_note"] is None
     per_rank = window["energy_j_per_rank"]
     assert len(per_rank) == devices
     for device, joules in enumerate(per_rank):
-        assert joules == pytest.approx(watts(device) * window["seconds"], rel=rel, abs=watts(device) * 0.02)
+        assert joules == pytest.approx(watts(device) * window["seconds"], rel=rel, abs=watts(device) * 0.05)
     assert window["energy_j"] == pytest.approx(sum(per_rank))
     assert 0 <= window["energy_read_s"] < 0.05  # two driver calls per device
 

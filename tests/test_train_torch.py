@@ -566,15 +566,17 @@ def test_a_slow_rank_is_waiting_and_a_slow_all_reduce_is_communication(dataset):
     """200 ms before rank 1's backward every step: rank 0 waits for it in the all-reduce, so
     sync_wait_s grows by ~200 ms and sync_comm_s does not; 200 ms inside the all-reduce (the comm
     hook, after the join): the reverse. Overlap stays in [0, 100] % either way. (Steps of a few
-    ms: 200 ms is far above what a busy 2-core machine moves medians by.)"""
+    ms: 200 ms is far above what a busy 2-core machine moves medians by; the part a delay does not
+    belong to may move by 20 % of it, 40 ms, as 21 ms were seen with benchmarks beside the suite,
+    while a misplaced delay would move it by all 200 ms.)"""
     delay = 0.2
     base = breakdown_of(dataset, 2)
     slow_rank = breakdown_of(dataset, 2, **{faults.RANK_DELAY_ENV: str(delay), faults.RANK_DELAY_RANK_ENV: "1"})
     slow_sync = breakdown_of(dataset, 2, **{faults.SYNC_DELAY_ENV: str(delay)})
     assert slow_rank["sync_wait_s"] - base["sync_wait_s"] == pytest.approx(delay, rel=0.2)
-    assert abs(slow_rank["sync_comm_s"] - base["sync_comm_s"]) < 0.1 * delay
+    assert abs(slow_rank["sync_comm_s"] - base["sync_comm_s"]) < 0.2 * delay
     assert slow_sync["sync_comm_s"] - base["sync_comm_s"] == pytest.approx(delay, rel=0.2)
-    assert abs(slow_sync["sync_wait_s"] - base["sync_wait_s"]) < 0.1 * delay
+    assert abs(slow_sync["sync_wait_s"] - base["sync_wait_s"]) < 0.2 * delay
     for summary in (base, slow_rank, slow_sync):
         assert 0 <= summary["overlap_pct"] <= 100
         assert summary["sync_wait_s"] + summary["sync_comm_s"] == pytest.approx(summary["sync_exposed_s"])
