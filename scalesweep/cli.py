@@ -103,7 +103,7 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
                                                  Path(layout.in_results(out, layout.FIGURES)),
                                                  Path(layout.in_results(out, layout.FINDINGS)),
                                                  network_csv, figure_processes=None,
-                                                 forked=hardware.FORKS_SAFELY):
+                                                 forked=hardware.may_fork_helpers()):
         print(line)
     return refused
 

@@ -192,3 +192,25 @@ def test_a_tables_stage_failing_after_figures_started_fails_with_its_error_and_n
                                               figure_processes=2))
     assert not (tmp_path / "findings.md").exists()
     assert not outputs["fits"].exists()
+
+
+def test_helpers_are_forked_only_by_a_process_with_no_other_thread(monkeypatch):
+    """A fork copies the locks other threads hold (a test runner's, a library's): with a second
+    thread alive, analyze starts its drawing processes fresh instead."""
+    import threading
+
+    from scalesweep.contract import hardware
+
+    monkeypatch.setattr(hardware, "FORKS_SAFELY", True)
+    alone = threading.active_count() == 1
+    assert hardware.may_fork_helpers() is alone
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert hardware.may_fork_helpers() is False
+    finally:
+        release.set()
+        other.join()
+    monkeypatch.setattr(hardware, "FORKS_SAFELY", False)
+    assert hardware.may_fork_helpers() is False

@@ -143,6 +143,14 @@ def mfu_pct(tflops_per_gpu, peak: float | None) -> float | None:
 FORKS_SAFELY = sys.platform.startswith("linux")
 
 
+def may_fork_helpers() -> bool:
+    """Whether this process may fork helpers now: FORKS_SAFELY, and no thread but this one (a
+    fork copies whatever lock another thread holds: a test runner's, a library's)."""
+    import threading
+
+    return FORKS_SAFELY and threading.active_count() == 1
+
+
 def usable_cpu_count() -> int:
     """CPUs this process may run on (the affinity mask a scheduler set, not the host's count)."""
     try:

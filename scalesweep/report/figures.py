@@ -700,11 +700,11 @@ class FigureProcesses:
     predictions in this process while the others draw the figures of the scaling table.
 
     The processes are started fresh ("spawn") unless told to fork: the Snakemake head that runs
-    the stage has threads of its own, and a fork copies whatever lock one of them holds. A plain
-    process (`python -m scalesweep analyze`, hardware.FORKS_SAFELY) forks them: they start with its
-    imports, in milliseconds instead of seconds, so even a small sweep's figures are drawn on
-    every core. Leaving the block
-    with an error cancels the figures not yet started and waits for the others."""
+    the stage has threads of its own, and a fork copies whatever lock one of them holds. A
+    process with no other thread (`python -m scalesweep analyze`, hardware.may_fork_helpers)
+    forks them: they start with its imports, in milliseconds instead of seconds, so even a small
+    sweep's figures are drawn on every core. Leaving the block with an error cancels the figures
+    not yet started and waits for the others."""
 
     def __init__(self, table_paths, outdir, processes: int, start_method: str = "spawn"):
         self._paths = dict(zip(FIGURE_TABLES, table_paths))
