@@ -49,7 +49,7 @@ test-fast: $(VENV)/.installed
 	$(PYTHON) -m pytest $(WORKERS) -m "not slow and not slurm and not workflow and not command" $(PYTEST_ARGS)
 
 # Benchmarks print `name value unit` lines (benchmarks/README.md); they measure, they do not judge.
-# The rows of issue 36 (the analysis, the dry run, compare, the offline install) run 3 times on this
+# The speed goals' rows (analysis, dry run, compare, offline install, test-fast) run 3 times on this
 # checkout and on BENCH_BASE (a commit, unpacked with git archive), alternating
 # (benchmarks/paired.py): median, min-max and the ratio of each pair. The install builds both
 # bundles from the package index.
