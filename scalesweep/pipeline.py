@@ -119,7 +119,7 @@ def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSet
     figures are drawn while the tables are computed: each figure as soon as its tables are
     written (figures.FigureProcesses). The tables stage runs in one process, and on a laptop
     the other cores would wait for it. `forked`: the drawing processes are forks of this one
-    (only where hardware.FORKS_SAFELY and this process has no threads: never Snakemake's), so
+    (only where hardware.may_fork_helpers: Linux, no other thread; never Snakemake's), so
     they are worth starting for the smallest sweep too; the figure modules are imported first,
     for every fork to inherit."""
     processes = drawing_processes(figure_processes, runs_csv, forked)

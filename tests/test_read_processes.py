@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from scalesweep import pipeline
+from scalesweep.contract import hardware
 from scalesweep.tidy import rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,8 +21,10 @@ BROKEN = REPO / "tests" / "data" / "broken"
 
 @pytest.fixture
 def few_logs_fork(monkeypatch):
-    # The real forked processes, started from a handful of logs instead of hundreds.
+    # The real forked processes, started from a handful of logs instead of hundreds, and from a
+    # test runner's worker, whose own threads would otherwise keep analyze from forking.
     monkeypatch.setattr(rows, "READ_PROCESS_MIN_LOGS", 2)
+    monkeypatch.setattr(hardware, "may_fork_helpers", lambda: True)
 
 
 def _items():

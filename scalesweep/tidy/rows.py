@@ -117,11 +117,12 @@ READ_PROCESS_MIN_LOGS = 200
 
 def _readings(items, images_per_epoch, peak_override, processes: int) -> list:
     """_rows_for_item's readings of every item, in the items' order, read by `processes` forked
-    processes (one below READ_PROCESS_MIN_LOGS logs, and off Linux). A log whose reading raises
+    processes (one below READ_PROCESS_MIN_LOGS logs, or where hardware.may_fork_helpers says no:
+    off Linux, or beside another thread). A log whose reading raises
     is read again here, so that the error is raised as it is, not as a worker's pickled copy of
     it; so are all of them when a worker dies (killed for memory): never a pool waiting forever."""
     read = functools.partial(_item_readings, images_per_epoch=images_per_epoch, peak_override=peak_override)
-    if processes <= 1 or len(items) < READ_PROCESS_MIN_LOGS or not hardware.FORKS_SAFELY:
+    if processes <= 1 or len(items) < READ_PROCESS_MIN_LOGS or not hardware.may_fork_helpers():
         return [reading for item in items for reading in read(item)]
     try:
         with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
