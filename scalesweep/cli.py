@@ -80,7 +80,7 @@ def report_refused(refused, stream=None):
 
 
 def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_per_epoch=None,
-            world_sizes=None, network_csv=None):
+            world_sizes=None, network_csv=None, figure_formats=layout.ANALYZE_FIGURE_FORMATS):
     """Write out/tidy, out/tables, out/figures and out/findings.md; return the refused inputs
     (already reported). `world_sizes`: (log file, GPUs) pairs (--world-size)."""
     from scalesweep import pipeline
@@ -103,7 +103,8 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
                                                  Path(layout.in_results(out, layout.FIGURES)),
                                                  Path(layout.in_results(out, layout.FINDINGS)),
                                                  network_csv, figure_processes=None,
-                                                 forked=hardware.may_fork_helpers()):
+                                                 forked=hardware.may_fork_helpers(),
+                                                 formats=figure_formats):
         print(line)
     return refused
 
@@ -120,6 +121,9 @@ def main(argv=None):
     analyze_cmd.add_argument("--gpu-hour-budget", type=number(0, low_open=True), help="GPU-hours (sweet spot)")
     analyze_cmd.add_argument("--epoch-budget", type=number(0, low_open=True),
                              help="training epochs the sweet spot's projected GPU-hours stand for")
+    analyze_cmd.add_argument("--svg", action="store_true",
+                             help="each figure as SVG too (the workflow's figures stage writes both for its "
+                                  "report; without it: PNG only)")
     analyze_cmd.add_argument("--all-attempts", action="store_true",
                              help="every attempt log of a run (default: only its latest, <run>.attempt-K.log)")
     analyze_cmd.add_argument("--greenest-time-bound-s", type=number(0, low_open=True),
@@ -157,7 +161,8 @@ def main(argv=None):
     try:
         settings = analyze_settings(args)
         refused = analyze(args.paths, args.out, settings, args.all_attempts, args.images_per_epoch,
-                          args.world_size, args.network)
+                          args.world_size, args.network,
+                          layout.FIGURE_FORMATS if args.svg else layout.ANALYZE_FIGURE_FORMATS)
     except (ValueError, FileNotFoundError, LogFormatError) as error:
         print(f"scalesweep analyze: {error}", file=sys.stderr)
         return FAILED_EXIT

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from scalesweep.analysis import tables
+from scalesweep.contract import layout
 from scalesweep.contract.hardware import usable_cpu_count
 from scalesweep.logs.discover import (
     Refused,
@@ -84,15 +85,16 @@ def csv_rows(path) -> int:
         return max(0, sum(chunk.count(b"\n") for chunk in iter(lambda: stream.read(1 << 20), b"")) - 1)
 
 
-def write_figures(table_files: dict, figures_dir, processes: int | None = 1) -> str:
+def write_figures(table_files: dict, figures_dir, processes: int | None = 1,
+                  formats=layout.FIGURE_FORMATS) -> str:
     """The figures stage: the FIGURE_TABLES of `table_files` ({name: path}) -> figures_dir/*.png
-    and *.svg, drawn by `processes` processes (None: one per CPU this process may run on, up to
-    FIGURE_PROCESSES; one for a small sweep: drawing_processes)."""
+    and *.svg (`formats`), drawn by `processes` processes (None: one per CPU this process may run
+    on, up to FIGURE_PROCESSES; one for a small sweep: drawing_processes)."""
     from scalesweep.report import figures  # matplotlib
 
     processes = drawing_processes(processes, table_files["scaling"])
     return figures.write_figures(*(table_files[name] for name in FIGURE_TABLES), figures_dir,
-                                 processes=processes)
+                                 processes=processes, formats=formats)
 
 
 def write_findings(table_files: dict, findings_md) -> str:
@@ -112,7 +114,7 @@ def import_stage_modules() -> None:
 
 def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSettings, figures_dir,
                             findings_md, network_csv=None, figure_processes: int | None = 1,
-                            forked: bool = False):
+                            forked: bool = False, formats=layout.FIGURE_FORMATS):
     """Every stage after the tidy tables, in order: yields each stage's log line as it ends.
 
     With more than one drawing process (`figure_processes`, as write_figures takes it) the
@@ -121,17 +123,17 @@ def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSet
     the other cores would wait for it. `forked`: the drawing processes are forks of this one
     (only where hardware.may_fork_helpers: Linux, no other thread; never Snakemake's), so
     they are worth starting for the smallest sweep too; the figure modules are imported first,
-    for every fork to inherit."""
+    for every fork to inherit. `formats`: the figures' file formats (layout.FIGURE_FORMATS)."""
     processes = drawing_processes(figure_processes, runs_csv, forked)
     if processes <= 1:
         yield write_tables(runs_csv, table_outputs, settings, network_csv)
-        yield write_figures(table_outputs, figures_dir, processes)
+        yield write_figures(table_outputs, figures_dir, processes, formats)
     else:
         from scalesweep.report import figures  # matplotlib
 
         paths = [table_outputs[name] for name in FIGURE_TABLES]
         start_method = "fork" if forked else "spawn"
-        with figures.FigureProcesses(paths, figures_dir, processes, start_method) as drawing:
+        with figures.FigureProcesses(paths, figures_dir, processes, start_method, formats) as drawing:
             yield write_tables(runs_csv, table_outputs, settings, network_csv, drawing.table_written)
             yield figures.figures_line(drawing.written())
     yield write_findings(table_outputs, findings_md)

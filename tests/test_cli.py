@@ -260,3 +260,30 @@ def test_a_utf16_log_is_refused_as_utf16_naming_the_file(tmp_path, encoding):
         f"  {wide}: UTF-16 encoded (re-save as UTF-8, e.g. iconv -f UTF-16 -t UTF-8)")
     runs = pd.read_csv(tmp_path / "out" / "tidy" / "runs.csv")
     assert sorted(runs["status"]) == ["failed", "ok"]
+
+
+@pytest.mark.parametrize("argv, status", [
+    (["analyze", "no-such-logs", "--out", "out"], 2),  # refused input: FAILED_EXIT
+    (["--version"], 0),  # argparse's own SystemExit
+    (["no-such-command"], 2),
+])
+def test_python_m_scalesweep_keeps_its_exit_status_and_output_without_the_teardown(tmp_path, argv, status):
+    """__main__ leaves without the interpreter's teardown (os._exit): the status is main's, and
+    what was printed is all there, in a pipe too."""
+    done = subprocess.run([sys.executable, "-m", "scalesweep", *argv], cwd=tmp_path, capture_output=True,
+                          text=True)
+    assert done.returncode == status, done.stderr
+    assert (done.stdout + done.stderr).strip(), "nothing printed"
+    if argv[0] == "analyze":
+        assert "scalesweep analyze: no such file or folder: no-such-logs" in done.stderr
+
+
+def test_python_m_scalesweep_runs_its_exit_handlers(tmp_path):
+    """An exit handler a library registered (logging's flush, a multiprocessing finalizer) still
+    runs before the process leaves."""
+    program = ("import atexit, runpy, sys; atexit.register(lambda: print('handler ran', flush=True)); "
+               "sys.argv = ['scalesweep', 'analyze', 'no-such-logs', '--out', 'out']; "
+               "runpy.run_module('scalesweep', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout.strip().endswith("handler ran")

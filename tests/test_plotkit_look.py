@@ -42,18 +42,21 @@ def test_desaturate_is_seaborns(colour, proportion):
     assert plotkit.desaturate(colour, proportion) == pytest.approx(sns.desaturate(colour, proportion), abs=1e-12)
 
 
-def test_an_analysis_imports_neither_seaborn_nor_scipy_stats(tmp_path):
-    """The whole analyze command on recorded logs (every table, the 17 figures in both formats,
-    the findings) in a fresh interpreter."""
+@pytest.mark.parametrize("svg", [False, True], ids=["png-only", "svg-too"])
+def test_an_analysis_imports_neither_seaborn_nor_scipy_stats(tmp_path, svg):
+    """The whole analyze command on recorded logs (every table, the 17 figures, the findings) in a
+    fresh interpreter: PNG only by default, both formats with --svg (the figures stage's)."""
     program = """
 import sys
 from scalesweep import cli
-status = cli.main(["analyze", sys.argv[1], "--out", sys.argv[2]])
+status = cli.main(["analyze", *sys.argv[1:]])
 print(status, sorted(name for name in ("seaborn", "scipy.stats") if name in sys.modules))
 """
     out = tmp_path / "analysis"
-    done = subprocess.run([sys.executable, "-c", program, str(REPO / "tests" / "data" / "logs"), str(out)],
-                          capture_output=True, text=True)
+    options = ["--svg"] if svg else []
+    done = subprocess.run([sys.executable, "-c", program, str(REPO / "tests" / "data" / "logs"), "--out",
+                           str(out), *options], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] in ("0 []", "None []")
-    assert len(list((out / "figures").glob("*.svg"))) == 17
+    assert len(list((out / "figures").glob("*.png"))) == 17
+    assert len(list((out / "figures").glob("*.svg"))) == (17 if svg else 0)

@@ -28,6 +28,9 @@ FIGURES = f"{RESULTS}/figures"
 # Each figure of the figures stage is written in both: a PNG for slides and a quick look, an SVG
 # for print and zoom (vector, its text searchable); the report offers both (docs/outputs.md).
 FIGURE_FORMATS = ("png", "svg")
+# `scalesweep analyze` has no report to embed the SVG in: it writes the PNG unless asked for both
+# (--svg). An SVG is a second draw of the whole figure, a third of the command's drawing time.
+ANALYZE_FIGURE_FORMATS = ("png",)
 # A figure's file name with wildcards (the report's pattern): {name} the figure, {suffix} the format.
 FIGURE_FILE_PATTERN = "{name}.{suffix,%s}" % "|".join(FIGURE_FORMATS)
 TRACES = f"{RESULTS}/traces"
@@ -152,9 +155,10 @@ def archived_marker() -> str:
     return f"{TABLES}/archived.json"
 
 
-def figure_names(name: str) -> list:
-    """The file names of one figure, one per FIGURE_FORMATS, in whichever folder it is written."""
-    return [f"{name}.{suffix}" for suffix in FIGURE_FORMATS]
+def figure_names(name: str, formats=FIGURE_FORMATS) -> list:
+    """The file names of one figure, one per format (FIGURE_FORMATS: the figures stage's), in
+    whichever folder it is written."""
+    return [f"{name}.{suffix}" for suffix in formats]
 
 
 def trace_dir(run_path: str) -> str:

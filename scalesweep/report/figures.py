@@ -30,6 +30,7 @@ from matplotlib.patches import Patch
 from scalesweep.analysis import breakdown
 from scalesweep.analysis.fits import N_DOUBLINGS, predicted_speedup
 from scalesweep.analysis.scaling import NO_BASELINE_NOTE, SINGLE_COUNT_NOTE, format_value
+from scalesweep.contract import layout
 from scalesweep.report.prediction import draw_predictions
 from scalesweep.report.plotkit import (
     BANDS,
@@ -652,9 +653,10 @@ def plot_scaling(scaling: pd.DataFrame, outdir, fits: pd.DataFrame | None = None
     return save_figures(build_figures(scaling, fits, predictions), outdir, dpi)
 
 
-def write_figures(scaling_csv, fits_csv, predictions_csv, outdir, processes: int = 1) -> str:
+def write_figures(scaling_csv, fits_csv, predictions_csv, outdir, processes: int = 1,
+                  formats=layout.FIGURE_FORMATS) -> str:
     """The figures stage (rule `figures`): scaling.csv (+ fits.csv for the fitted curves,
-    predictions.csv for the predicted points) -> outdir/*.png and *.svg; the log line.
+    predictions.csv for the predicted points) -> outdir/*.png and *.svg (`formats`); the log line.
 
     Drawing is most of an analysis' time at scale (text layout, twice per file), and one figure
     needs nothing of another: with `processes` > 1 each figure is drawn in one of that many
@@ -662,9 +664,9 @@ def write_figures(scaling_csv, fits_csv, predictions_csv, outdir, processes: int
     paths = (scaling_csv, fits_csv, predictions_csv)
     tables = figure_tables(paths)  # a missing table is refused before any process starts
     if processes <= 1:
-        written = save_figures(build_figures(*tables), outdir)
+        written = save_figures(build_figures(*tables), outdir, formats=formats)
     else:
-        with FigureProcesses(paths, outdir, processes) as drawing:
+        with FigureProcesses(paths, outdir, processes, formats=formats) as drawing:
             for table in FIGURE_TABLES:
                 drawing.table_written(table)
             written = drawing.written()
@@ -706,9 +708,11 @@ class FigureProcesses:
     sweep's figures are drawn on every core. Leaving the block with an error cancels the figures
     not yet started and waits for the others."""
 
-    def __init__(self, table_paths, outdir, processes: int, start_method: str = "spawn"):
+    def __init__(self, table_paths, outdir, processes: int, start_method: str = "spawn",
+                 formats=layout.FIGURE_FORMATS):
         self._paths = dict(zip(FIGURE_TABLES, table_paths))
         self._outdir = outdir
+        self._formats = tuple(formats)
         self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(start_method))
         self._tables: set[str] = set()
         self._futures: dict = {}
@@ -728,7 +732,8 @@ class FigureProcesses:
             if figure_name in self._futures or not self._tables.issuperset(needs):
                 continue
             paths = tuple(self._paths[table] if table in needs else None for table in FIGURE_TABLES)
-            self._futures[figure_name] = self._pool.submit(_write_figure, figure_name, paths, self._outdir)
+            self._futures[figure_name] = self._pool.submit(_write_figure, figure_name, paths, self._outdir,
+                                                          self._formats)
 
     def written(self) -> list[Path]:
         """Every figure's files, in FIGURE_NAMES' order, once all are drawn; a figure that failed
@@ -743,7 +748,8 @@ class FigureProcesses:
 _PROCESS_MAKERS: dict = {}
 
 
-def _write_figure(name: str, table_paths: tuple, outdir) -> list[Path]:
+def _write_figure(name: str, table_paths: tuple, outdir, formats) -> list[Path]:
     if table_paths not in _PROCESS_MAKERS:
         _PROCESS_MAKERS[table_paths] = figure_makers(*figure_tables(table_paths))
-    return save_figures({name: build_figure(_PROCESS_MAKERS[table_paths][name])}, outdir)
+    return save_figures({name: build_figure(_PROCESS_MAKERS[table_paths][name])}, outdir,
+                        formats=formats)

@@ -471,14 +471,15 @@ def placeholder(name: str, message: str) -> PlotFigure:
     return PlotFigure(name, figure, pd.DataFrame(), note=message)
 
 
-def save_figures(figures: dict[str, PlotFigure], outdir, dpi: int = 120) -> list[Path]:
-    """Every figure in each of layout.FIGURE_FORMATS (layout.figure_names), then closed (pyplot
-    keeps every open figure alive); the paths written, figure by figure."""
+def save_figures(figures: dict[str, PlotFigure], outdir, dpi: int = 120,
+                 formats=layout.FIGURE_FORMATS) -> list[Path]:
+    """Every figure in each of `formats` (layout.figure_names), then closed (pyplot keeps every
+    open figure alive); the paths written, figure by figure."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, figure in figures.items():
-        files = [outdir / file_name for file_name in layout.figure_names(name)]
+        files = [outdir / file_name for file_name in layout.figure_names(name, formats)]
         save_each_format(figure.figure, files, dpi, laid_out=figure.grid is not None)
         paths.extend(files)
     return paths
