@@ -109,10 +109,7 @@ def analyze(paths, out, settings: AnalysisSettings, all_attempts=False, images_p
     return refused
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m scalesweep")
-    parser.add_argument("--version", action="version", version=version_text())
-    commands = parser.add_subparsers(dest="command", required=True)
+def register_analyze(commands) -> None:
     analyze_cmd = commands.add_parser("analyze", help="logs and/or runs.csv -> tidy CSVs, tables, figures")
     analyze_cmd.add_argument("paths", nargs="+", help="log files, folders of logs, runs.csv tables")
     analyze_cmd.add_argument("--out", required=True, help="output folder (tidy/, tables/, figures/)")
@@ -147,6 +144,13 @@ def main(argv=None):
                              help="GPUs of one node, where the prediction starts to pay for the network")
     analyze_cmd.add_argument("--allow-superlinear", action="store_true", default=None,
                              help="let the sweet spot choose GPU counts flagged superlinear (> 105 %%)")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m scalesweep")
+    parser.add_argument("--version", action="version", version=version_text())
+    commands = parser.add_subparsers(dest="command", required=True)
+    register_analyze(commands)
     register_history(commands)
     register_compare(commands)
     register_check_config(commands)
