@@ -35,29 +35,25 @@ def predicted_points(data: pd.DataFrame, predictions: pd.DataFrame, y: str) -> p
     drawable = predictions[pd.to_numeric(predictions["efficiency_pct"], errors="coerce").notna()].copy()
     if "model" in drawable:
         drawable["model"] = drawable["model"].map(format_value).map(plot_text)
-    # Each group's predictions found by key once (filtering the whole table per group was most of
-    # the figures' time at 264 groups); the points computed as columns, not row by row.
+    # Each group's predictions found by key once: filtering the whole table per group was most of
+    # the figures' time at 264 groups.
     by_group = {key_tuple(values, keys): rows for values, rows in iter_groups(drawable, keys)}
-    picked, starts = [], []
+    rows = []
     for values, measured in iter_groups(data, keys):
         mine = by_group.get(key_tuple(values, keys), drawable.iloc[:0])
         mine = mine[mine["gpus"] > measured["gpus"].max()]
         if mine.empty:
             continue
         last = measured.loc[measured["gpus"].idxmax()]
-        picked.append(mine)
-        starts.append((last["model"], last["series"], last["label"], last["gpus"], last[y],
-                       measured["gpus"].min()))
-    if not picked:
-        return pd.DataFrame(columns=columns)
-    rows = pd.concat(picked)
-    counts = [len(mine) for mine in picked]
-    start = {name: np.repeat(np.array([values[i] for values in starts], dtype=object), counts).tolist()
-             for i, name in enumerate(("model", "series", "label", "from_gpus", "from_y", "base"))}
-    gpus, base, convert = rows["gpus"].to_numpy(), np.array(start.pop("base")), METRICS[y]
-    values = {name: convert(rows[column].to_numpy(float), gpus, base) for name, column in
-              (("y", "efficiency_pct"), ("y_low", "efficiency_low_pct"), ("y_high", "efficiency_high_pct"))}
-    return pd.DataFrame({**start, "gpus": gpus, **values}, columns=columns)
+        base = measured["gpus"].min()
+        convert = METRICS[y]
+        for _, row in mine.iterrows():
+            rows.append({"model": last["model"], "series": last["series"], "label": last["label"],
+                         "gpus": row["gpus"], "y": convert(row["efficiency_pct"], row["gpus"], base),
+                         "y_low": convert(row["efficiency_low_pct"], row["gpus"], base),
+                         "y_high": convert(row["efficiency_high_pct"], row["gpus"], base),
+                         "from_gpus": last["gpus"], "from_y": last[y]})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def draw_predictions(result: PlotFigure, data: pd.DataFrame, predictions: pd.DataFrame | None, y: str,
@@ -82,17 +78,15 @@ def draw_predictions(result: PlotFigure, data: pd.DataFrame, predictions: pd.Dat
             line_colours.append(color)
             diamonds.append(part[["gpus", "y", "y_low", "y_high"]].to_numpy(float))
             diamond_colours.extend([color] * len(part))
-        if not lines:
-            ax.text(0.99, 0.01, PREDICTED_LABEL, transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
-            continue
-        diamonds = np.concatenate(diamonds)
-        ax.add_collection(LineCollection(lines, colors=line_colours, linestyles=":", linewidths=1))
-        ax.scatter(diamonds[:, 0], diamonds[:, 1], marker="D", facecolors="none", edgecolors=diamond_colours,
-                   s=matplotlib.rcParams["lines.markersize"] ** 2,
-                   linewidths=matplotlib.rcParams["lines.markeredgewidth"])
-        ax.vlines(diamonds[:, 0], diamonds[:, 2], diamonds[:, 3], colors=diamond_colours, lw=2, alpha=0.4)
-        ax.autoscale_view()
         ax.text(0.99, 0.01, PREDICTED_LABEL, transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
+        if lines:
+            diamonds = np.concatenate(diamonds)
+            ax.add_collection(LineCollection(lines, colors=line_colours, linestyles=":", linewidths=1))
+            ax.scatter(diamonds[:, 0], diamonds[:, 1], marker="D", facecolors="none", edgecolors=diamond_colours,
+                       s=matplotlib.rcParams["lines.markersize"] ** 2,
+                       linewidths=matplotlib.rcParams["lines.markeredgewidth"])
+            ax.vlines(diamonds[:, 0], diamonds[:, 2], diamonds[:, 3], colors=diamond_colours, lw=2, alpha=0.4)
+            ax.autoscale_view()
     log2_gpu_axes(result.grid.axes.flat, [*data["gpus"], *points["gpus"]])
     return points
 
