@@ -76,7 +76,7 @@ def _overlap(a: Bbox, b: Bbox) -> bool:
 
 def saved_canvas(figure: Figure, renderer, bbox_inches=None) -> Bbox:
     """The part of the figure savefig writes, in display pixels."""
-    if isinstance(bbox_inches, Bbox):  # inches, measured once for every format (plotkit.tight_bbox)
+    if isinstance(bbox_inches, Bbox):  # inches, measured once for every format (figure_box.tight_bbox)
         return Bbox(bbox_inches.get_points() * figure.dpi)
     if bbox_inches == "tight":
         tight = figure.get_tightbbox(renderer)  # inches

@@ -16,8 +16,9 @@ relative residuals ((S - law) / S: timing noise is relative), and its standard e
 `scipy.optimize.curve_fit` gives it, sqrt(diag(pcov)). Inside (0, 1) the minimum is found in
 closed form (Gustafson: linear least squares) or from one (Amdahl: 1/S is linear in 1/N', whose
 fit starts Newton's method on the objective itself): exact to rounding, where curve_fit stopped
-once the objective changed by less than 1e-8 (p then agreed to about 1e-7). On a bound of [0, 1]
-the fit is curve_fit's bounded one, as before. `r2` is the R^2 of that same objective: weighted by 1/S^2 around the
+once the objective changed by less than 1e-8 (p then agreed to about 1e-7). A minimum on a bound
+of [0, 1] is the bound itself (fit_law_batch's search), where curve_fit's interior-point steps
+stopped up to 2e-5 short of it; scipy's bounded solver is left only for data no search fits. `r2` is the R^2 of that same objective: weighted by 1/S^2 around the
 weighted mean (`objective` says so), so it judges the fit by what the fit minimised. That stderr treats the
 points as independent, but every speedup shares the baseline's measurement; with repeats, the
 bootstrap accounts for it: it resamples the ok runs within each GPU count (the baseline's too),
@@ -130,16 +131,20 @@ def _cached_fit(law: str, scale: tuple, speedups: tuple) -> LawFit:
     x, y = np.array(scale), np.array(speedups)
     p = exact_p(law, x, y[None, :])[0]
     if not np.isfinite(p):
+        # A minimum on a bound (a series slower with every GPU: p = 0; superlinear: p = 1): the
+        # batch's search over [0, 1] finds it, the bound itself included.
+        p = fit_law_batch(law, x, y[None, :])[0] + 0.0  # + 0.0: a p clipped to 0 from below is -0.0
+    if not np.isfinite(p) or len(y) < 2:
         return _bounded_fit(law, x, y)
     stderr = _stderr(law, x, y, p)
     return LawFit(float(p), stderr, weighted_r_squared(y, LAWS[law](x, p), 1.0 / y**2))
 
 
 def _bounded_fit(law: str, x: np.ndarray, y: np.ndarray) -> LawFit:
-    """The fit as scipy's bounded least squares gives it: for a minimum on a bound of [0, 1] (or
-    data too few or too odd for the closed form), where the answer is the bound solver's own."""
-    # Here, not at the top: scipy.optimize is a third of an analysis' imports, and most fits
-    # never come here.
+    """The fit as scipy's bounded least squares gives it, for data no search can fit (a single
+    point, a speedup that is not a finite number > 0): curve_fit's answer or its refusal."""
+    # Here, not at the top: scipy.optimize is a third of an analysis' imports, and no fit of
+    # a scaling series (3 points or more, every speedup > 0) comes here.
     from scipy.optimize import OptimizeWarning, curve_fit
 
     with warnings.catch_warnings():
@@ -157,7 +162,10 @@ def _stderr(law: str, x: np.ndarray, y: np.ndarray, p: float) -> float:
     """curve_fit's standard error of p (sigma relative, not absolute): the residual variance
     over n - 1 degrees of freedom times (J'J)^-1, J the weighted residuals' derivative in p."""
     residual, slope, _ = _residuals(law, x, y, p)
-    return math.sqrt(float(np.sum(residual**2)) / (len(y) - 1) / float(np.sum(slope**2)))
+    curvature = float(np.sum(slope**2))
+    if curvature == 0.0:  # p moves no point (every N' is 1): curve_fit's pcov is inf
+        return math.nan
+    return math.sqrt(float(np.sum(residual**2)) / (len(y) - 1) / curvature)
 
 
 def _residuals(law: str, x, y, p):

@@ -351,14 +351,17 @@ def cell_throughput_interval(cells: pd.DataFrame) -> dict:
     """95 % interval of each cell's throughput, and where it comes from: with 2+ usable ok
     repeats, Student's t interval of their mean ("repeats"); with one, that run's own interval
     from its timed steps ("steps"); else NaN and ""."""
-    # Student's t quantile from scipy.special (what scipy.stats.t.ppf calls): scipy.stats costs
-    # half a second of imports, and scipy a second at workflow parse, so it is loaded late.
-    from scipy.special import stdtrit
-
     n = cells["_throughput_img_s_usable"].to_numpy(float)
     repeats = n >= 2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        half = stdtrit(np.maximum(n - 1, 1), 0.975) * cells["_thr_sd"] / np.sqrt(n)
+    half = np.full(len(n), np.nan)
+    if repeats.any():
+        # Student's t quantile from scipy.special (what scipy.stats.t.ppf calls): scipy.stats
+        # costs half a second of imports, and scipy.special a quarter, which a sweep without
+        # repeats (the default one) never needs.
+        from scipy.special import stdtrit
+
+        with np.errstate(invalid="ignore", divide="ignore"):
+            half = stdtrit(np.maximum(n - 1, 1), 0.975) * cells["_thr_sd"].to_numpy(float) / np.sqrt(n)
     single = (n == 1) & cells["_run_ci_low"].notna()
     low = np.where(repeats, cells["_thr_mean"] - half, np.where(single, cells["_run_ci_low"], np.nan))
     high = np.where(repeats, cells["_thr_mean"] + half, np.where(single, cells["_run_ci_high"], np.nan))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from scalesweep.report.figure_box import tight_bbox
+
 # compare.csv's verdicts (history/compare.py: verdict).
 FASTER, SLOWER, SAME, UNKNOWN = "faster", "slower", "no detectable difference", "unknown"
 UNKNOWN_NO_REPEATS = "unknown (no repeats)"
@@ -34,6 +36,7 @@ def verdict_colour(verdict: str) -> str:
     return VERDICT_COLOURS.get(verdict, VERDICT_COLOURS[UNKNOWN])
 
 
+DPI = 110
 MAX_PLOTTED = 40  # rows a figure can label legibly; the table keeps every configuration
 
 
@@ -74,8 +77,8 @@ def plot_ratios(table: pd.DataFrame, facts: dict, path) -> None:
     if rows.empty:
         axis.text(0.5, 0.5, "no configuration with a ratio", ha="center", transform=axis.transAxes)
     # No tight_layout: the tight box saves whatever reaches past the figure (long configuration
-    # labels on the left, the legend on the right), and laying out first measured it all twice.
-    figure.savefig(path, dpi=110, bbox_inches="tight")
+    # labels on the left, the legend on the right), measured once (savefig's "tight" draws twice).
+    figure.savefig(path, dpi=DPI, bbox_inches=tight_bbox(figure, DPI))
 
 
 def most_changed(rows: pd.DataFrame, limit: int) -> pd.DataFrame:

@@ -35,6 +35,7 @@ from matplotlib.transforms import Bbox  # noqa: E402
 
 from scalesweep.analysis.scaling import SCALING_COLUMNS, format_value  # noqa: E402
 from scalesweep.contract import atomic, layout  # noqa: E402
+from scalesweep.report.figure_box import tight_bbox  # noqa: E402
 from scalesweep.tidy.table import table_group_keys  # noqa: E402
 
 GPUS_LABEL = "GPUs"
@@ -502,18 +503,6 @@ def save_each_format(figure, paths: list[Path], dpi: int, laid_out: bool = False
                     figure.savefig(temporary, format=path.suffix[1:], dpi=dpi, bbox_inches=bbox)
     finally:
         plt.close(figure)
-
-
-def tight_bbox(figure, dpi: int):
-    """What `bbox_inches="tight"` crops to, found once for every format: each savefig with "tight"
-    lays the figure out again in a draw of its own, and drawing (text extents above all) is most
-    of the figures' time. The layout is final here: without a layout engine left on the figure,
-    savefig draws each file once. Measured without a draw before (savefig's "tight" draws first):
-    nothing a draw changes moves our figures' artists (fixed titles, legends at a fixed anchor,
-    ticks updated by the measure itself), and the PNGs are the same bytes."""
-    figure.set_dpi(dpi)
-    figure.set_layout_engine(None)
-    return figure.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
 
 
 def crop_box(figure, dpi: int):
