@@ -150,6 +150,7 @@ def alternate_with_base(base: Path, workdir: Path, sweeps: int, repeats: int, la
     def run_side(side, checkout, index):
         return paired.timed(commands[side], cwd=workdir, env=paired.side_env(checkout))[0]
 
+    paired.compile_checkouts([REPO, base])
     pairs = paired.run_pairs(run_side, {paired.HEAD: REPO, paired.BASE: base}, repeats)
     check_comparison(workdir / "compare-base")
     check_comparison(workdir / "compare")

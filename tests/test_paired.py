@@ -73,3 +73,18 @@ def test_a_failing_command_is_a_failure_with_its_output():
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert "exited 3" in result.stderr and "broken input" in result.stderr
+
+
+def test_a_side_reads_its_libraries_bytecode_whatever_the_shell_sets(monkeypatch, tmp_path):
+    """A PYTHONPYCACHEPREFIX (or PYTHONDONTWRITEBYTECODE) in the shell that runs `make bench`
+    made every side compile pandas, matplotlib and scipy again on every run: the sides import
+    from the bytecode beside the sources."""
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "empty-prefix"))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = paired.side_env(REPO)
+    assert env["PYTHONPATH"] == str(REPO)
+    probe = "import sys, yaml, scalesweep; print(sys.pycache_prefix, sys.dont_write_bytecode, yaml.__cached__)"
+    shown = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    prefix, dont_write, cached = shown.stdout.split()
+    assert (prefix, dont_write) == ("None", "False")
+    assert Path(cached).is_file() and not Path(cached).is_relative_to(tmp_path)
