@@ -18,7 +18,7 @@ closed form (Gustafson: linear least squares) or from one (Amdahl: 1/S is linear
 fit starts Newton's method on the objective itself): exact to rounding, where curve_fit stopped
 once the objective changed by less than 1e-8 (p then agreed to about 1e-7). A minimum on a bound
 of [0, 1] is the bound itself (fit_law_batch's search), where curve_fit's interior-point steps
-stopped up to 2e-5 short of it; scipy's bounded solver is left only for data no search fits. `r2` is the R^2 of that same objective: weighted by 1/S^2 around the
+stopped up to 1.6e-4 short of it; scipy's bounded solver is left only for data no search fits. `r2` is the R^2 of that same objective: weighted by 1/S^2 around the
 weighted mean (`objective` says so), so it judges the fit by what the fit minimised. That stderr treats the
 points as independent, but every speedup shares the baseline's measurement; with repeats, the
 bootstrap accounts for it: it resamples the ok runs within each GPU count (the baseline's too),
