@@ -59,17 +59,19 @@ BENCH_BASE ?= 817bbc2
 BENCH_FAILED := $(VENV)/.bench-failed
 # A value given on make's command line, as one shell word whatever it holds (quotes, spaces, `;`).
 shell_quoted = '$(subst ','\'',$(1))'
+# benchmarks/$(1).py with the arguments $(2); its name noted in BENCH_FAILED if it fails.
+run_bench = $(LOCAL_ENV) $(PYTHON) benchmarks/$(1).py $(2) || echo $(1) >> $(BENCH_FAILED)
 bench: $(VENV)/.installed
 	@rm -f $(BENCH_FAILED)
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_analysis.py --base-commit $(call shell_quoted,$(BENCH_BASE)) || echo bench_analysis >> $(BENCH_FAILED)
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_trainer.py || echo bench_trainer >> $(BENCH_FAILED)
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_protocols.py || echo bench_protocols >> $(BENCH_FAILED)
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_breakdown.py || echo bench_breakdown >> $(BENCH_FAILED)
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_history.py --base-commit $(call shell_quoted,$(BENCH_BASE)) || echo bench_history >> $(BENCH_FAILED)
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_bundle.py --base-commit $(call shell_quoted,$(BENCH_BASE)) || echo bench_bundle >> $(BENCH_FAILED)
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_suite.py --base-commit $(call shell_quoted,$(BENCH_BASE)) || echo bench_suite >> $(BENCH_FAILED)
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_energy.py || echo bench_energy >> $(BENCH_FAILED)
-	$(LOCAL_ENV) $(PYTHON) benchmarks/bench_timing.py || echo bench_timing >> $(BENCH_FAILED)
+	$(call run_bench,bench_analysis,--base-commit $(call shell_quoted,$(BENCH_BASE)))
+	$(call run_bench,bench_trainer)
+	$(call run_bench,bench_protocols)
+	$(call run_bench,bench_breakdown)
+	$(call run_bench,bench_history,--base-commit $(call shell_quoted,$(BENCH_BASE)))
+	$(call run_bench,bench_bundle,--base-commit $(call shell_quoted,$(BENCH_BASE)))
+	$(call run_bench,bench_suite,--base-commit $(call shell_quoted,$(BENCH_BASE)))
+	$(call run_bench,bench_energy)
+	$(call run_bench,bench_timing)
 	@if [ -s $(BENCH_FAILED) ]; then \
 		echo "make bench: failed: $$(tr '\n' ' ' < $(BENCH_FAILED))(their errors above); the others ran to their end" >&2; \
 		rm -f $(BENCH_FAILED); exit 1; fi

@@ -62,11 +62,11 @@ def side_env(checkout: Path) -> dict:
     """The environment of a side: its own package first on the path, its bytecode written beside
     its sources (each checkout has its own __pycache__, so neither side finds the other's).
 
-    No PYTHONPYCACHEPREFIX: Python then looks for every module's bytecode under the prefix only,
-    pandas', matplotlib's and scipy's too, and where bytecode is not written (the
-    PYTHONDONTWRITEBYTECODE of a shell, a read-only venv) it compiled them all again on every
-    run: twice the import time, in both sides' figures. Nor PYTHONDONTWRITEBYTECODE, so that a
-    side compiles its own package once."""
+    No PYTHONPYCACHEPREFIX: with one, Python looks for every module's bytecode under the prefix
+    only, pandas', matplotlib's and scipy's too, and where none is written there (a shell's
+    PYTHONDONTWRITEBYTECODE) each run compiles them all again: twice the import time, in both
+    sides' figures. No PYTHONDONTWRITEBYTECODE either, so that a side compiles its own package
+    once."""
     inherited = {key: value for key, value in os.environ.items()
                  if key not in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
     return {**inherited, "PYTHONPATH": str(checkout), "SLURM_CONF": os.devnull}
@@ -79,7 +79,7 @@ def compile_checkouts(checkouts) -> None:
     bytecode: said on stderr."""
     for checkout in checkouts:
         done = subprocess.run([sys.executable, "-m", "compileall", "-q", str(checkout / "scalesweep")],
-                              env=side_env(checkout), capture_output=True, text=True)
+                              env=side_env(checkout), capture_output=True)
         if done.returncode != 0:
             print(f"paired: {checkout}/scalesweep could not be compiled in place (read-only?): that side "
                   "compiles its package on each run", file=sys.stderr)

@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 MAKEFILE = (REPO / "Makefile").read_text()
 # The benchmarks the recipe runs, in its order.
-BENCHMARKS = re.findall(r"benchmarks/(bench_\w+)\.py", MAKEFILE.split("\nbench:", 1)[1].split("\n\n", 1)[0])
+BENCHMARKS = re.findall(r"\$\(call run_bench,(bench_\w+)", MAKEFILE.split("\nbench:", 1)[1].split("\n\n", 1)[0])
 
 
 def checkout_with_benchmarks(folder: Path, failing: set) -> Path:

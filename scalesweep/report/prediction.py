@@ -38,7 +38,7 @@ def predicted_points(data: pd.DataFrame, predictions: pd.DataFrame, y: str) -> p
     # Each group's predictions found by key once: filtering the whole table per group was most of
     # the figures' time at 264 groups.
     by_group = {key_tuple(values, keys): rows for values, rows in iter_groups(drawable, keys)}
-    rows = []
+    rows, convert = [], METRICS[y]
     for values, measured in iter_groups(data, keys):
         mine = by_group.get(key_tuple(values, keys), drawable.iloc[:0])
         mine = mine[mine["gpus"] > measured["gpus"].max()]
@@ -46,7 +46,6 @@ def predicted_points(data: pd.DataFrame, predictions: pd.DataFrame, y: str) -> p
             continue
         last = measured.loc[measured["gpus"].idxmax()]
         base = measured["gpus"].min()
-        convert = METRICS[y]
         for _, row in mine.iterrows():
             rows.append({"model": last["model"], "series": last["series"], "label": last["label"],
                          "gpus": row["gpus"], "y": convert(row["efficiency_pct"], row["gpus"], base),
