@@ -168,6 +168,10 @@ def test_figures_drawn_while_the_tables_are_computed_are_the_files_drawn_after(t
     assert lines[1].startswith(f"{2 * len(figures.FIGURE_NAMES)} figure files: ")
     for name in tables.TABLES:
         assert outputs[name].read_bytes() == table_files[name].read_bytes(), name
+    # The findings, written by this process while the others drew, are the one-process findings.
+    assert lines[2].startswith("findings for ") and lines[2].endswith(str(tmp_path / "findings.md"))
+    pipeline.write_findings(table_files, tmp_path / "one-process.md")
+    assert (tmp_path / "findings.md").read_bytes() == (tmp_path / "one-process.md").read_bytes()
     assert drawn(table_files, tmp_path / "after", 1) == {
         path.name: path.read_bytes() for path in sorted((tmp_path / "figures").iterdir()) if path.suffix == ".png"}
 

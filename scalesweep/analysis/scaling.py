@@ -181,13 +181,6 @@ def rows_by_group(table: pd.DataFrame | None, keys) -> Callable[[dict], pd.DataF
 
 # ----------------------------------------------------------------------------- aggregation
 
-def _median_and_range(values: pd.Series) -> tuple[float, float, float]:
-    usable = values[values.map(is_usable)]
-    if usable.empty:
-        return math.nan, math.nan, math.nan
-    return float(usable.median()), float(usable.min()), float(usable.max())
-
-
 def _status_note(rows: pd.DataFrame) -> str | None:
     """Why some or all runs at one GPU count give no numbers."""
     not_ok = rows[rows["status"] != "ok"]
@@ -232,36 +225,7 @@ def cell_notes(rows: pd.DataFrame) -> list[str]:
     return notes
 
 
-def aggregate_count(rows: pd.DataFrame) -> dict:
-    """Median (and min/max) over the ok repeats of ONE GPU count of one group, plus notes."""
-    ok = rows[rows["status"] == "ok"]
-    notes = cell_notes(rows)
-    time_s, time_min, time_max = _median_and_range(ok["steady_epoch_time_s"])
-    thr, thr_min, thr_max = _median_and_range(ok["throughput_img_s"])
-    if "total_time_s" in rows:
-        total, total_min, total_max = _median_and_range(ok["total_time_s"])
-    else:
-        total = total_min = total_max = math.nan
-    nodes = math.nan
-    if "nodes" in rows and rows["nodes"].notna().any():
-        nodes = float(rows["nodes"].min())
-    has_epochs = "epochs" in ok and ok["epochs"].notna().any()
-    epochs = float(ok["epochs"].median()) if has_epochs else math.nan
-    return {
-        "gpus": int(rows["gpus"].iloc[0]),
-        "nodes": nodes,
-        "n_runs": len(rows),
-        "n_ok": len(ok),
-        "epochs": epochs,
-        "time_s": time_s, "time_s_min": time_min, "time_s_max": time_max,
-        "time_s_range": time_max - time_min if len(ok) > 1 else math.nan,
-        "throughput_img_s": thr, "throughput_img_s_min": thr_min, "throughput_img_s_max": thr_max,
-        "total_time_s": total, "total_time_s_min": total_min, "total_time_s_max": total_max,
-        "notes": notes,
-    }
-
-
-# (column of aggregate_count, runs.csv column it aggregates over the usable ok runs)
+# (column of aggregate_counts, runs.csv column it aggregates over the usable ok runs)
 _AGGREGATED = (
     ("time_s", "steady_epoch_time_s"),
     ("throughput_img_s", "throughput_img_s"),
@@ -270,10 +234,12 @@ _AGGREGATED = (
 
 
 def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """aggregate_count of every group x GPU count: columns keys, then aggregate_count's, one row
-    per cell sorted by keys and gpus. One groupby for all cells instead of a call per cell (a
-    large sweep has thousands); the notes, for the few cells that need any, come from
-    cell_notes as in aggregate_count."""
+    """Each GPU count of each group (a cell) over its ok repeats: the median, min and max of the
+    usable (finite, > 0) times, throughputs and total times, the run counts, the medians of the
+    energy and breakdown columns, and `notes` (cell_notes: failed runs, ok runs without a usable
+    time or throughput, mixed node counts). Columns keys, gpus, then those; one row per cell
+    sorted by keys and gpus, from one groupby for all cells (a large sweep has thousands); the
+    notes only for the few cells that need any."""
     cells = [*keys, "gpus"]
     ok = runs["status"] == "ok"
     missing = pd.Series(np.nan, index=runs.index)
@@ -543,11 +509,11 @@ def acceleration_table(runs: pd.DataFrame) -> pd.DataFrame:
     batch = "requested_per_gpu_batch" if "requested_per_gpu_batch" in keys else None
     match_keys = [k for k in keys if k != batch]
     rows_out = []
-    cpu_runs, gpu_runs = runs[runs["gpus"] == 0], runs[runs["gpus"] == 1]
-    gpu_by_group = {key_tuple(v, match_keys): r for v, r in iter_groups(gpu_runs, match_keys)}
-    for values, cpu_rows in iter_groups(cpu_runs, match_keys):
-        cpu = _by_batch(cpu_rows, batch)
-        gpu = _by_batch(gpu_by_group.get(key_tuple(values, match_keys), gpu_runs.iloc[:0]), batch)
+    cpu_runs = runs[runs["gpus"] == 0]
+    cells = _cells_by_batch(runs[runs["gpus"].isin((0, 1))], match_keys, batch)
+    for values, _ in iter_groups(cpu_runs, match_keys):
+        group = key_tuple(values, match_keys)
+        cpu, gpu = cells.get((group, 0), {}), cells.get((group, 1), {})
         if not gpu:
             for cpu_batch, c in cpu.items():
                 rows_out.append({**values, **_acceleration_row(c, None, cpu_batch, math.nan,
@@ -560,10 +526,15 @@ def acceleration_table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows_out, columns=columns)
 
 
-def _by_batch(rows: pd.DataFrame, batch: str | None) -> dict:
-    if batch is None:
-        return {math.nan: aggregate_count(rows)} if len(rows) else {}
-    return {b: aggregate_count(r) for b, r in rows.groupby(batch, dropna=False, sort=True)}
+def _cells_by_batch(runs: pd.DataFrame, match_keys: list[str], batch: str | None) -> dict:
+    """{(group's key_tuple, gpus): {per-GPU batch (NaN without the axis): its aggregate_counts
+    row}}, in batch order, from one aggregate_counts over all groups."""
+    table = aggregate_counts(runs, [*match_keys, *([batch] if batch else [])])
+    cells: dict = {}
+    for cell in table.to_dict("records"):
+        by_batch = cells.setdefault((key_tuple(cell, match_keys), cell["gpus"]), {})
+        by_batch[cell[batch] if batch else math.nan] = cell
+    return cells
 
 
 def _matching_cpu_batch(cpu: dict, gpu_batch) -> tuple:

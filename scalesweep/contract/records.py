@@ -67,6 +67,13 @@ class Rule:
     choices: tuple = ()
 
     def accepts(self, value) -> bool:
+        # Most values of a record are floats or ints of a number or count rule: those are
+        # decided before the general dispatch (a log of 10,000 runs checks a million values).
+        # x - x is 0.0 for a finite float only (inf and nan give nan).
+        if type(value) is float and self.kind == "number":
+            return value - value == 0.0 and self._in_range(value)
+        if type(value) is int and self.kind == "count":
+            return self.minimum <= value <= MAX_COUNT
         if value is None:
             return self.nullable
         if self.kind == "count":  # choices: words allowed in place of a number
@@ -328,11 +335,13 @@ def depth(value) -> int:
 
 
 def is_integer(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def is_number(value) -> bool:
     """An int or float that converts to a finite float (an int past 1e308 does not)."""
+    if type(value) is float:
+        return value - value == 0.0
     if is_integer(value):
         return abs(value) <= MAX_FLOAT_INT
     return isinstance(value, float) and math.isfinite(value)
