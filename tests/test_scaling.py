@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from scalesweep.analysis.scaling import (
+    ACCELERATION_COLUMNS,
     SCALING_COLUMNS,
     acceleration_table,
     comparison_table,
@@ -264,6 +265,14 @@ def test_acceleration_prefers_the_same_batch_and_reports_missing_one_gpu():
     assert "fastest CPU batch" in a.loc[("resnet50v2", 512), "note"]
     other = acceleration_table(runs).query("model == 'resnet152v2'").iloc[0]
     assert math.isnan(other["acceleration"]) and "no 1-GPU run" in other["note"]
+
+
+def test_acceleration_of_a_sweep_without_cpu_runs_is_an_empty_table_with_its_columns():
+    runs = table(run(1, 100.0, 480.0, per_gpu_batch=2048), run(2, 50.0, 960.0, per_gpu_batch=2048))
+    a = acceleration_table(runs)
+    assert a.empty
+    assert list(a.columns[-len(ACCELERATION_COLUMNS):]) == list(ACCELERATION_COLUMNS)
+    assert "model" in a.columns and "gpus" not in a.columns
 
 
 def test_comparison_puts_models_side_by_side_at_each_gpu_count():

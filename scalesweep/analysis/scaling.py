@@ -510,6 +510,9 @@ def acceleration_table(runs: pd.DataFrame) -> pd.DataFrame:
     match_keys = [k for k in keys if k != batch]
     rows_out = []
     cpu_runs = runs[runs["gpus"] == 0]
+    columns = [*match_keys, *ACCELERATION_COLUMNS]
+    if cpu_runs.empty:  # most sweeps: no baseline, and no cell worth aggregating
+        return pd.DataFrame(rows_out, columns=columns)
     cells = _cells_by_batch(runs[runs["gpus"].isin((0, 1))], match_keys, batch)
     for values, _ in iter_groups(cpu_runs, match_keys):
         group = key_tuple(values, match_keys)
@@ -522,7 +525,6 @@ def acceleration_table(runs: pd.DataFrame) -> pd.DataFrame:
             cpu_batch, notes = _matching_cpu_batch(cpu, gpu_batch)
             rows_out.append({**values, **_acceleration_row(cpu[cpu_batch], g, cpu_batch,
                                                            gpu_batch, notes)})
-    columns = [*match_keys, *ACCELERATION_COLUMNS]
     return pd.DataFrame(rows_out, columns=columns)
 
 
