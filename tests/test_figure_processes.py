@@ -10,7 +10,8 @@ import pytest
 
 from scalesweep import pipeline
 from scalesweep.analysis import tables
-from scalesweep.analysis.scaling import rows_by_group, scaling_table
+from scalesweep.analysis.scaling import format_value, records_by_group, scaling_table
+from scalesweep.tidy.table import group_records, iter_groups
 from scalesweep.plan.analysis_settings import AnalysisSettings
 from scalesweep.report import figures
 
@@ -100,7 +101,7 @@ def test_stage_processes_follow_the_cpus_up_to_the_cap():
     assert [pipeline.capped_figure_processes(cpus) for cpus in (0, 1, 2, 64)] == [1, 1, 2, pipeline.FIGURE_PROCESSES]
 
 
-# ------------------------------------------------------------------ rows_by_group
+# ------------------------------------------------------------------ records_by_group
 
 def test_a_small_sweep_draws_in_this_process_a_large_one_in_processes(tmp_path, monkeypatch):
     """Each drawing process imports the analysis libraries again: for a sweep of a few dozen runs
@@ -121,18 +122,36 @@ def test_a_small_sweep_draws_in_this_process_a_large_one_in_processes(tmp_path, 
 def test_a_group_is_found_by_its_values_as_printed_missing_ones_alike():
     fits = pd.DataFrame({"model": ["a", "a", "b"], "per_gpu_batch": [64.0, math.nan, 64.0],
                          "p": [0.9, 0.8, 0.7]})
-    fit_of = rows_by_group(fits, ["model", "per_gpu_batch", "dataset"])  # no dataset column: ignored
-    assert fit_of({"model": "a", "per_gpu_batch": 64, "dataset": "x"})["p"].tolist() == [0.9]
-    assert fit_of({"model": "a", "per_gpu_batch": np.nan, "dataset": "x"})["p"].tolist() == [0.8]
-    none = fit_of({"model": "c", "per_gpu_batch": 64, "dataset": "x"})
-    assert none.empty and list(none.columns) == list(fits.columns)
+    fit_of = records_by_group(fits, ["model", "per_gpu_batch", "dataset"])  # no dataset column: ignored
+    assert [row["p"] for row in fit_of({"model": "a", "per_gpu_batch": 64, "dataset": "x"})] == [0.9]
+    assert [row["p"] for row in fit_of({"model": "a", "per_gpu_batch": np.nan, "dataset": "x"})] == [0.8]
+    assert fit_of({"model": "c", "per_gpu_batch": 64, "dataset": "x"}) == []
+    (row,) = fit_of({"model": "b", "per_gpu_batch": 64.0, "dataset": "x"})
+    assert row == {"model": "b", "per_gpu_batch": 64.0, "p": 0.7}
 
 
 def test_a_missing_or_empty_table_has_no_rows_for_any_group_and_no_shared_key_gives_all():
-    assert rows_by_group(None, ["model"])({"model": "a"}).empty
-    assert rows_by_group(pd.DataFrame(), ["model"])({"model": "a"}).empty
+    assert records_by_group(None, ["model"])({"model": "a"}) == []
+    assert records_by_group(pd.DataFrame(), ["model"])({"model": "a"}) == []
     table = pd.DataFrame({"p": [1, 2]})
-    assert rows_by_group(table, ["model"])({"model": "a"})["p"].tolist() == [1, 2]
+    assert [row["p"] for row in records_by_group(table, ["model"])({"model": "a"})] == [1, 2]
+
+
+def test_group_records_are_iter_groups_groups_in_its_order_as_plain_rows():
+    """The findings' groups: the same groups, rows and order as iter_groups (missing key values
+    a group of their own), each row a dict of the table's values."""
+    table = pd.DataFrame({"model": ["b", "a", "b", None, "a"], "batch": [2.0, 1.0, 2.0, 1.0, math.nan],
+                          "gpus": [1, 1, 2, 4, 8]})
+    expected = [(values, rows.to_dict("records")) for values, rows in iter_groups(table, ["model", "batch"])]
+    found = group_records(table, ["model", "batch"])
+    assert [str(rows) for _, rows in found] == [str(rows) for _, rows in expected]  # NaN != NaN
+    assert [[row["gpus"] for row in rows] for _, rows in found] == [[1], [8], [1, 2], [4]]
+    # the keys as the findings print them (group_title, records_by_group): numpy's 1.0 or Python's
+    printed = [[format_value(value) for value in values.values()] for values, _ in found]
+    assert printed == [[format_value(value) for value in values.values()] for values, _ in expected]
+    assert printed == [["a", "1"], ["a", "nan"], ["b", "2"], ["nan", "1"]]
+    assert str(group_records(table, [])) == str([({}, table.to_dict("records"))])
+    assert group_records(table.iloc[:0], ["model"]) == [] and group_records(table.iloc[:0], []) == []
 
 
 def test_the_figures_drawn_before_the_fits_are_those_that_do_not_draw_them():

@@ -158,25 +158,26 @@ def format_value(value) -> str:
     return str(value)
 
 
-def rows_by_group(table: pd.DataFrame | None, keys) -> Callable[[dict], pd.DataFrame]:
-    """A lookup of `table`'s rows by the group values of another table (`keys`: its group keys):
-    matched on the keys both have, a value as format_value prints it (64 and 64.0 are one, and
-    two missing values too). Grouped once: filtering the whole table per group was most of the
-    findings' time at hundreds of groups."""
+def records_by_group(table: pd.DataFrame | None, keys) -> Callable[[dict], list[dict]]:
+    """A lookup of `table`'s rows, as dicts (tidy.table.group_records), by the group values of
+    another table (`keys`: its group keys): matched on the keys both have, a value as
+    format_value prints it (64 and 64.0 are one, and two missing values too). Grouped once:
+    filtering the whole table per group was most of the findings' time at hundreds of groups."""
     if table is None or table.empty:
-        return lambda values: pd.DataFrame()
+        return lambda values: []
+    records = table.to_dict("records")
     shared = [key for key in keys if key in table]
     if not shared:
-        return lambda values: table
+        return lambda values: records
     printed = pd.DataFrame({key: table[key].map(format_value) for key in shared}, index=table.index)
     positions = {(key if isinstance(key, tuple) else (key,)): rows
                  for key, rows in printed.groupby(shared, sort=False).indices.items()}
 
-    def rows_of(values: dict) -> pd.DataFrame:
+    def records_of(values: dict) -> list[dict]:
         found = positions.get(tuple(format_value(values[key]) for key in shared))
-        return table.iloc[:0] if found is None else table.iloc[found]
+        return [] if found is None else [records[position] for position in found]
 
-    return rows_of
+    return records_of
 
 
 # ----------------------------------------------------------------------------- aggregation

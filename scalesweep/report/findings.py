@@ -6,7 +6,8 @@ efficiency), where to stop (the sweet spot of every intent with its GPU-hours), 
 fell (the points lost at that count split into the parts of the step that grew, the
 `loss_*_pct` columns of scalesweep/analysis/breakdown.py), and what the Amdahl fit predicts at the next
 two doublings with its interval, or a warning when it explains nothing (R² <= 0) or could not
-be fitted. Every number is read from the tables (`group_findings`) and only formatted here.
+be fitted. Every number is read from the tables and only formatted here. A group's rows are
+plain dicts (tidy.table.group_records): a DataFrame per group cost more than its words.
 
 The text is Markdown that is also reStructuredText (bold paragraphs and "- " lists): the
 report's front page (workflow/report/workflow.rst) includes the same file.
@@ -22,9 +23,9 @@ import pandas as pd
 
 from scalesweep.analysis.breakdown import PART_NAMES, PARTS
 from scalesweep.analysis.fits import FEW_POINTS_NOTE, N_DOUBLINGS, predicted_speedup
-from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_usable, rows_by_group
+from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_usable, records_by_group
 from scalesweep.contract import atomic
-from scalesweep.tidy.table import iter_groups, table_group_keys
+from scalesweep.tidy.table import group_records, table_group_keys
 from scalesweep.report.prediction import has_step_model, prediction_lines
 
 TITLE = "**Findings: how far each configuration scales, where to stop, and why**"
@@ -36,27 +37,27 @@ Z95 = 1.959964  # two-sided 95 % normal quantile, for a fit's interval from its 
 
 # ----------------------------------------------------------------------------- facts
 
-def flagged(group: pd.DataFrame) -> pd.Series:
-    """Rows whose point the scaling table flags (superlinear: a measurement suspected wrong)."""
-    if "flags" not in group:
-        return pd.Series(False, index=group.index)
-    return group["flags"].fillna("").astype(str).str.contains(SUPERLINEAR_FLAG)
+def is_flagged(row: dict) -> bool:
+    """Whether the scaling table flags the row's point (superlinear: a measurement suspected wrong)."""
+    flags = row.get("flags")
+    return not pd.isna(flags) and SUPERLINEAR_FLAG in str(flags)
 
 
-def largest_count(group: pd.DataFrame) -> pd.Series | None:
+def largest_count(group: list[dict]) -> dict | None:
     """The row of the largest GPU count above the baseline with a usable, unflagged speedup
-    (None: no such scaling measured). A flagged point never heads a group."""
-    measured = group[group["speedup"].map(is_usable) & group["efficiency_pct"].map(is_usable)
-                     & (group["gpus"] > group["baseline_gpus"]) & ~flagged(group)]
-    return None if measured.empty else measured.loc[measured["gpus"].idxmax()]
+    (None: no such scaling measured; the first such row of a count measured twice). A flagged
+    point never heads a group."""
+    measured = [row for row in group if is_usable(row["speedup"]) and is_usable(row["efficiency_pct"])
+                and row["gpus"] > row["baseline_gpus"] and not is_flagged(row)]
+    return max(measured, key=lambda row: row["gpus"]) if measured else None
 
 
-def flagged_text(group: pd.DataFrame) -> str:
+def flagged_text(group: list[dict]) -> str:
     """' Left out as flagged (superlinear, likely a slowed baseline): 4 GPUs at 154 %.'"""
-    rows = group[flagged(group) & group["efficiency_pct"].map(is_usable)]
-    if rows.empty:
+    rows = [row for row in group if is_flagged(row) and is_usable(row["efficiency_pct"])]
+    if not rows:
         return ""
-    points = ", ".join(f"{gpus_text(r['gpus'])} at {r['efficiency_pct']:.0f} %" for _, r in rows.iterrows())
+    points = ", ".join(f"{gpus_text(r['gpus'])} at {r['efficiency_pct']:.0f} %" for r in rows)
     return (f" Left out as flagged ({SUPERLINEAR_FLAG}, likely a slowed baseline or a busy node: "
             f"see node_load in runs.csv): {points}.")
 
@@ -66,7 +67,7 @@ def gpus_text(count) -> str:
     return f"{count} GPU" if count == 1 else f"{count} GPUs"
 
 
-def lost_points(row: pd.Series) -> tuple[float, list[tuple[str, float]]]:
+def lost_points(row: dict) -> tuple[float, list[tuple[str, float]]]:
     """Efficiency points lost at `row` (100 - step efficiency) and each part's share, largest
     first; an empty split when the row has no breakdown."""
     if not is_usable(row.get("step_efficiency_pct", math.nan)):
@@ -77,7 +78,7 @@ def lost_points(row: pd.Series) -> tuple[float, list[tuple[str, float]]]:
     return 100.0 - float(row["step_efficiency_pct"]), sorted(parts, key=lambda p: -p[1])
 
 
-def speedup_interval(fit: pd.Series, k: int) -> tuple[float, float]:
+def speedup_interval(fit: dict, k: int) -> tuple[float, float]:
     """The predicted speedup at the k-th doubling for the ends of p's interval: the bootstrap's
     percentiles when there are repeats, else p +- 1.96 standard errors (clipped to [0, 1])."""
     low, high = fit.get("p_ci_low", math.nan), fit.get("p_ci_high", math.nan)
@@ -96,40 +97,36 @@ def amdahl_speedup_fits(fits: pd.DataFrame | None) -> pd.DataFrame | None:
     return fits[(fits["law"] == "amdahl") & (fits["target"] == "speedup")]
 
 
-def first_row(rows: pd.DataFrame) -> pd.Series | None:
-    return None if rows.empty else rows.iloc[0]
-
-
-def spots_of(rows: pd.DataFrame) -> pd.DataFrame:
-    """A group's sweet-spot rows; an empty table with the columns spot_line reads when none."""
-    return rows if len(rows.columns) else pd.DataFrame(columns=["intent", "gpus", "gpu_hours", "note"])
+def first_row(rows: list[dict]) -> dict | None:
+    return rows[0] if rows else None
 
 
 # ----------------------------------------------------------------------------- words
 
-def speedup_band(row: pd.Series, group: pd.DataFrame) -> str:
+def speedup_band(row: dict, group: list[dict]) -> str:
     """' (95 % 2.41–3.30)': the speedup's interval from the throughput intervals of its count and
     of the baseline (repeats' spread where there are repeats, else the runs' own timed steps):
     thr_low(N) / thr_high(N_min) to thr_high(N) / thr_low(N_min). Empty where either is unknown."""
-    base = group[group["gpus"] == row["baseline_gpus"]]
+    base = next((other for other in group if other["gpus"] == row["baseline_gpus"]), None)
     columns = ("throughput_ci_low_img_s", "throughput_ci_high_img_s")
-    if base.empty or not all(c in row and is_usable(row[c]) and is_usable(base[c].iloc[0]) for c in columns):
+    if base is None or not all(c in row and is_usable(row[c]) and is_usable(base[c]) for c in columns):
         return ""
-    low = row[columns[0]] / base[columns[1]].iloc[0]
-    high = row[columns[1]] / base[columns[0]].iloc[0]
+    low = row[columns[0]] / base[columns[1]]
+    high = row[columns[1]] / base[columns[0]]
     return f" (95 % {low:.2f}–{high:.2f})"
 
 
-def busy_text(group: pd.DataFrame) -> str:
+def busy_text(group: list[dict]) -> str:
     """' The node was busy (load above its CPUs) at the start of 12 of 12 runs: ...'."""
-    if "n_busy" not in group or not (pd.to_numeric(group["n_busy"], errors="coerce") > 0).any():
+    busy = [pd.to_numeric(row.get("n_busy", math.nan), errors="coerce") for row in group]
+    if not any(count > 0 for count in busy):  # NaN > 0 is False: no column, no count
         return ""
-    busy, runs = int(group["n_busy"].sum()), int(group["n_ok"].sum())
+    busy, runs = int(np.nansum(busy)), int(np.nansum([row["n_ok"] for row in group]))
     return (f" The node was busy (load above its CPUs) at the start of {busy} of {runs} runs "
             "(node_load in runs.csv): their times carry that noise.")
 
 
-def scale_line(row: pd.Series | None, flagged_note: str = "", group: pd.DataFrame | None = None) -> str:
+def scale_line(row: dict | None, flagged_note: str = "", group: list[dict] | None = None) -> str:
     noise = "" if group is None else busy_text(group)
     if row is None:
         return ("Scaling: no two GPU counts with a usable, unflagged time, so no speedup to report."
@@ -139,7 +136,7 @@ def scale_line(row: pd.Series | None, flagged_note: str = "", group: pd.DataFram
             f"at {row['efficiency_pct']:.1f} % efficiency." + flagged_note + noise)
 
 
-def energy_text(spot: pd.Series) -> str:
+def energy_text(spot: dict) -> str:
     """', 2.57 J per image (GPU energy)' where the run measured its energy (an NVML counter)."""
     joules = spot.get("joules_per_image")
     return f", {joules:.3g} J per image (GPU energy)" if is_usable(joules) else ""
@@ -150,7 +147,7 @@ TIME_METRIC_WORDS = {"total_time_s": "shortest time to solution", "projected_tim
                      "time_s": "shortest steady epoch time", "time_per_image_s": "shortest time per image"}
 
 
-def intent_words(spot: pd.Series) -> str:
+def intent_words(spot: dict) -> str:
     """'fastest (shortest time to solution)': the intent, with what it minimised where that is a time."""
     if spot["intent"] != "fastest":
         return str(spot["intent"])
@@ -158,11 +155,11 @@ def intent_words(spot: pd.Series) -> str:
     return f"fastest ({words})"
 
 
-def spot_line(spots: pd.DataFrame) -> str:
-    if spots.empty:
+def spot_line(spots: list[dict]) -> str:
+    if not spots:
         return "Where to stop: no sweet-spot row."
     parts = []
-    for _, spot in spots.iterrows():
+    for spot in spots:
         if is_usable(spot["gpus"]):
             hours = (f", {spot['gpu_hours']:.3g} GPU-hours" if is_usable(spot["gpu_hours"])
                      else "")
@@ -172,7 +169,7 @@ def spot_line(spots: pd.DataFrame) -> str:
     return "Where to stop: " + "; ".join(parts) + "."
 
 
-def loss_line(row: pd.Series | None) -> str:
+def loss_line(row: dict | None) -> str:
     if row is None:
         return "Why: no scaling measured."
     lost, parts = lost_points(row)
@@ -187,7 +184,7 @@ def loss_line(row: pd.Series | None) -> str:
             + ", ".join(grew + shrank) + ".")
 
 
-def fit_line(fit: pd.Series | None) -> str:
+def fit_line(fit: dict | None) -> str:
     if fit is None:
         return "Prediction: no fit in the fits table."
     if not is_usable(fit["p"]):
@@ -227,14 +224,14 @@ def findings_text(scaling: pd.DataFrame, fits: pd.DataFrame | None = None,
     if scaling.empty:
         return "\n".join([*lines, "No GPU runs in the scaling table: nothing to report.", ""])
     keys = table_group_keys(scaling, SCALING_COLUMNS)
-    fit_of = rows_by_group(amdahl_speedup_fits(fits), keys)
-    spots_in = rows_by_group(sweet, keys)
-    predictions_of = rows_by_group(predictions, keys)
-    for values, group in iter_groups(scaling, keys):
+    fit_of = records_by_group(amdahl_speedup_fits(fits), keys)
+    spots_in = records_by_group(sweet, keys)
+    predictions_of = records_by_group(predictions, keys)
+    for values, group in group_records(scaling, keys):
         row = largest_count(group)
         lines += [f"**{group_title(values)}**", "",
                   f"- {scale_line(row, flagged_text(group), group)}",
-                  f"- {spot_line(spots_of(spots_in(values)))}",
+                  f"- {spot_line(spots_in(values))}",
                   f"- {loss_line(row)}",
                   *([] if has_step_model(predictions_of(values)) else [f"- {fit_line(first_row(fit_of(values)))}"]),
                   *(f"- {line}" for line in prediction_lines(predictions_of(values))), ""]

@@ -94,38 +94,41 @@ def draw_predictions(result: PlotFigure, data: pd.DataFrame, predictions: pd.Dat
 # In words (findings.md)
 
 
-def has_step_model(rows: pd.DataFrame | None) -> bool:
-    """Whether a group's predictions beyond its counts are the step model's: findings.md then
-    tells that one prediction and leaves the Amdahl extrapolation to fits.csv."""
-    if rows is None or rows.empty or "method" not in rows:
-        return False
-    ahead = rows[rows["measured_efficiency_pct"].isna() & pd.to_numeric(rows["efficiency_pct"], errors="coerce").notna()]
-    return ahead["method"].astype(str).str.startswith("step model").any()
+def has_step_model(rows: list[dict]) -> bool:
+    """Whether a group's predictions beyond its counts (its predictions.csv rows, as dicts) are the
+    step model's: findings.md then tells that one prediction and leaves the Amdahl extrapolation
+    to fits.csv."""
+    return any(pd.isna(row["measured_efficiency_pct"]) and _is_number(row["efficiency_pct"])
+               and str(row.get("method")).startswith("step model") for row in rows)
 
 
-def prediction_lines(rows: pd.DataFrame) -> list[str]:
-    """findings.md's lines of one group's predictions: the counts not measured, "predicted, not
-    measured", with the band and what they rest on; then the held-out check at measured counts."""
-    if rows.empty:
-        return []
+def _is_number(value) -> bool:
+    return not pd.isna(pd.to_numeric(value, errors="coerce"))
+
+
+def prediction_lines(rows: list[dict]) -> list[str]:
+    """findings.md's lines of one group's predictions (its predictions.csv rows, as dicts): the
+    counts not measured, "predicted, not measured", with the band and what they rest on; then the
+    held-out check at measured counts."""
     lines = []
-    ahead = rows[rows["measured_efficiency_pct"].isna()]
-    told = [f"{row.gpus:.0f} GPUs {row.efficiency_pct:.1f} % efficiency (band {row.efficiency_low_pct:.1f}–"
-            f"{row.efficiency_high_pct:.1f} %), {row.throughput_img_s:,.0f} img/s"
-            for row in ahead.itertuples() if pd.notna(row.efficiency_pct)]
+    ahead = [row for row in rows if pd.isna(row["measured_efficiency_pct"])]
+    told = [row for row in ahead if pd.notna(row["efficiency_pct"])]
     if told:
-        first = ahead[ahead["efficiency_pct"].notna()].iloc[0]
+        points = [f"{row['gpus']:.0f} GPUs {row['efficiency_pct']:.1f} % efficiency (band "
+                  f"{row['efficiency_low_pct']:.1f}–{row['efficiency_high_pct']:.1f} %), "
+                  f"{row['throughput_img_s']:,.0f} img/s" for row in told]
+        first = told[0]
         limit = first.get("limited_by")
         limit = f" Limited by {limit}." if isinstance(limit, str) and limit else ""
-        lines.append(f"Predicted, not measured: {'; '.join(told)}.{limit} Method: {first['method']}; it rests on "
+        lines.append(f"Predicted, not measured: {'; '.join(points)}.{limit} Method: {first['method']}; it rests on "
                      f"{first['inputs']} (docs/prediction.md).")
-    refused = ahead[ahead["efficiency_pct"].isna()]
-    if len(refused):
-        counts = ", ".join(f"{gpus:.0f}" for gpus in refused["gpus"])
-        lines.append(f"No prediction at {counts} GPUs: {refused['inputs'].iloc[0]}.")
-    checked = rows[rows["measured_efficiency_pct"].notna()]
-    if len(checked):
-        parts = [f"{row.gpus:.0f} GPUs from {row.measured_gpus}: {row.efficiency_pct:.1f} % predicted, "
-                 f"{row.measured_efficiency_pct:.1f} % measured ({row.error_pts:+.1f} points)" for row in checked.itertuples()]
+    refused = [row for row in ahead if pd.isna(row["efficiency_pct"])]
+    if refused:
+        counts = ", ".join(f"{row['gpus']:.0f}" for row in refused)
+        lines.append(f"No prediction at {counts} GPUs: {refused[0]['inputs']}.")
+    checked = [row for row in rows if pd.notna(row["measured_efficiency_pct"])]
+    if checked:
+        parts = [f"{row['gpus']:.0f} GPUs from {row['measured_gpus']}: {row['efficiency_pct']:.1f} % predicted, "
+                 f"{row['measured_efficiency_pct']:.1f} % measured ({row['error_pts']:+.1f} points)" for row in checked]
         lines.append("Prediction checked against measurement: " + "; ".join(parts) + ".")
     return lines
