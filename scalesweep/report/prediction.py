@@ -13,8 +13,8 @@ import pandas as pd
 from matplotlib.collections import LineCollection
 
 from scalesweep.analysis.scaling import format_value
-from scalesweep.report.plotkit import PLOT_VALUE_COLUMNS, PlotFigure, axes_by_panel, colouring, log2_gpu_axes, palette_of, plot_text, rows_of_panel
-from scalesweep.tidy.table import iter_groups, key_tuple, table_group_keys
+from scalesweep.report.plotkit import PLOT_VALUE_COLUMNS, PlotFigure, axes_by_panel, colouring, log2_gpu_axes, palette_of, plot_text
+from scalesweep.tidy.table import group_records, key_tuple, table_group_keys
 
 PREDICTED_LABEL = ("open diamonds, dotted: predicted, not measured\n"
                    "(predictions.csv; bar: its band)")
@@ -35,18 +35,19 @@ def predicted_points(data: pd.DataFrame, predictions: pd.DataFrame, y: str) -> p
     drawable = predictions[pd.to_numeric(predictions["efficiency_pct"], errors="coerce").notna()].copy()
     if "model" in drawable:
         drawable["model"] = drawable["model"].map(format_value).map(plot_text)
-    # Each group's predictions found by key once: filtering the whole table per group was most of
-    # the figures' time at 264 groups.
-    by_group = {key_tuple(values, keys): rows for values, rows in iter_groups(drawable, keys)}
+    # A group's rows as dicts (group_records), its predictions found by key once: a DataFrame per
+    # group, filtered and iterated, was most of the figures' time at 264 groups.
+    ahead_of = {key_tuple(values, keys): rows for values, rows in group_records(drawable, keys)}
+    plotted = data[list(dict.fromkeys([*keys, "gpus", "model", "series", "label", y]))]
     rows, convert = [], METRICS[y]
-    for values, measured in iter_groups(data, keys):
-        mine = by_group.get(key_tuple(values, keys), drawable.iloc[:0])
-        mine = mine[mine["gpus"] > measured["gpus"].max()]
-        if mine.empty:
+    for values, measured in group_records(plotted, keys):
+        top = max(row["gpus"] for row in measured)
+        mine = [row for row in ahead_of.get(key_tuple(values, keys), ()) if row["gpus"] > top]
+        if not mine:
             continue
-        last = measured.loc[measured["gpus"].idxmax()]
-        base = measured["gpus"].min()
-        for _, row in mine.iterrows():
+        last = max(measured, key=lambda row: row["gpus"])  # the first row of the largest count
+        base = min(row["gpus"] for row in measured)
+        for row in mine:
             rows.append({"model": last["model"], "series": last["series"], "label": last["label"],
                          "gpus": row["gpus"], "y": convert(row["efficiency_pct"], row["gpus"], base),
                          "y_low": convert(row["efficiency_low_pct"], row["gpus"], base),
@@ -66,16 +67,19 @@ def draw_predictions(result: PlotFigure, data: pd.DataFrame, predictions: pd.Dat
     colour = colouring(data, by_model)
     colors = palette_of(colour.labels)
     colour_of = dict(zip(data[colour.units], colour.labels))
+    units_of = {}  # {panel: [(unit, its points as dicts)]}, units sorted as a groupby would
+    for values, part in group_records(points, [*(["model"] if by_model else []), colour.units]):
+        units_of.setdefault(values["model"] if by_model else None, []).append((values[colour.units], part))
     for panel, ax in axes_by_panel(result.grid, by_model).items():
         lines, line_colours, diamonds, diamond_colours = [], [], [], []
-        for unit, part in rows_of_panel(points, panel, by_model).groupby(colour.units):
+        for unit, part in units_of.get(panel, ()):
             color = colors[colour_of[unit]]
-            part = part.sort_values("gpus")
-            x = [part["from_gpus"].iloc[0], *part["gpus"]]
-            values = [part["from_y"].iloc[0], *part["y"]]
+            part = sorted(part, key=lambda point: point["gpus"])
+            x = [part[0]["from_gpus"], *(point["gpus"] for point in part)]
+            values = [part[0]["from_y"], *(point["y"] for point in part)]
             lines.append(np.column_stack([x, values]).astype(float))
             line_colours.append(color)
-            diamonds.append(part[["gpus", "y", "y_low", "y_high"]].to_numpy(float))
+            diamonds.append(np.array([[point[c] for c in ("gpus", "y", "y_low", "y_high")] for point in part], float))
             diamond_colours.extend([color] * len(part))
         ax.text(0.99, 0.01, PREDICTED_LABEL, transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
         if lines:
