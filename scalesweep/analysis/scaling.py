@@ -605,6 +605,13 @@ def _determined_by(table: pd.DataFrame, by: str, key: str) -> bool:
     return bool((table.groupby(by, dropna=False)[key].nunique(dropna=False) <= 1).all())
 
 
+def is_flagged(row: dict) -> bool:
+    """Whether the scaling table flags the point of `row` (a scaling.csv row as a dict):
+    superlinear, a measurement suspected wrong."""
+    flags = row.get("flags")
+    return not pd.isna(flags) and SUPERLINEAR_FLAG in str(flags)
+
+
 def flagged_gpus(group: pd.DataFrame) -> list:
     """GPU counts of the group whose point the scaling table flags (superlinear): a measurement
     suspected wrong is no evidence for a law."""
@@ -613,4 +620,4 @@ def flagged_gpus(group: pd.DataFrame) -> list:
     # Plain values: the fits and the predictions ask once per group, a thousand times on a large
     # sweep, and a pandas string operation per group cost seconds there.
     return sorted(int(gpus) for gpus, flags in zip(group["gpus"].tolist(), group["flags"].tolist())
-                  if not pd.isna(flags) and SUPERLINEAR_FLAG in str(flags))
+                  if is_flagged({"flags": flags}))

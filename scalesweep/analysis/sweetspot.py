@@ -35,13 +35,13 @@ import pandas as pd
 
 from scalesweep.analysis.scaling import (
     SCALING_COLUMNS,
-    SUPERLINEAR_FLAG,
     THROUGHPUT_BASIS,
-    group_basis,
+    TIME_BASIS,
+    is_flagged,
     is_usable,
 )
 from scalesweep.plan.analysis_settings import DEFAULTS, AnalysisSettings
-from scalesweep.tidy.table import iter_groups, table_group_keys
+from scalesweep.tidy.table import group_records, table_group_keys
 
 INTENTS = ("fastest", "efficient", "budget", "greenest")
 SWEET_SPOT_COLUMNS = (
@@ -70,63 +70,77 @@ def projected_time_s(scaling: pd.DataFrame, epoch_budget: float) -> pd.Series:
     return epoch_budget * scaling["train_images"] / scaling["throughput_img_s"]
 
 
-def chosen_time_metric(group: pd.DataFrame) -> str:
+def chosen_time_metric(group: list[dict]) -> str:
     """Time basis: total_time_s when every GPU count with an epoch time also has a total time,
     else time_s. Throughput basis: projected_time_s when every GPU count with a throughput has
-    it, else time_per_image_s."""
-    if group_basis(group) == THROUGHPUT_BASIS:
-        measured = group[group["throughput_img_s"].map(is_usable)]
-        if len(measured) and measured["projected_time_s"].map(is_usable).all():
+    it, else time_per_image_s. `group`: the group's rows (as dicts) of with_costs' table."""
+    if _basis(group) == THROUGHPUT_BASIS:
+        measured = [row for row in group if is_usable(row["throughput_img_s"])]
+        if measured and all(is_usable(row["projected_time_s"]) for row in measured):
             return "projected_time_s"
         return "time_per_image_s"
-    measured = group[group["time_s"].map(is_usable)]
-    if len(measured) and measured["total_time_s"].map(is_usable).all():
+    measured = [row for row in group if is_usable(row["time_s"])]
+    if measured and all(is_usable(row["total_time_s"]) for row in measured):
         return "total_time_s"
     return "time_s"
 
 
-def fastest(group: pd.DataFrame, metric: str) -> tuple[pd.Series | None, str]:
-    candidates = group[group[metric].map(is_usable)]
-    if candidates.empty:
+def _basis(group: list[dict]) -> str:
+    """scaling.group_basis of a group's rows as dicts."""
+    if "scaling_basis" not in group[0]:
+        return TIME_BASIS
+    given = [row["scaling_basis"] for row in group if not pd.isna(row["scaling_basis"])]
+    return str(given[0]) if given else ""
+
+
+def _least(rows: list[dict], column: str) -> dict:
+    """The row of the smallest `column` value, the first of equal ones (pandas' idxmin)."""
+    return min(rows, key=lambda row: row[column])
+
+
+def fastest(group: list[dict], metric: str) -> tuple[dict | None, str]:
+    candidates = [row for row in group if is_usable(row[metric])]
+    if not candidates:
         return None, "no GPU count with a usable time"
-    best = candidates.loc[candidates[metric].idxmin()]
+    best = _least(candidates, metric)
     return best, f"shortest {_describe(metric)}: {best[metric]:.4g} s at {int(best['gpus'])} GPUs"
 
 
-def most_efficient(group: pd.DataFrame, floor: float) -> tuple[pd.Series | None, str]:
-    candidates = group[group["efficiency_pct"].notna() & (group["efficiency_pct"] >= floor)]
-    if candidates.empty:
+def most_efficient(group: list[dict], floor: float) -> tuple[dict | None, str]:
+    candidates = [row for row in group if not pd.isna(row["efficiency_pct"]) and row["efficiency_pct"] >= floor]
+    if not candidates:
         return None, f"no GPU count keeps efficiency >= {floor:g}%"
-    best = candidates.loc[candidates["gpus"].idxmax()]
+    best = max(candidates, key=lambda row: row["gpus"])  # the first of the largest count
     return best, (f"most GPUs with efficiency >= {floor:g}%: {int(best['gpus'])} GPUs at "
                   f"{best['efficiency_pct']:.1f}%")
 
 
-def within_budget(group: pd.DataFrame, metric: str, budget: float | None
-                  ) -> tuple[pd.Series | None, str]:
+def within_budget(group: list[dict], metric: str, budget: float | None
+                  ) -> tuple[dict | None, str]:
     if budget is None:
         return None, "no GPU-hour budget given: intent skipped"
-    candidates = group[group[metric].map(is_usable) & (group["gpu_hours"] <= budget)]
-    if candidates.empty:
+    candidates = [row for row in group if is_usable(row[metric]) and row["gpu_hours"] <= budget]
+    if not candidates:
         return None, f"no GPU count fits a budget of {budget:g} GPU-hours"
-    best = candidates.loc[candidates[metric].idxmin()]
+    best = _least(candidates, metric)
     return best, (f"shortest {_describe(metric)} within {budget:g} GPU-hours: {best[metric]:.4g} s "
                   f"at {int(best['gpus'])} GPUs using {best['gpu_hours']:.3g} GPU-hours")
 
 
-def greenest(group: pd.DataFrame, metric: str, time_bound_s: float | None) -> tuple[pd.Series | None, str]:
+def greenest(group: list[dict], metric: str, time_bound_s: float | None) -> tuple[dict | None, str]:
     """The least energy per epoch among GPU counts whose `metric` time is within the bound."""
-    energy = group[group["joules_per_image"].map(is_usable)] if "joules_per_image" in group else group.iloc[:0]
-    if energy.empty:
+    energy = [row for row in group if is_usable(row.get("joules_per_image"))]
+    if not energy:
         return None, "no GPU count with a measured energy per image"
-    within = energy[energy[metric].map(is_usable)]
+    within = [row for row in energy if is_usable(row[metric])]
     bound = "" if time_bound_s is None else f" within {time_bound_s:g} s"
     if time_bound_s is not None:
-        within = within[within[metric] <= time_bound_s]
-    if within.empty:
+        within = [row for row in within if row[metric] <= time_bound_s]
+    if not within:
         return None, f"no GPU count with a measured energy has a {_describe(metric)}{bound}"
-    column = "projected_energy_j" if within["projected_energy_j"].map(is_usable).all() else "joules_per_image"
-    best = within.loc[within[column].idxmin()]
+    column = ("projected_energy_j" if all(is_usable(row["projected_energy_j"]) for row in within)
+              else "joules_per_image")
+    best = _least(within, column)
     unit = "J per image" if column == "joules_per_image" else "J projected"
     return best, (f"least GPU energy{bound} ({_describe(metric)}): {best[column]:.4g} {unit} "
                   f"at {int(best['gpus'])} GPUs ({best['joules_per_image']:.4g} J per image)")
@@ -168,7 +182,8 @@ def sweet_spot_table(scaling: pd.DataFrame, settings: AnalysisSettings = DEFAULT
     keys = table_group_keys(scaling, SCALING_COLUMNS)
     table = with_costs(scaling, settings.epoch_budget)
     rows = []
-    for values, group in iter_groups(table, keys):
+    # A group's rows as dicts: a DataFrame per group and intent cost more than the choices.
+    for values, group in group_records(table, keys):
         metric = chosen_time_metric(group)
         group, left_out = trusted(group, settings.allow_superlinear)
         choices = {
@@ -185,19 +200,17 @@ def sweet_spot_table(scaling: pd.DataFrame, settings: AnalysisSettings = DEFAULT
     return pd.DataFrame(rows, columns=[*keys, *SWEET_SPOT_COLUMNS])
 
 
-def trusted(group: pd.DataFrame, allow_superlinear: bool) -> tuple[pd.DataFrame, str]:
+def trusted(group: list[dict], allow_superlinear: bool) -> tuple[list[dict], str]:
     """(the group's rows the intents may choose from, a note on those left out or "")."""
-    if allow_superlinear or "flags" not in group:
+    flagged = [] if allow_superlinear else [row for row in group if is_flagged(row)]
+    if not flagged:
         return group, ""
-    flagged = group["flags"].fillna("").astype(str).str.contains(SUPERLINEAR_FLAG)
-    if not flagged.any():
-        return group, ""
-    counts = ", ".join(str(int(gpus)) for gpus in group.loc[flagged, "gpus"])
-    return group[~flagged], (f"left out as superlinear: {counts} GPUs "
-                             "(analysis.allow_superlinear: true lets them be chosen)")
+    counts = ", ".join(str(int(row["gpus"])) for row in flagged)
+    return [row for row in group if not is_flagged(row)], (
+        f"left out as superlinear: {counts} GPUs (analysis.allow_superlinear: true lets them be chosen)")
 
 
-def _choice_row(intent: str, metric: str, best: pd.Series | None, why: str) -> dict:
+def _choice_row(intent: str, metric: str, best: dict | None, why: str) -> dict:
     if best is None:
         return {**{column: math.nan for column in SWEET_SPOT_COLUMNS},
                 "intent": intent, "time_metric": metric, "gpu_hours_basis": "", "why": "",

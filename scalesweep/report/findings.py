@@ -23,7 +23,7 @@ import pandas as pd
 
 from scalesweep.analysis.breakdown import PART_NAMES, PARTS
 from scalesweep.analysis.fits import FEW_POINTS_NOTE, N_DOUBLINGS, predicted_speedup
-from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_usable, records_by_group
+from scalesweep.analysis.scaling import SCALING_COLUMNS, SUPERLINEAR_FLAG, format_value, is_flagged, is_usable, records_by_group
 from scalesweep.contract import atomic
 from scalesweep.tidy.table import group_records, table_group_keys
 from scalesweep.report.prediction import has_step_model, prediction_lines
@@ -36,12 +36,6 @@ Z95 = 1.959964  # two-sided 95 % normal quantile, for a fit's interval from its 
 
 
 # ----------------------------------------------------------------------------- facts
-
-def is_flagged(row: dict) -> bool:
-    """Whether the scaling table flags the row's point (superlinear: a measurement suspected wrong)."""
-    flags = row.get("flags")
-    return not pd.isna(flags) and SUPERLINEAR_FLAG in str(flags)
-
 
 def largest_count(group: list[dict]) -> dict | None:
     """The row of the largest GPU count above the baseline with a usable, unflagged speedup
