@@ -200,18 +200,21 @@ def draw_lines(grid: PanelGrid, long: pd.DataFrame, hue: str, colors: dict, by_m
         lines = long.sort_values(["gpus", "value"], kind="stable")
     lines = lines.dropna(subset=["value"])
     levels = list(pd.unique(long[hue]))
+    # Each line's points as arrays, found by (panel, hue, kind): a DataFrame per line, grouped
+    # per panel, cost more than drawing the line at hundreds of series.
+    line_keys = [*(["model"] if by_model else []), hue, "kind"]
+    columns = {column: lines[column].to_numpy(float) for column in ("gpus", "value", *(("min", "max") if coarse else ()))}
+    drawn = {key: {column: values[positions] for column, values in columns.items()}
+             for key, positions in lines.groupby(line_keys, sort=False).indices.items()}
     for panel, ax in axes_by_panel(grid, by_model).items():
-        drawn = dict(tuple(rows_of_panel(lines, panel, by_model).groupby([hue, "kind"], sort=False)))
         for level in levels:
             for kind in (MEASURED, IDEAL):
-                line = drawn.get((level, kind))
+                line = drawn.get((panel, level, kind) if by_model else (level, kind))
                 if line is None:
                     continue
-                x = line["gpus"].to_numpy(float)
-                ax.plot(x, line["value"].to_numpy(float), color=colors[level], **LINE_MARKS[kind],
-                        **MARKER_EDGE)
+                ax.plot(line["gpus"], line["value"], color=colors[level], **LINE_MARKS[kind], **MARKER_EDGE)
                 if coarse:
-                    ax.fill_between(x, line["min"].to_numpy(float), line["max"].to_numpy(float),
+                    ax.fill_between(line["gpus"], line["min"], line["max"],
                                     color=colors[level], alpha=BAND_ALPHA, linewidth=0)
 
 
