@@ -1,6 +1,7 @@
 """Scaling tables on small hand-made runs tables; expected numbers worked out in comments."""
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -148,6 +149,16 @@ def test_partly_failed_repeats_use_the_ok_ones():
     assert s.loc[2, "time_s"] == 60.0  # median of 50 and 70, the timeout left out
     assert s.loc[2, ["n_runs", "n_ok"]].tolist() == [3, 2]
     assert "2 of 3 runs ok (timeout)" in s.loc[2, "note"]
+
+
+def test_a_count_names_its_failures_most_frequent_first_and_its_mixed_node_counts():
+    runs = table(run(1, 100.0, 500.0), run(2, 50.0, 1000.0, repeat=0, nodes=1),
+                 run(2, status="oom", repeat=1, nodes=2), run(2, status="timeout", repeat=2),
+                 run(2, status="timeout", repeat=3), run(2, status="failed", repeat=4))
+    note = scaling_table(runs).set_index("gpus").loc[2, "note"]
+    # timeout twice first; oom and failed once each, in the order they were read
+    assert "1 of 5 runs ok (timeout x2, oom, failed)" in note
+    assert re.search(r"mixed node counts \[1(\.0)?, 2(\.0)?\]", note)  # runs.csv's nodes may read as floats
 
 
 def test_groups_split_on_user_axes_and_leave_out_the_cpu_baseline():

@@ -13,6 +13,7 @@ row with NaN metrics and a note, never a crash and never a number that looks val
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Callable
 
 import numpy as np
@@ -182,47 +183,52 @@ def records_by_group(table: pd.DataFrame | None, keys) -> Callable[[dict], list[
 
 # ----------------------------------------------------------------------------- aggregation
 
-def _status_note(rows: pd.DataFrame) -> str | None:
+def _status_note(rows: list[dict]) -> str | None:
     """Why some or all runs at one GPU count give no numbers."""
-    not_ok = rows[rows["status"] != "ok"]
-    if not_ok.empty:
+    not_ok = [row for row in rows if row["status"] != "ok"]
+    if not not_ok:
         return None
-    counts = not_ok["status"].value_counts()
-    statuses = ", ".join(f"{status} x{count}" if count > 1 else status
-                         for status, count in counts.items())
+    # most frequent first, equally frequent in the order they first appear (pandas' value_counts)
+    counts = sorted(Counter(row["status"] for row in not_ok).items(), key=lambda item: -item[1])
+    statuses = ", ".join(f"{status} x{count}" if count > 1 else status for status, count in counts)
     n_ok = len(rows) - len(not_ok)
     head = "no ok run" if n_ok == 0 else f"{n_ok} of {len(rows)} runs ok"
     note = f"{head} ({statuses})"
-    if n_ok == 0 and "reason" in rows:
-        reasons = [r.strip() for r in not_ok["reason"].dropna().astype(str) if r.strip()]
+    if n_ok == 0 and "reason" in rows[0]:
+        reasons = [str(row["reason"]).strip() for row in not_ok if not pd.isna(row["reason"])]
+        reasons = [reason for reason in reasons if reason]
         if reasons:
             note += f": {reasons[0].splitlines()[0][:100]}"
     return note
 
 
-def _unusable_note(rows: pd.DataFrame, column: str, label: str) -> str | None:
+def _unusable_note(rows: list[dict], column: str, label: str) -> str | None:
     """Ok runs whose time or throughput is zero or missing: say so instead of using them."""
-    values = rows[column]
-    unusable = values[~values.map(is_usable)]
-    if unusable.empty:
+    unusable = [row[column] for row in rows if not is_usable(row[column])]
+    if not unusable:
         return None
-    zero = int((unusable == 0).sum())
+    zero = sum(value == 0 for value in unusable)
     kind = "zero" if zero == len(unusable) else "missing or zero" if zero else "missing"
     return f"{len(unusable)} ok run(s) with {kind} {label}: not used"
 
 
-def cell_notes(rows: pd.DataFrame) -> list[str]:
-    """Notes on the runs of ONE GPU count of one group: failed runs, ok runs without a usable
-    time or throughput, mixed node counts."""
-    ok = rows[rows["status"] == "ok"]
+# The runs.csv columns cell_notes reads.
+_NOTE_COLUMNS = ("status", "reason", "steady_epoch_time_s", "throughput_img_s", "nodes")
+
+
+def cell_notes(rows: list[dict]) -> list[str]:
+    """Notes on the runs (runs.csv rows as dicts of _NOTE_COLUMNS) of ONE GPU count of one
+    group: failed runs, ok runs without a usable time or throughput, mixed node counts."""
+    ok = [row for row in rows if row["status"] == "ok"]
     notes = [n for n in (_status_note(rows),) if n]
-    if not ok.empty:
+    if ok:
         notes += [n for n in (
             _unusable_note(ok, "steady_epoch_time_s", "steady epoch time"),
             _unusable_note(ok, "throughput_img_s", "throughput"),
         ) if n]
-    if "nodes" in rows and rows["nodes"].nunique() > 1:
-        notes.append(f"mixed node counts {sorted(rows['nodes'].dropna().unique().tolist())}")
+    nodes = {row["nodes"] for row in rows if "nodes" in row and not pd.isna(row["nodes"])}
+    if len(nodes) > 1:
+        notes.append(f"mixed node counts {sorted(nodes)}")
     return notes
 
 
@@ -285,15 +291,21 @@ def aggregate_counts(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         | (table["_time_s_usable"] < table["n_ok"])
         | (table["_throughput_img_s_usable"] < table["n_ok"])
     )
-    cell_of_run = grouped.ngroup().to_numpy()
-    order = np.argsort(cell_of_run, kind="stable")  # runs by cell, in their order within one
-    bounds = np.searchsorted(cell_of_run[order], np.arange(len(table) + 1))
-    table["notes"] = [
-        cell_notes(runs.iloc[order[bounds[cell]:bounds[cell + 1]]]) if needed else []
-        for cell, needed in enumerate(needs_notes)
-    ]
+    table["notes"] = _notes_of_cells(runs, grouped.ngroup().to_numpy(), needs_notes.to_numpy())
     return table.drop(columns=["node_counts", "_thr_mean", "_thr_sd", "_run_ci_low", "_run_ci_high",
                                *(f"_{name}_usable" for name, _ in _AGGREGATED)])
+
+
+def _notes_of_cells(runs: pd.DataFrame, cell_of_run: np.ndarray, needs_notes: np.ndarray) -> list[list[str]]:
+    """cell_notes of each cell that `needs_notes` (cells numbered as in `cell_of_run`), [] for
+    the others. Plain values of the few columns the notes read: a DataFrame per cell cost more
+    than its notes."""
+    order = np.argsort(cell_of_run, kind="stable")  # runs by cell, in their order within one
+    bounds = np.searchsorted(cell_of_run[order], np.arange(len(needs_notes) + 1))
+    noted = {column: runs[column].tolist() for column in _NOTE_COLUMNS if column in runs}
+    return [cell_notes([{column: values[run] for column, values in noted.items()}
+                        for run in order[bounds[cell]:bounds[cell + 1]]]) if needed else []
+            for cell, needed in enumerate(needs_notes)]
 
 
 def counted_images(runs: pd.DataFrame) -> pd.Series:
