@@ -153,10 +153,18 @@ def latest_attempts(logs):
 
 def distinct_files(logs):
     """Each file once: a link to a file already listed (the workflow's `<run>.log` points at
-    its latest attempt) is the same run."""
-    seen, distinct = set(), []
+    its latest attempt) is the same run. A file that is no link lies where its folder really
+    is: one realpath per folder, not per file (realpath looks at every part of the path, and on
+    a parallel file system each look is a call to its metadata server)."""
+    seen, distinct, real_folders = set(), [], {}
     for log in logs:
-        real = os.path.realpath(log)
+        if os.path.islink(log):
+            real = os.path.realpath(log)
+        else:
+            folder, name = os.path.split(log)
+            if folder not in real_folders:
+                real_folders[folder] = os.path.realpath(folder)
+            real = os.path.join(real_folders[folder], name)
         if real not in seen:
             seen.add(real)
             distinct.append(log)
