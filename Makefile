@@ -50,7 +50,7 @@ test-fast: $(VENV)/.installed
 
 # Benchmarks print `name value unit` lines (benchmarks/README.md); they measure, they do not judge.
 # The speed goals' rows (analysis, dry run, compare, offline install, test-fast) run 3 times on this
-# checkout and on BENCH_BASE (a commit, unpacked with git archive), alternating
+# checkout and on BENCH_BASE (a commit, checked out into a temporary folder), alternating
 # (benchmarks/paired.py): median, min-max and the ratio of each pair. The install builds both
 # bundles from the package index.
 # A benchmark that fails (a side that ran past its time limit on a busy machine) does not stop the

@@ -117,14 +117,11 @@ def timed_install(tarball: Path, into: Path, python: str, without_network: bool)
 
 def base_bundle(args, scratch: Path, python: str) -> Path | None:
     """The base side's tarball: --base-bundle, or the bundle of --base-commit built by that
-    commit's own envs/bundle.sh (the commit unpacked with git archive into a repository of its
-    own: bundle.sh packs a repository's tracked files)."""
+    commit's own envs/bundle.sh in a checkout of the commit (bundle.sh packs a repository's
+    tracked files)."""
     if args.base_bundle is not None or not args.base_commit:
         return args.base_bundle
     checkout = paired.unpack_commit(args.base_commit, scratch / "base-checkout")
-    for git in (["init", "-q"], ["add", "-A"],
-                ["-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-qm", args.base_commit]):
-        subprocess.run(["git", "-C", str(checkout), *git], check=True, capture_output=True)
     done = subprocess.run(["bash", "envs/bundle.sh", args.python_version, str(scratch / "base-dist")],
                           cwd=checkout, env={**os.environ, "BUILD_PYTHON": python},
                           capture_output=True, text=True, timeout=1200)

@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed comparisons (median, min, max)")
     parser.add_argument("--keep", action="store_true", help="keep the history (path on stderr)")
     parser.add_argument("--base", type=Path, help="an older checkout to alternate with (its own history format)")
-    parser.add_argument("--base-commit", help="a commit to alternate with, unpacked with git archive "
+    parser.add_argument("--base-commit", help="a commit to alternate with, checked out for the run "
                         "(ignored with --base)")
     args = parser.parse_args(argv)
     if args.sweeps < 2 * len(DRIVERS) * len(CLUSTERS):

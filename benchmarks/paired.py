@@ -11,8 +11,8 @@ median, min and max of CPU seconds (the command and its children: steadier on a 
 and wall seconds, then each pair's ratio this / base, median, min and max. The benchmarks of
 `make bench` import it to time their rows the same way (bench_analysis.py).
 
-A base given by --base-commit is unpacked with `git archive` into a temporary folder: the
-repository is not touched (no worktree, no checkout).
+A base given by --base-commit is checked out into a temporary folder, a git clone sharing this
+repository's objects: the repository itself is not touched (no worktree, no checkout).
 """
 
 import argparse
@@ -86,13 +86,15 @@ def compile_checkouts(checkouts) -> None:
 
 
 def unpack_commit(commit: str, into: Path, repo: Path = REPO) -> Path:
-    """The tree of `commit` of `repo` written into `into` (git archive): a base checkout."""
-    into.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit],
-                             capture_output=True)
-    if archive.returncode != 0:
-        raise BenchmarkFailure(f"git archive {commit} failed: {archive.stderr.decode()[-1000:]}")
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    """A checkout of `commit` of `repo` at `into`: a git checkout sharing the repository's objects
+    (nothing copied but the files), since the base's own tests ask git what the checkout tracks
+    (the citations, the bundle): a tree unpacked without .git failed three of them."""
+    into.parent.mkdir(parents=True, exist_ok=True)
+    for command in (["git", "clone", "--quiet", "--shared", "--no-checkout", str(repo), str(into)],
+                    ["git", "-C", str(into), "checkout", "--quiet", "--detach", commit]):
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise BenchmarkFailure(f"{' '.join(command[:3])} of {commit} failed: {done.stderr[-1000:]}")
     return into
 
 
@@ -168,7 +170,7 @@ class BaseCheckout:
 def add_base_arguments(parser: argparse.ArgumentParser, default_commit: Optional[str]) -> None:
     parser.add_argument("--base", help="a checkout to compare with (e.g. of 817bbc2)")
     parser.add_argument("--base-commit", default=default_commit,
-                        help="a commit to compare with, unpacked with git archive "
+                        help="a commit to compare with, checked out for the run "
                              f"(default {default_commit}; ignored with --base)")
     parser.add_argument("--rounds", type=int, default=3, help="runs per side (default 3)")
 

@@ -60,7 +60,7 @@ def test_command_runs_on_both_checkouts_of_a_commit_without_touching_the_reposit
     assert seen.count(head) == 2
     base = [text for text in seen if text != head]
     assert len(base) == 2 and base[0] == base[1] and base[0].split()[0] == base[0].split()[1]
-    # the unpacked base is removed afterwards, and the repository's state is unchanged
+    # the base's checkout is removed afterwards, and the repository's state is unchanged
     assert not Path(base[0].split()[0]).exists()
     assert subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True,
                           text=True).stdout == status
@@ -88,3 +88,23 @@ def test_a_side_reads_its_libraries_bytecode_whatever_the_shell_sets(monkeypatch
     prefix, dont_write, cached = shown.stdout.split()
     assert (prefix, dont_write) == ("None", "False")
     assert Path(cached).is_file() and not Path(cached).is_relative_to(tmp_path)
+
+
+def test_a_base_commit_is_a_git_checkout_of_that_commit(tmp_path):
+    """The base's own tests ask git what the checkout tracks (the citations, the bundle): a tree
+    unpacked without .git failed them, and the suite's benchmark with them."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import paired
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    checkout = paired.unpack_commit(head, tmp_path / "base")
+    def git(*words):
+        return subprocess.run(["git", "-C", str(checkout), *words], capture_output=True, text=True, check=True).stdout
+    assert git("rev-parse", "HEAD").strip() == head
+    assert git("status", "--porcelain") == ""
+    assert "README.md" in git("ls-files").split()
+    with pytest.raises(paired.BenchmarkFailure, match="no-such-commit"):
+        paired.unpack_commit("no-such-commit", tmp_path / "missing")
