@@ -65,15 +65,24 @@ def capped_figure_processes(cpus: int) -> int:
 # CPU-seconds, more than all 17 figures of a sweep of a few dozen runs cost to draw in this one.
 # Processes pay off once the figures have this many rows (of the runs or scaling table) to draw.
 FIGURE_PROCESS_MIN_ROWS = 1000
+# A fork starts with this process's imports, yet each process still pays its own first drawing
+# (fonts, text layout caches) and the copied pages: two forks cost 0.4-0.7 CPU-s more than one
+# process and save about 1 s of wall. Below this many rows the figures take about 4 s in one
+# process on 2 cores, and every `make sweep` of a laptop pays the CPU (measured at b2039a2, 2 runs
+# each: 12 runs 3.6-3.9 against 4.2-4.7 CPU-s, 3.6-3.8 against 2.6-3.0 s; 48 runs 4.3-4.4 against
+# 5.0-5.5 CPU-s, 4.1-4.2 against 3.3-3.5 s; 120 runs 3.9-4.3 against 4.0-4.9 CPU-s, 3.8-4.3
+# against 2.7-3.3 s).
+FORKED_PROCESS_MIN_ROWS = 100
 
 
 def drawing_processes(requested: int | None, table_csv, forked: bool = False) -> int:
     """The drawing processes for the figures of `table_csv` (runs.csv or scaling.csv): `requested`
     (None: one per CPU this process may run on), at most FIGURE_PROCESSES; one for a table of
-    fewer than FIGURE_PROCESS_MIN_ROWS rows unless they are `forked` (their start-up is then a
-    fork of this process, which has imported everything already)."""
+    fewer than FIGURE_PROCESS_MIN_ROWS rows, or of FORKED_PROCESS_MIN_ROWS when they are
+    `forked` (their start-up is then a fork of this process, which has imported everything)."""
     processes = capped_figure_processes(usable_cpu_count() if requested is None else requested)
-    if processes > 1 and not forked and csv_rows(table_csv) < FIGURE_PROCESS_MIN_ROWS:
+    least = FORKED_PROCESS_MIN_ROWS if forked else FIGURE_PROCESS_MIN_ROWS
+    if processes > 1 and csv_rows(table_csv) < least:
         return 1
     return processes
 
@@ -122,8 +131,9 @@ def tables_figures_findings(runs_csv, table_outputs: dict, settings: AnalysisSet
     written (figures.FigureProcesses), and the findings once the tables are. The tables stage
     runs in one process, and on a laptop the other cores would wait for it. `forked`: the
     drawing processes are forks of this one (only where hardware.may_fork_helpers: Linux, no
-    other thread; never Snakemake's), so they are worth starting for the smallest sweep too; the figure modules are imported first,
-    for every fork to inherit. `formats`: the figures' file formats (layout.FIGURE_FORMATS)."""
+    other thread; never Snakemake's), so they are worth starting for a smaller sweep
+    (FORKED_PROCESS_MIN_ROWS); the figure modules are imported first, for every fork to inherit.
+    `formats`: the figures' file formats (layout.FIGURE_FORMATS)."""
     processes = drawing_processes(figure_processes, runs_csv, forked)
     if processes <= 1:
         yield write_tables(runs_csv, table_outputs, settings, network_csv)

@@ -111,9 +111,16 @@ def test_a_small_sweep_draws_in_this_process_a_large_one_in_processes(tmp_path, 
     table.write_text("gpus,note\n" + "1,x\n" * (pipeline.FIGURE_PROCESS_MIN_ROWS - 1))
     assert pipeline.csv_rows(table) == pipeline.FIGURE_PROCESS_MIN_ROWS - 1
     assert [pipeline.drawing_processes(wanted, table) for wanted in (None, 1, 3)] == [1, 1, 1]
-    # Forks of this process start with its imports: worth it at any size.
+    # Forks of this process start with its imports: worth it at a tenth of that size, not for the
+    # default sweep's 12 runs (each process still pays its own first drawing).
     assert [pipeline.drawing_processes(wanted, table, forked=True) for wanted in (None, 1, 3)] == [
         pipeline.FIGURE_PROCESSES, 1, 3]
+    small = tmp_path / "small.csv"
+    small.write_text("gpus,note\n" + "1,x\n" * (pipeline.FORKED_PROCESS_MIN_ROWS - 1))
+    assert [pipeline.drawing_processes(wanted, small, forked=True) for wanted in (None, 1, 3)] == [1, 1, 1]
+    with small.open("a") as stream:
+        stream.write("2,y\n")
+    assert pipeline.drawing_processes(None, small, forked=True) == pipeline.FIGURE_PROCESSES
     with table.open("a") as stream:
         stream.write("2,y\n")
     assert [pipeline.drawing_processes(wanted, table) for wanted in (None, 1, 3)] == [pipeline.FIGURE_PROCESSES, 1, 3]
@@ -177,8 +184,8 @@ def test_a_figure_of_the_scaling_table_alone_is_drawn_alike_with_every_table(tab
 @pytest.mark.slow  # fresh interpreters, or forks of this one
 @pytest.mark.parametrize("forked", [False, True], ids=["spawned", "forked"])
 def test_figures_drawn_while_the_tables_are_computed_are_the_files_drawn_after(table_files, tmp_path, monkeypatch, forked):
-    if not forked:
-        monkeypatch.setattr(pipeline, "FIGURE_PROCESS_MIN_ROWS", 0)  # processes even for these 78 runs
+    # processes even for these 78 runs
+    monkeypatch.setattr(pipeline, "FORKED_PROCESS_MIN_ROWS" if forked else "FIGURE_PROCESS_MIN_ROWS", 0)
     runs_csv = table_files["scaling"].parent / "runs.csv"
     outputs = tables.outputs_in(tmp_path / "tables")
     lines = list(pipeline.tables_figures_findings(runs_csv, outputs, AnalysisSettings.from_config(),
