@@ -46,18 +46,15 @@ def test_sweep_leaves_tidy_tables_and_figures(tiny_sweep):
     assert runs.epoch_overhead_s.notna().all() and (runs.step_time_s > 0).all() and (runs.steps_per_epoch > 0).all()
     predictions = pd.read_csv(tiny_sweep / "results/tables/predictions.csv")
     torch_rows = predictions[predictions.framework == "pytorch"].set_index("gpus")
-    assert sorted(torch_rows.index) == [4, 8]
-    # Which rule sets the point estimate depends on this machine's timings (the gloo all-reduce
-    # measured in the run): whichever it is, `method` names it, `inputs` opens with it, and it is
-    # the larger of the two step times.
-    for row in torch_rows.itertuples():
-        rule = {METHOD_MODEL: "log", METHOD_NETWORK: "network"}[row.method]
-        assert row.inputs.startswith(f"point estimate: {rule} rule"), row.inputs
-        other = re.match(r"point estimate: \w+ rule \((?:log|network) rule ([\d.]+) ms\)", row.inputs)
-        if other:
-            assert float(other.group(1)) <= round(1000 * row.step_time_s, 1) + 0.05, row.inputs
-    assert (torch_rows.efficiency_low_pct <= torch_rows.efficiency_pct).all()
-    assert (torch_rows.efficiency_pct <= torch_rows.efficiency_high_pct).all()
+    if "superlinear" in str(two.loc["pytorch", "flags"]):
+        # A busy machine slowed the 1-GPU baseline (110 % efficiency at 2 GPUs, seen with a test
+        # process beside the sweep): the flagged point is no evidence, and the prediction from
+        # 1 GPU alone says why it gives no number instead of extrapolating.
+        assert sorted(torch_rows.index) == [2, 4]
+        assert torch_rows.inputs.str.startswith("one measured GPU count (1)").all(), torch_rows.inputs
+        assert torch_rows.efficiency_pct.isna().all()
+    else:
+        assert_predicted_from_two_counts(torch_rows)
     # Every run measured where its steps go: the parts add up, the line with `other` is in its log.
     parts = runs[["data_wait_s", "compute_s", "sync_wait_s", "sync_comm_s", "other_s"]].sum(axis=1)
     assert parts.tolist() == pytest.approx(runs.breakdown_step_s.tolist())
@@ -68,6 +65,21 @@ def test_sweep_leaves_tidy_tables_and_figures(tiny_sweep):
     for name in ("time_all.png", "throughput_by_model.png", "speedup_all.png", "efficiency_by_model.png",
                  "step_breakdown.png", "bus_bandwidth.png"):
         assert name in figures
+
+
+def assert_predicted_from_two_counts(torch_rows: pd.DataFrame) -> None:
+    """The next two doublings, 4 and 8 GPUs, from 1-2. Which rule sets the point estimate depends
+    on this machine's timings (the gloo all-reduce measured in the run): whichever it is, `method`
+    names it, `inputs` opens with it, and it is the larger of the two step times."""
+    assert sorted(torch_rows.index) == [4, 8]
+    for row in torch_rows.itertuples():
+        rule = {METHOD_MODEL: "log", METHOD_NETWORK: "network"}[row.method]
+        assert row.inputs.startswith(f"point estimate: {rule} rule"), row.inputs
+        other = re.match(r"point estimate: \w+ rule \((?:log|network) rule ([\d.]+) ms\)", row.inputs)
+        if other:
+            assert float(other.group(1)) <= round(1000 * row.step_time_s, 1) + 0.05, row.inputs
+    assert (torch_rows.efficiency_low_pct <= torch_rows.efficiency_pct).all()
+    assert (torch_rows.efficiency_pct <= torch_rows.efficiency_high_pct).all()
 
 
 @pytest.mark.slow
