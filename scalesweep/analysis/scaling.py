@@ -27,6 +27,7 @@ from scalesweep.tidy.table import (
     group_keys,
     iter_groups,
     key_tuple,
+    positions_by_cell,
     table_group_keys,
 )
 
@@ -300,12 +301,9 @@ def _notes_of_cells(runs: pd.DataFrame, cell_of_run: np.ndarray, needs_notes: np
     """cell_notes of each cell that `needs_notes` (cells numbered as in `cell_of_run`), [] for
     the others. Plain values of the few columns the notes read: a DataFrame per cell cost more
     than its notes."""
-    order = np.argsort(cell_of_run, kind="stable")  # runs by cell, in their order within one
-    bounds = np.searchsorted(cell_of_run[order], np.arange(len(needs_notes) + 1))
     noted = {column: runs[column].tolist() for column in _NOTE_COLUMNS if column in runs}
-    return [cell_notes([{column: values[run] for column, values in noted.items()}
-                        for run in order[bounds[cell]:bounds[cell + 1]]]) if needed else []
-            for cell, needed in enumerate(needs_notes)]
+    return [cell_notes([{column: values[run] for column, values in noted.items()} for run in positions])
+            if needed else [] for positions, needed in zip(positions_by_cell(cell_of_run, len(needs_notes)), needs_notes)]
 
 
 def counted_images(runs: pd.DataFrame) -> pd.Series:
@@ -360,12 +358,17 @@ _RELATIVE_COLUMNS = tuple(c for c in SCALING_COLUMNS if c not in (
 
 
 def group_basis(group: pd.DataFrame) -> str:
-    """The basis a scaling table gives a group ("" when it has none: mixed protocols); tables
-    written before the basis existed used the time ratio."""
-    if "scaling_basis" not in group:
+    """The basis a scaling table gives a group (basis_of_values)."""
+    return basis_of_values(group["scaling_basis"] if "scaling_basis" in group else None)
+
+
+def basis_of_values(bases) -> str:
+    """The basis a group's scaling_basis values give ("" when it has none: mixed protocols);
+    None, a table written before the basis existed: the time ratio it used."""
+    if bases is None:
         return TIME_BASIS
-    values = group["scaling_basis"].dropna()
-    return str(values.iloc[0]) if len(values) else ""
+    given = [basis for basis in bases if not pd.isna(basis)]
+    return str(given[0]) if given else ""
 
 
 def scaling_basis(cells: pd.DataFrame) -> tuple[str | None, str | None]:
@@ -617,11 +620,15 @@ def _determined_by(table: pd.DataFrame, by: str, key: str) -> bool:
     return bool((table.groupby(by, dropna=False)[key].nunique(dropna=False) <= 1).all())
 
 
-def is_flagged(row: dict) -> bool:
-    """Whether the scaling table flags the point of `row` (a scaling.csv row as a dict):
-    superlinear, a measurement suspected wrong."""
-    flags = row.get("flags")
+def says_superlinear(flags) -> bool:
+    """Whether a scaling.csv `flags` value flags its point superlinear (a measurement suspected
+    wrong)."""
     return not pd.isna(flags) and SUPERLINEAR_FLAG in str(flags)
+
+
+def is_flagged(row: dict) -> bool:
+    """Whether the scaling table flags the point of `row` (a scaling.csv row as a dict)."""
+    return says_superlinear(row.get("flags"))
 
 
 def flagged_gpus(group: pd.DataFrame) -> list:
@@ -632,4 +639,4 @@ def flagged_gpus(group: pd.DataFrame) -> list:
     # Plain values: the fits and the predictions ask once per group, a thousand times on a large
     # sweep, and a pandas string operation per group cost seconds there.
     return sorted(int(gpus) for gpus, flags in zip(group["gpus"].tolist(), group["flags"].tolist())
-                  if is_flagged({"flags": flags}))
+                  if says_superlinear(flags))

@@ -36,7 +36,7 @@ import pandas as pd
 from scalesweep.analysis.scaling import (
     SCALING_COLUMNS,
     THROUGHPUT_BASIS,
-    TIME_BASIS,
+    basis_of_values,
     is_flagged,
     is_usable,
 )
@@ -74,7 +74,8 @@ def chosen_time_metric(group: list[dict]) -> str:
     """Time basis: total_time_s when every GPU count with an epoch time also has a total time,
     else time_s. Throughput basis: projected_time_s when every GPU count with a throughput has
     it, else time_per_image_s. `group`: the group's rows (as dicts) of with_costs' table."""
-    if _basis(group) == THROUGHPUT_BASIS:
+    bases = [row["scaling_basis"] for row in group] if "scaling_basis" in group[0] else None
+    if basis_of_values(bases) == THROUGHPUT_BASIS:
         measured = [row for row in group if is_usable(row["throughput_img_s"])]
         if measured and all(is_usable(row["projected_time_s"]) for row in measured):
             return "projected_time_s"
@@ -83,14 +84,6 @@ def chosen_time_metric(group: list[dict]) -> str:
     if measured and all(is_usable(row["total_time_s"]) for row in measured):
         return "total_time_s"
     return "time_s"
-
-
-def _basis(group: list[dict]) -> str:
-    """scaling.group_basis of a group's rows as dicts."""
-    if "scaling_basis" not in group[0]:
-        return TIME_BASIS
-    given = [row["scaling_basis"] for row in group if not pd.isna(row["scaling_basis"])]
-    return str(given[0]) if given else ""
 
 
 def _least(rows: list[dict], column: str) -> dict:

@@ -294,14 +294,20 @@ def group_records(table: pd.DataFrame, keys: list[str]) -> list[tuple[dict, list
     if not keys:
         return [({}, records)] if records else []
     cells = table.groupby(keys, dropna=False, sort=True).ngroup().to_numpy()
-    order = np.argsort(cells, kind="stable")  # rows by group, in their order within one
-    bounds = np.searchsorted(cells[order], np.arange(cells.max(initial=-1) + 2))
     groups = []
-    for start, end in zip(bounds[:-1], bounds[1:]):
-        rows = [records[position] for position in order[start:end]]
+    for positions in positions_by_cell(cells, cells.max(initial=-1) + 1):
+        rows = [records[position] for position in positions]
         # a missing key value as groupby gives it (NaN, also for None), as iter_groups does
         groups.append(({key: np.nan if pd.isna(rows[0][key]) else rows[0][key] for key in keys}, rows))
     return groups
+
+
+def positions_by_cell(cell_of_row: np.ndarray, cells: int) -> list[np.ndarray]:
+    """The row positions of each cell 0 .. cells - 1 (numbered as in `cell_of_row`, a groupby's
+    ngroup), each cell's in row order: one sort for all cells, not a filter per cell."""
+    order = np.argsort(cell_of_row, kind="stable")
+    bounds = np.searchsorted(cell_of_row[order], np.arange(cells + 1))
+    return [order[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
 
 
 def key_tuple(values: dict, keys: list[str]) -> tuple:
