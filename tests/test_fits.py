@@ -89,6 +89,47 @@ def test_noisy_repeats_recover_p_within_the_bootstrap_interval():
     assert again["p_ci_low"] == one_fit(fits, "amdahl", "speedup")["p_ci_low"]
 
 
+def test_bootstraps_computed_together_give_each_fit_its_own_interval():
+    """fit_table runs the bootstraps of every group together (one median and one fit per set of
+    groups that draw alike): each interval exactly what its group's bootstrap alone gives, also
+    where Amdahl's minimum lies on a bound (a superlinear group: the bounded search, whose last
+    digits depend on the rows searched with it) beside an interior one."""
+    from scalesweep.analysis.fits import BootstrapRequest, bootstrap_intervals
+
+    rng = np.random.default_rng(3)
+    def samples(speedups, runs=4):
+        return {g: 100.0 * s * rng.lognormal(0.0, 0.03, runs) for g, s in zip((1, 2, 4, 8), speedups)}
+    sublinear = [samples([1, 1.8, 3.1, 4.7]) for _ in range(3)]
+    superlinear = samples([1, 2.3, 5.0, 11.0])
+    requests = [BootstrapRequest("amdahl", s, 1, True, 200, 0) for s in [*sublinear, superlinear]]
+    requests += [BootstrapRequest("gustafson", sublinear[0], 1, True, 200, 0),
+                 BootstrapRequest("amdahl", samples([1, 1.8, 3.1, 4.7], runs=3), 1, True, 200, 0),
+                 BootstrapRequest("amdahl", sublinear[1], 1, False, 200, 0)]
+    assert len({request.draws() for request in requests}) == 4  # four of them drawn together
+    together = bootstrap_intervals(requests)
+    assert together == [bootstrap_intervals([request])[0] for request in requests]
+    (low, high, fitted), (bound_low, bound_high, _) = together[0], together[3]
+    assert fitted == 200 and 0.8 < low < high < 0.95
+    assert bound_high == 1.0 and bound_low > 0.99  # superlinear: the bound, not a point beside it
+    assert together[6][1] < 0.5  # a time basis reads the same values as a slowdown
+
+
+def test_a_bounded_search_gives_each_block_of_rows_what_it_alone_gives():
+    """The golden-section search stops when its widest interval is narrow enough. A row whose
+    minimum lies just inside a bound starts narrower than one from inside the grid: searched
+    together the first one takes more steps, and its p changes in the ninth digit. search_rows
+    (one group's resamples) keeps each group's bootstrap what it is alone."""
+    from scalesweep.analysis.fits import fit_law_batch
+
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    near_bound = [1.0, 0.86947759, 23.05172667, 14.41324445]  # p ~ 0.0047 (grid best: p = 0)
+    inside = [1.0, 0.927446, 4.30039122, 20.61422433]  # p ~ 0.47, from inside the grid
+    alone = [fit_law_batch("amdahl", x, [row])[0] for row in (near_bound, inside)]
+    assert 0.004 < alone[0] < 0.005 and 0.47 < alone[1] < 0.48
+    assert fit_law_batch("amdahl", x, [near_bound, inside])[0] != alone[0]
+    assert fit_law_batch("amdahl", x, [near_bound, inside], search_rows=1).tolist() == alone
+
+
 def test_gustafson_recovers_p_of_scaled_speedup():
     runs = synthetic_runs([1, 2, 4, 8, 16], 0.8, 0.5, law=gustafson, repeats=5, noise=0.03,
                           seed=2)

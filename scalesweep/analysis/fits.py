@@ -252,7 +252,7 @@ def predicted_speedup(law: str, p: float, gpus, baseline_gpus: float):
     return LAWS[law](np.asarray(gpus, float) / baseline_gpus, p)
 
 
-def fit_law_batch(law: str, scale, speedups) -> np.ndarray:
+def fit_law_batch(law: str, scale, speedups, search_rows: int | None = None) -> np.ndarray:
     """p in [0, 1] of `law` for every row of `speedups` (all at the N' of `scale`): the least
     squares of fit_law (relative residuals) for many data sets at once, as the bootstrap needs.
     NaN for a row with a value that is not finite and > 0.
@@ -260,7 +260,10 @@ def fit_law_batch(law: str, scale, speedups) -> np.ndarray:
     Gustafson's objective is a parabola in p, so its closed-form p clipped to the bounds is exact.
     Amdahl's interior minima come from exact_p; a row whose minimum lies on a bound (or whose
     Newton steps did not settle) gets the best p of a grid over [0, 1], refined by golden-section
-    search between the grid points beside it, the bounds themselves included.
+    search between the grid points beside it, the bounds themselves included. The search stops
+    when its widest interval is narrow enough, so a row's last digits depend on the rows searched
+    with it: `search_rows` searches each block of that many consecutive rows on its own (the
+    bootstrap of several groups at once: each group's p as its own bootstrap would give them).
     """
     x = np.asarray(scale, float)
     y = np.atleast_2d(np.asarray(speedups, float))
@@ -272,7 +275,10 @@ def fit_law_batch(law: str, scale, speedups) -> np.ndarray:
     else:
         p = exact_p(law, x, y)
         searched = ~np.isfinite(p)
-        p[searched] = _amdahl_batch(x, y[searched])
+        block = search_rows or max(len(y), 1)
+        for start in range(0, len(y), block):
+            rows = start + np.flatnonzero(searched[start:start + block])
+            p[rows] = _amdahl_batch(x, y[rows])
     return np.where(valid, p, np.nan)
 
 
@@ -316,31 +322,68 @@ def _objective_at(x: np.ndarray, y: np.ndarray, p: np.ndarray) -> np.ndarray:
     return _amdahl_objective(x, y, p[:, None])
 
 
-def bootstrap_interval(law: str, samples: dict, baseline_gpus: int, higher_is_better: bool,
-                       n_resamples: int, seed: int) -> tuple[float, float, int]:
-    """Percentile interval of p from resampling the runs within each GPU count.
+@dataclass(frozen=True)
+class BootstrapRequest:
+    """One fit's bootstrap: `samples` maps GPU count -> the per-run values (throughput or time)
+    of its ok runs."""
 
-    `samples` maps GPU count -> the per-run values (throughput or time) of its ok runs. Each
-    resample takes the medians again, rebuilds the speedups against the resampled baseline and
-    refits. Returns (low, high, resamples that fitted).
+    law: str
+    samples: dict
+    baseline_gpus: int
+    higher_is_better: bool
+    n_resamples: int
+    seed: int
+
+    def draws(self) -> tuple:
+        """What fixes the resampled run positions: requests that agree on it draw the same ones."""
+        counts = tuple(sorted(self.samples))
+        return (self.law, counts, tuple(len(self.samples[g]) for g in counts), self.baseline_gpus,
+                self.higher_is_better, self.n_resamples, self.seed)
+
+
+def bootstrap_intervals(requests: list[BootstrapRequest]) -> list[tuple[float, float, int]]:
+    """Percentile interval of p from resampling the runs within each GPU count, per request:
+    (low, high, resamples that fitted).
+
+    Each resample takes the medians again, rebuilds the speedups against the resampled baseline
+    and refits. Every request draws from its own generator seeded with its seed, so requests with
+    the same draws() resample the same positions: they are computed together, one median and one
+    fit over all their groups' resamples (a sweep of 10,000 runs has hundreds of groups and a few
+    such classes), each interval what that request alone would give.
     """
-    rng = np.random.default_rng(seed)
-    counts = sorted(samples)
-    scale = np.array(counts, float) / baseline_gpus
-    # resamples x GPU counts: the median of each count's runs drawn with replacement
-    medians = np.column_stack([
-        np.median(values[rng.integers(0, len(values), size=(n_resamples, len(values)))], axis=1)
-        for values in (np.asarray(samples[g], float) for g in counts)
-    ])
+    intervals: list = [None] * len(requests)
+    classes: dict = {}
+    for position, request in enumerate(requests):
+        classes.setdefault(request.draws(), []).append(position)
+    for positions in classes.values():
+        for position, interval in zip(positions, _same_draw_intervals([requests[p] for p in positions])):
+            intervals[position] = interval
+    return intervals
+
+
+def _same_draw_intervals(requests: list[BootstrapRequest]) -> list[tuple[float, float, int]]:
+    first = requests[0]
+    rng = np.random.default_rng(first.seed)
+    counts = sorted(first.samples)
+    scale = np.array(counts, float) / first.baseline_gpus
+    # groups x resamples x GPU counts: the median of each count's runs drawn with replacement
+    medians = np.stack([
+        np.median(values[:, rng.integers(0, values.shape[1], size=(first.n_resamples, values.shape[1]))], axis=2)
+        for values in (np.array([np.asarray(r.samples[g], float) for r in requests]) for g in counts)
+    ], axis=2)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = medians / medians[:, [counts.index(baseline_gpus)]]
-        speedups = ratio if higher_is_better else 1.0 / ratio
-    ps = fit_law_batch(law, scale, speedups)
-    ps = ps[np.isfinite(ps)]
-    if not len(ps):
-        return math.nan, math.nan, 0
-    low, high = np.percentile(ps, CI_PERCENTILES)
-    return float(low), float(high), len(ps)
+        ratio = medians / medians[:, :, [counts.index(first.baseline_gpus)]]
+        speedups = ratio if first.higher_is_better else 1.0 / ratio
+    ps = fit_law_batch(first.law, scale, speedups.reshape(-1, len(counts)), search_rows=first.n_resamples)
+    intervals = []
+    for group_ps in ps.reshape(len(requests), first.n_resamples):
+        fitted = group_ps[np.isfinite(group_ps)]
+        if not len(fitted):
+            intervals.append((math.nan, math.nan, 0))
+            continue
+        low, high = np.percentile(fitted, CI_PERCENTILES)
+        intervals.append((float(low), float(high), len(fitted)))
+    return intervals
 
 
 def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0,
@@ -365,13 +408,19 @@ def fit_table(data: pd.DataFrame, n_bootstrap: int = 200, seed: int = 0,
     else:
         raise ValueError("fit_table: expected a runs table (with 'status') or a scaling table "
                          "(with 'scale_factor', 'speedup', 'tts_speedup')")
-    rows = []
+    rows, pending = [], []
     for values, group in iter_groups(scaling, keys):
         group_runs = None
         if runs_by_group is not None:
             group_runs = runs_by_group.get(key_tuple(values, keys), pd.DataFrame())
         for law, target in FITS:
-            rows.append({**values, **_fit_row(law, target, group, group_runs, n_bootstrap, seed)})
+            row, request = _fit_row(law, target, group, group_runs, n_bootstrap, seed)
+            rows.append({**values, **row})
+            if request is not None:
+                pending.append((rows[-1], request))
+    intervals = bootstrap_intervals([request for _, request in pending])
+    for (row, _), (low, high, fitted) in zip(pending, intervals):
+        row.update(p_ci_low=low, p_ci_high=high, n_bootstrap=fitted)
     return pd.DataFrame(rows, columns=[*keys, *FIT_COLUMNS])
 
 
@@ -387,7 +436,9 @@ def single_node_limit(group: pd.DataFrame) -> tuple[int | None, str]:
 
 
 def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFrame | None,
-             n_bootstrap: int, seed: int) -> dict:
+             n_bootstrap: int, seed: int) -> tuple[dict, BootstrapRequest | None]:
+    """A fit's row, and the bootstrap that fills its interval (None: the row says why there is
+    none), for fit_table to run with every other group's."""
     basis = target if target != "speedup" else group_basis(group)
     spec = BASIS_TARGETS.get(basis, BASIS_TARGETS["time"])
     flagged = flagged_gpus(group)
@@ -407,7 +458,7 @@ def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFram
         notes.append(f"too few GPU counts to fit: {len(points)} with a usable {series}, "
                      f"need {MIN_POINTS}")
         row["note"] = "; ".join(notes)
-        return row
+        return row, None
 
     fit = fit_law(law, points["scale_factor"], points[spec.speedup_column])
     row.update(p=fit.p, p_stderr=fit.p_stderr, r2=fit.r2, limit_speedup=limit_speedup(law, fit.p))
@@ -423,30 +474,27 @@ def _fit_row(law: str, target: str, group: pd.DataFrame, group_runs: pd.DataFram
         row[f"pred_speedup_{k}"] = speedup
         row[f"pred_efficiency_pct_{k}"] = speedup / (gpus / baseline) * 100.0
 
-    interval_note = _add_bootstrap(row, law, spec, points, group_runs, n_bootstrap, seed)
+    request, interval_note = _bootstrap_request(law, spec, points, group_runs, baseline, n_bootstrap, seed)
     if len(points) == MIN_POINTS:
         notes.append(FEW_POINTS_NOTE)
     explains_nothing = bool(fit.r2 <= 0)  # NaN (speedups that do not vary) is no verdict
     row["flags"] = NO_FIT_FLAG if explains_nothing else ""
     row["note"] = "; ".join(notes + ([interval_note] if interval_note else [])
                             + [NO_FIT_NOTE] * explains_nothing)
-    return row
+    return row, request
 
 
-def _add_bootstrap(row: dict, law: str, spec: Target, points: pd.DataFrame,
-                   group_runs: pd.DataFrame | None, n_bootstrap: int, seed: int) -> str | None:
-    """Fill p_ci_low/p_ci_high in place; return a note when no interval can be given."""
+def _bootstrap_request(law: str, spec: Target, points: pd.DataFrame, group_runs: pd.DataFrame | None,
+                       baseline_gpus, n_bootstrap: int, seed: int) -> tuple[BootstrapRequest | None, str | None]:
+    """The bootstrap of a fit's interval, or None and a note when no interval can be given."""
     if group_runs is None:
-        return "fitted from a scaling table: no per-run data, no bootstrap interval"
+        return None, "fitted from a scaling table: no per-run data, no bootstrap interval"
     if n_bootstrap <= 0:
-        return None
+        return None, None
     gpus_of_run = group_runs["gpus"].to_numpy()
     values = group_runs[spec.run_column].to_numpy(float)
     usable = np.isfinite(values) & (values > 0)  # is_usable, for a whole column at once
     samples = {gpus: values[usable & (gpus_of_run == gpus)] for gpus in points["gpus"].astype(int)}
     if max(len(v) for v in samples.values()) < 2:
-        return "one run per GPU count: no bootstrap interval"
-    low, high, fitted = bootstrap_interval(law, samples, int(row["baseline_gpus"]),
-                                           spec.higher_is_better, n_bootstrap, seed)
-    row.update(p_ci_low=low, p_ci_high=high, n_bootstrap=fitted)
-    return None
+        return None, "one run per GPU count: no bootstrap interval"
+    return BootstrapRequest(law, samples, int(baseline_gpus), spec.higher_is_better, n_bootstrap, seed), None
