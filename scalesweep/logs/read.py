@@ -53,6 +53,14 @@ def parse_file(path, world_size: int | None = None, images_per_epoch: int | None
     kind = not_a_file(path)
     if kind:
         raise LogFormatError(path, f"{kind}, not a log file: not read")
+    return parse_regular_file(path, world_size, images_per_epoch)
+
+
+def parse_regular_file(path, world_size: int | None = None, images_per_epoch: int | None = None,
+                       ) -> list[ParsedRun]:
+    """parse_file of a path its caller found to be a regular file (a named pipe would block the
+    read): one look at it fewer, which on a parallel file system is a call to its metadata
+    server for every log of a sweep."""
     raw = Path(path).read_bytes()
     encoding = wide_encoding(raw)
     if encoding:

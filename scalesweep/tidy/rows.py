@@ -23,7 +23,7 @@ import pandas as pd
 from scalesweep.contract import atomic, hardware, layout, records, run_env
 from scalesweep.contract.records import FIRST_STEADY_EPOCH
 from scalesweep.logs import invariants
-from scalesweep.logs.read import parse_file
+from scalesweep.logs.read import parse_regular_file
 from scalesweep.logs.run import EmptyLogError, LogFormatError, refused_summary, whole_number
 from scalesweep.tidy import copies
 from scalesweep.contract.steady import epoch_rate, steady_metrics, steady_windows
@@ -238,7 +238,7 @@ def _rows_for_item(path, axes: dict, images_per_epoch=None, peak_override=None,
     if path is None or not Path(path).is_file():
         return [(_failed_row(axes, NO_LOG_REASON, path), [], None)]
     try:
-        runs = parse_file(path, world_size=_world_size_hint(axes), images_per_epoch=images_per_epoch)
+        runs = parse_regular_file(path, world_size=_world_size_hint(axes), images_per_epoch=images_per_epoch)
     except EmptyLogError as error:
         return [(_failed_row(axes, str(error), path), [], None)]
     except (LogFormatError, OSError) as error:  # OSError: unreadable (permissions, vanished)
