@@ -366,11 +366,14 @@ def _same_draw_intervals(requests: list[BootstrapRequest]) -> list[tuple[float, 
     rng = np.random.default_rng(first.seed)
     counts = sorted(first.samples)
     scale = np.array(counts, float) / first.baseline_gpus
-    # groups x resamples x GPU counts: the median of each count's runs drawn with replacement
-    medians = np.stack([
-        np.median(values[:, rng.integers(0, values.shape[1], size=(first.n_resamples, values.shape[1]))], axis=2)
-        for values in (np.array([np.asarray(r.samples[g], float) for r in requests]) for g in counts)
-    ], axis=2)
+    def resampled_medians(gpus) -> np.ndarray:  # groups x resamples
+        values = np.array([np.asarray(request.samples[gpus], float) for request in requests])
+        runs = values.shape[1]
+        return np.median(values[:, rng.integers(0, runs, size=(first.n_resamples, runs))], axis=2)
+
+    # groups x resamples x GPU counts: the median of each count's runs drawn with replacement, the
+    # counts drawn in order, as each group's own generator would draw them
+    medians = np.stack([resampled_medians(gpus) for gpus in counts], axis=2)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = medians / medians[:, :, [counts.index(first.baseline_gpus)]]
         speedups = ratio if first.higher_is_better else 1.0 / ratio

@@ -211,7 +211,8 @@ def folder_items(folder, all_attempts=False):
     items, refused, manifests = [], [], {}
     found = list(log_files(folder, refused))
     plain = plain_files(found)
-    logs = distinct_files(regular_files(without_dangling_links(found, plain=plain), refused, plain), plain)
+    logs = distinct_files(regular_files(without_dangling_links(found, plain=plain), refused, plain=plain),
+                          plain=plain)
     for log in logs if all_attempts else latest_attempts(logs):
         if log.parent not in manifests:
             try:
