@@ -17,7 +17,17 @@ def test_the_style_is_seaborns_whitegrid_notebook_at_0_9_but_its_colormap():
     theirs = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.9)}
     assert theirs.pop("image.cmap") == "rocket"  # registered by seaborn's import only; no images drawn
     assert plotkit.SEABORN_WHITEGRID_NOTEBOOK == theirs
-    assert plotkit.STYLE == {**theirs, "axes.titley": 1.0}
+    assert plotkit.STYLE == {**theirs, "axes.titley": 1.0, "patch.facecolor": plotkit.DEFAULT_PATCH_FACE}
+
+
+def test_a_patchs_default_face_is_the_colour_matplotlib_names_c0():
+    from matplotlib import pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    with plt.rc_context({**plotkit.STYLE, "patch.facecolor": "C0"}):
+        named = Rectangle((0, 0), 1, 1).get_facecolor()
+    with plt.rc_context(plotkit.STYLE):
+        assert Rectangle((0, 0), 1, 1).get_facecolor() == named
 
 
 def test_the_colorblind_palette_is_seaborns():

@@ -65,7 +65,11 @@ SEABORN_WHITEGRID_NOTEBOOK = {
     "axes.titlesize": 10.8, "xtick.labelsize": 9.9, "ytick.labelsize": 9.9, "legend.fontsize": 9.9,
     "legend.title_fontsize": 10.8,
 }
-STYLE = {**SEABORN_WHITEGRID_NOTEBOOK, "axes.titley": 1.0}
+# A patch's default face colour is "C0", which matplotlib looks up in the colour cycle again for
+# every patch it makes (each panel's four spines and background, each band): 0.4 ms each, a third
+# of a CPU-second for 10,000 logs' figures. The same colour, looked up once.
+DEFAULT_PATCH_FACE = matplotlib.rcParams["axes.prop_cycle"].by_key().get("color", ["k"])[0]
+STYLE = {**SEABORN_WHITEGRID_NOTEBOOK, "axes.titley": 1.0, "patch.facecolor": DEFAULT_PATCH_FACE}
 # seaborn's "colorblind" palette (seaborn.palettes.SEABORN_PALETTES), for the step breakdown's parts.
 COLORBLIND = ("#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4",
               "#949494", "#ece133", "#56b4e9")
