@@ -2,9 +2,20 @@
 with the slurm plugin's comment whose working directory is this folder, and what each left. The
 whole restart on the test cluster is tests/test_slurm_restart.py."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
-from snakemake_executor_plugin_slurm.utils import get_job_wildcards
+from conftest import LOCAL_ENV
+
+# The plugin asks `scontrol show config` for its job-array limit when it is imported: where no
+# controller answers (none is up while pytest collects), that waits 10 s, in each worker's
+# collection. This module needs none of it.
+with mock.patch.dict(os.environ, LOCAL_ENV):
+    from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 
 from scalesweep.plan.cluster import slurm_jobs
 from scalesweep.plan.cluster.slurm_jobs import QueuedJob
@@ -78,3 +89,21 @@ def test_a_result_that_appears_late_is_waited_for_up_to_the_latency(tmp_path):
     assert slurm_jobs.wait_until_visible([str(late)], 5, sleep) == []
     assert slurm_jobs.wait_until_visible([str(tmp_path / "never")], 0.3) == [str(tmp_path / "never")]
     assert waits == [1.0]
+
+
+def test_collecting_this_module_waits_for_no_slurm_controller(tmp_path):
+    """pytest imports this module in each worker before any cluster is up: the `scontrol` that
+    the plugin's import runs must fail at once (an empty SLURM_CONF), not wait for a controller."""
+    asked = tmp_path / "asked"
+    fake = tmp_path / "bin" / "scontrol"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho \"SLURM_CONF=$SLURM_CONF $*\" >> '{asked}'\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("SLURM_CONF", None)
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             "-p", "no:xdist", __file__], capture_output=True, text=True, env=env,
+                            cwd=Path(__file__).parent, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    calls = asked.read_text().splitlines() if asked.exists() else []  # a plugin that asks nothing
+    assert all(call.startswith(f"SLURM_CONF={os.devnull} ") for call in calls), calls
