@@ -105,21 +105,31 @@ def _starts(function, program: str, seen: set) -> bool:
     if program in names:
         return True
     module_globals = getattr(function, "__globals__", {})
-    return any(_starts(found, program, seen) for name in names for found in _named(name, module_globals, names))
+    helpers = [module for module in map(_test_module, names) if module is not None]
+    return any(_starts(found, program, seen) for name in names for found in _named(name, module_globals, helpers))
 
 
-def _named(name: str, module_globals: dict, names: set) -> list:
+def _named(name: str, module_globals: dict, helpers: list) -> list:
     """What `name` is in the function's module, or, imported inside the function (`from mn5site
-    import run_with_profile` leaves both names in its code), in a module of tests/ it names."""
+    import run_with_profile` leaves both names in its code), in one of the `helpers`, the
+    modules of tests/ the function names."""
     if name in module_globals:
         return [module_globals[name]]
-    helpers = [_test_module(other) for other in names]
-    return [getattr(helper, name) for helper in helpers if helper is not None and hasattr(helper, name)]
+    return [getattr(helper, name) for helper in helpers if hasattr(helper, name)]
+
+
+# What `import <name>` finds in tests/ (a test's helper module): only these names are looked up,
+# not every name a test's code holds (a lookup of one that is no module searches all of sys.path).
+TEST_MODULE_NAMES = frozenset(path.stem if path.suffix == ".py" else path.name
+                              for path in TESTS.iterdir()
+                              if path.suffix == ".py" or (path / "__init__.py").is_file())
 
 
 @functools.lru_cache(maxsize=None)
 def _test_module(name: str):
-    spec = importlib.util.find_spec(name) if name.isidentifier() and name not in sys.builtin_module_names else None
+    if name not in TEST_MODULE_NAMES:
+        return None
+    spec = importlib.util.find_spec(name)
     if spec is None or not str(spec.origin).startswith(str(TESTS)):
         return None
     return importlib.import_module(name)
