@@ -141,7 +141,11 @@ def assert_finished_run(records: list[dict], epochs: int):
     assert all(record["schema"] == 1 for record in records)
     header, epoch_records, summary = records[0], records[1:-1], records[-1]
     assert [r["epoch"] for r in epoch_records] == list(range(1, epochs + 1))
+    warmup_left = header.get("warmup_steps") or 0
     for epoch in epoch_records:
+        # the median and p90 leave out the run's warm-up steps (measure.step_statistics)
+        timed_steps = epoch["steps"] - min(epoch["steps"], warmup_left)
+        warmup_left -= epoch["steps"] - timed_steps
         assert epoch["images"] == header["images_per_epoch"]
         assert epoch["steps"] == epoch["images"] // header["global_batch"]
         assert epoch["phase"] is None
@@ -150,10 +154,10 @@ def assert_finished_run(records: list[dict], epochs: int):
         assert 0 <= epoch["accuracy"] <= 1 and epoch["loss"] > 0
         if epoch["step_time_median_s"] is not None:
             assert 0 < epoch["step_time_median_s"] <= epoch["step_time_p90_s"]
-            # At least half the steps last the median or longer, the longest of them at least the
-            # p90, and every step lies inside its epoch; the step clock may run a few ms outside
+            # At least half the timed steps last the median or longer, the longest of them at least
+            # the p90, and every step lies inside its epoch; the step clock may run a few ms outside
             # the epoch's clock.
-            steps_at_least_median = math.ceil(epoch["steps"] / 2)
+            steps_at_least_median = math.ceil(timed_steps / 2)
             least_steps_sum = epoch["step_time_median_s"] * (steps_at_least_median - 1) + epoch["step_time_p90_s"]
             assert least_steps_sum < epoch["seconds"] * 1.1 + 0.01
     steady = epoch_records[1:]
