@@ -13,10 +13,10 @@ from bench_bundle import find_python
 REPO = Path(__file__).resolve().parents[1]
 
 
-def bench(script, *args):
+def bench(script, *args, slurm_conf=os.devnull):
     return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO,
                           capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "SLURM_CONF": os.devnull})
+                          env={**os.environ, "SLURM_CONF": slurm_conf})
 
 
 def figures(stdout):
@@ -138,3 +138,14 @@ def test_bench_suite_pairs_two_checkouts_and_refuses_a_failing_side(tmp_path):
     failing = tiny_checkout(tmp_path / "failing", "assert False")
     result = bench("bench_suite.py", "--head", str(failing), "--base", str(base), "--rounds", "1")
     assert result.returncode == 1 and "bench_suite: FAILED" in result.stderr
+
+
+@pytest.mark.slow
+def test_bench_suite_runs_the_tests_with_the_callers_slurm_conf(tmp_path):
+    """As `make test-fast` runs them: a SLURM client that cannot reach its controller costs the
+    tests what it costs them there, not nothing."""
+    conf = str(tmp_path / "caller's slurm.conf")
+    body = f"import os; assert os.environ.get('SLURM_CONF') == {conf!r}"
+    head, base = tiny_checkout(tmp_path / "head", body), tiny_checkout(tmp_path / "base", body)
+    result = bench("bench_suite.py", "--head", str(head), "--base", str(base), "--rounds", "1", slurm_conf=conf)
+    assert result.returncode == 0, result.stderr[-3000:]
