@@ -11,7 +11,7 @@ import pytest
 from scalesweep import pipeline
 from scalesweep.analysis import tables
 from scalesweep.analysis.scaling import format_value, records_by_group, scaling_table
-from scalesweep.tidy.table import group_records, iter_groups
+from scalesweep.tidy.table import group_positions, group_records, iter_groups
 from scalesweep.plan.analysis_settings import AnalysisSettings
 from scalesweep.report import figures
 
@@ -159,6 +159,21 @@ def test_group_records_are_iter_groups_groups_in_its_order_as_plain_rows():
     assert printed == [["a", "1"], ["a", "nan"], ["b", "2"], ["nan", "1"]]
     assert str(group_records(table, [])) == str([({}, table.to_dict("records"))])
     assert group_records(table.iloc[:0], ["model"]) == [] and group_records(table.iloc[:0], []) == []
+
+
+def test_group_positions_are_iter_groups_groups_in_its_order_as_row_positions():
+    """The predictions' groups: the same key values, rows and order as iter_groups, also with a
+    missing key value, one key or none."""
+    table = pd.DataFrame({"model": ["b", "a", "b", None, "a"], "batch": [2.0, 1.0, 2.0, 1.0, math.nan],
+                          "gpus": [1, 1, 2, 4, 8]}, index=[10, 11, 12, 13, 14])
+    for keys in (["model", "batch"], ["model"], []):
+        expected = [(values, [table.index.get_loc(label) for label in rows.index])
+                    for values, rows in iter_groups(table, keys)]
+        found = [(values, positions.tolist()) for values, positions in group_positions(table, keys)]
+        assert str(found) == str(expected)  # NaN != NaN
+    assert [positions.tolist() for _, positions in group_positions(table, ["model", "batch"])] == [
+        [1], [4], [0, 2], [3]]
+    assert group_positions(table.iloc[:0], ["model"]) == [] and group_positions(table.iloc[:0], []) == []
 
 
 def test_the_figures_drawn_before_the_fits_are_those_that_do_not_draw_them():

@@ -116,7 +116,7 @@ def test_the_example_is_predicted_within_3_points_with_the_truth_in_its_band(tmp
 
 
 def measured_example(counts=(1, 2, 4), **truth) -> predict.Measured:
-    return predict.GroupInputs(runs(counts, **truth)).measured()
+    return predict.GroupInputs(predict.run_columns(runs(counts, **truth))).measured()
 
 
 def steps_of(n):

@@ -37,7 +37,7 @@ from scalesweep.analysis.scaling import flagged_gpus
 from scalesweep.contract import frameworks
 from scalesweep.plan.analysis_settings import DEFAULTS, AnalysisSettings
 from scalesweep.plan.checks import link_problem, uneven_counts
-from scalesweep.tidy.table import group_keys, iter_groups, key_tuple
+from scalesweep.tidy.table import group_keys, group_positions, iter_groups, key_tuple
 
 METHOD_MODEL = "step model (t0 + S x tau, log growth)"
 METHOD_NETWORK = "step model (t0 + S x tau, network rule)"
@@ -437,23 +437,21 @@ def count_spread(rates: np.ndarray, ci_low: np.ndarray | None, ci_high: np.ndarr
 class GroupInputs:
     """One group's ok runs, read once. The prediction table asks for the inputs below every count
     it checks (1,448 times on the analysis benchmark's 10,000 logs): the per-count medians and
-    spreads are computed here once, and each `measured(below)` takes a prefix of them."""
+    spreads are computed here once, and each `measured(below)` takes a prefix of them.
+    `columns`: run_columns of the group's rows."""
 
-    def __init__(self, rows: pd.DataFrame):
-        gpus = _numeric(rows, "gpus")
-        ok = (rows["status"] == "ok").to_numpy() & (gpus >= 1) & (_numeric(rows, "throughput_img_s") > 0)
-        rows, self.gpus = rows[ok], gpus[ok]
-        self.values = {column: _numeric(rows, column) for column in GROUP_COLUMNS}
+    def __init__(self, columns: dict):
+        ok = columns["ok"] & (columns["gpus"] >= 1) & (columns["throughput_img_s"] > 0)
+        kept = {column: values[ok] for column, values in columns.items()}
+        self.gpus = kept["gpus"]
+        self.values = {column: kept[column] for column in GROUP_COLUMNS}
         self.counts = tuple(sorted({int(g) for g in self.gpus}))
         at = [self.gpus == count for count in self.counts]
-        per_count = {column: _numeric(rows, column) for column in PER_COUNT_COLUMNS}
-        self.per_count = {column: tuple(_median(values[mask]) for mask in at) for column, values in per_count.items()}
-        has_ci = set(CI_COLUMNS) <= set(rows.columns)
-        low, high = (_numeric(rows, column) for column in CI_COLUMNS)
-        rates = per_count["throughput_img_s"]
-        self.problem = out_of_range(rows, self.gpus)
-        self.spreads = tuple(count_spread(rates[mask], low[mask] if has_ci else None, high[mask] if has_ci else None)
-                             for mask in at)
+        self.per_count = {column: tuple(_median(kept[column][mask]) for mask in at) for column in PER_COUNT_COLUMNS}
+        low, high = (kept[column] for column in CI_COLUMNS)  # all NaN where runs.csv has no interval
+        rates = kept["throughput_img_s"]
+        self.problem = out_of_range(kept, self.gpus)
+        self.spreads = tuple(count_spread(rates[mask], low[mask], high[mask]) for mask in at)
 
     def measured(self, below: int | None = None) -> Measured | None:
         """The Measured of the ok runs at fewer than `below` GPUs (all of them without it)."""
@@ -488,11 +486,26 @@ RANGES = {"step_time_s": ("a step time > 0 s", lambda v: v > 0),
           "busbw_gb_s": ("a bus bandwidth > 0 GB/s", lambda v: v > 0)}
 
 
-def out_of_range(rows: pd.DataFrame, gpus: np.ndarray) -> str:
-    """'' when every number of RANGES the ok runs give is finite and in range, else the first
-    that is not, with its column, value and GPU count: the group is then not predicted."""
+# Every column of runs.csv the predictions read.
+RUN_COLUMNS = tuple(dict.fromkeys(("gpus", *PER_COUNT_COLUMNS, *GROUP_COLUMNS, *CI_COLUMNS, *RANGES)))
+
+
+def run_columns(rows: pd.DataFrame) -> dict:
+    """The runs' numbers the predictions read, each column as floats once (_numeric), and `ok`:
+    which rows are ok runs."""
+    columns = {column: _numeric(rows, column) for column in RUN_COLUMNS}
+    columns["ok"] = (rows["status"] == "ok").to_numpy()
+    return columns
+
+
+def out_of_range(columns, gpus: np.ndarray) -> str:
+    """'' when every number of RANGES the ok runs give ({column: floats}, or their rows) is finite
+    and in range, else the first that is not, with its column, value and GPU count: the group is
+    then not predicted."""
     for column, (meaning, fits) in RANGES.items():
-        values = _numeric(rows, column)
+        if column not in columns:
+            continue
+        values = np.asarray(columns[column], dtype=float)
         given = ~np.isnan(values)
         with np.errstate(invalid="ignore"):
             bad = np.flatnonzero(given & ~(np.isfinite(values) & fits(values)))
@@ -522,10 +535,11 @@ def prediction_table(runs: pd.DataFrame, settings: AnalysisSettings, network: Ne
     keys = group_keys(runs)
     flagged = flagged_by_group(scaling, keys)
     network = network_of(settings, network)
+    columns = run_columns(runs)
     rows = []
-    for values, group in iter_groups(runs, keys):
-        group = group[~group["gpus"].isin(flagged.get(key_tuple(values, keys), []))]
-        inputs = GroupInputs(group)
+    for values, positions in group_positions(runs, keys):
+        positions = positions[~np.isin(columns["gpus"][positions], flagged.get(key_tuple(values, keys), []))]
+        inputs = GroupInputs({column: array[positions] for column, array in columns.items()})
         everything = inputs.measured()
         if everything is None:
             continue
