@@ -302,13 +302,10 @@ def group_records(table: pd.DataFrame, keys: list[str]) -> list[tuple[dict, list
     that reads a few values of each row of hundreds of groups, where building a DataFrame per
     group and indexing it cost more than the work itself (the findings)."""
     records = table.to_dict("records")
-    if not keys:
-        return [({}, records)] if records else []
-    cells = table.groupby(keys, dropna=False, sort=True).ngroup().to_numpy()
     groups = []
-    for positions in positions_by_cell(cells, cells.max(initial=-1) + 1):
+    for _, positions in group_positions(table, keys):
         rows = [records[position] for position in positions]
-        # a missing key value as groupby gives it (NaN, also for None), as iter_groups does
+        # the key values as Python scalars, a missing one as groupby gives it (NaN, also for None)
         groups.append(({key: np.nan if pd.isna(rows[0][key]) else rows[0][key] for key in keys}, rows))
     return groups
 
