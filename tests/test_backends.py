@@ -521,28 +521,42 @@ def test_max_batch_search_bisects_to_the_injected_capacity(framework, data):
 # ---------------------------------------------------------------- the steps protocol
 
 
+# The steps protocol on two devices, 8 timed steps (--epochs is left to the protocol): the records
+# the protocol's test and the step breakdown's read, of one run per framework and stack.
+STEPS_RUN = (2, "--per-gpu-batch", 16, "--protocol", "steps", "--warmup-steps", 2, "--timed-steps", 8, "--epochs", 7)
+
+
+def steps_run(framework: str, data) -> subprocess.CompletedProcess:
+    return steps_run_by(framework, trainer_python(framework), data)
+
+
+@lru_cache(maxsize=None)
+def steps_run_by(framework: str, python: str, data) -> subprocess.CompletedProcess:
+    """`python` keys the run to its stack: launch takes the interpreter the stack fixture set."""
+    return launch(framework, data, *STEPS_RUN)
+
+
 @pytest.mark.slow
 def test_steps_protocol_records_a_warmup_and_a_timed_window(framework, data):
-    done = launch(framework, data, 2, "--per-gpu-batch", 16, "--protocol", "steps", "--warmup-steps", 2,
-                  "--timed-steps", 5, "--epochs", 7)
+    done = steps_run(framework, data)
     assert done.returncode == 0, done.stderr[-3000:]
     records = parse_records(done.stdout)
     assert kinds(records) == ["header", "epoch", "epoch", "summary"]
     header, warmup, timed, summary = records
-    assert (header["protocol"], header["warmup_steps"], header["timed_steps"]) == ("steps", 2, 5)
-    assert header["epochs"] == 2 and header["images_per_epoch"] == 5 * 32
+    assert (header["protocol"], header["warmup_steps"], header["timed_steps"]) == ("steps", 2, 8)
+    assert header["epochs"] == 2 and header["images_per_epoch"] == 8 * 32
     assert (warmup["epoch"], warmup["phase"], warmup["steps"], warmup["images"]) == (1, "warmup", 2, 2 * 32)
     assert warmup["step_time_median_s"] is None and warmup["step_time_p90_s"] is None
-    assert (timed["epoch"], timed["phase"], timed["steps"], timed["images"]) == (2, "timed", 5, 5 * 32)
+    assert (timed["epoch"], timed["phase"], timed["steps"], timed["images"]) == (2, "timed", 8, 8 * 32)
     assert (timed["timed_steps_rule"], timed["stop_reason"]) == ("fixed", "fixed")
     assert 0 < timed["step_time_median_s"] <= timed["step_time_p90_s"]
     assert timed["throughput_img_s"] == pytest.approx(timed["images"] / timed["seconds"])
-    # The window's wall time holds its 5 synchronized steps (and the host work between them).
-    assert timed["seconds"] >= 5 * timed["step_time_median_s"] * 0.5
+    # The window's wall time holds its 8 synchronized steps (and the host work between them).
+    assert timed["seconds"] >= 8 * timed["step_time_median_s"] * 0.5
     assert summary["status"] == "ok" and summary["epochs"] == 2 and summary["total_time_s"] is None
-    assert summary["throughput_img_s"] == timed["throughput_img_s"] == pytest.approx(160 / timed["seconds"])
+    assert summary["throughput_img_s"] == timed["throughput_img_s"] == pytest.approx(256 / timed["seconds"])
     assert summary["train_time_s"] == pytest.approx(warmup["seconds"] + timed["seconds"])
-    assert done.stdout.count("timed window: 5 steps") == 1
+    assert done.stdout.count("timed window: 8 steps") == 1
     # The records' reader takes the timed window as the steady state, without knowing the protocol.
     (run,) = parse_log(done.stdout)
     assert run.summary["status"] == "ok"
@@ -557,8 +571,7 @@ BREAKDOWN_FRAMEWORKS = ("tensorflow",)
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", BREAKDOWN_FRAMEWORKS)
 def test_step_breakdown_adds_up_to_the_timed_windows_wall_time_per_step(framework, data):
-    done = launch(framework, data, 2, "--per-gpu-batch", 16, "--protocol", "steps", "--warmup-steps", 2,
-                  "--timed-steps", 8)
+    done = steps_run(framework, data)
     assert done.returncode == 0, done.stderr[-3000:]
     header, _, timed, summary = parse_records(done.stdout)
     assert header["flops_per_image"] > 0

@@ -44,16 +44,25 @@ def drawn(table_files, folder, processes):
     return {path.name: path.read_bytes() for path in sorted(folder.iterdir()) if path.suffix == ".png"}
 
 
+@pytest.fixture(scope="module")
+def one_process(table_files, tmp_path_factory):
+    """(folder, {PNG name: bytes}) of every figure drawn in this process from the finished tables:
+    what every other drawing of them is compared with (again here, in two processes, while the
+    tables are computed), drawn once for the module's tests."""
+    folder = tmp_path_factory.mktemp("one")
+    return folder, drawn(table_files, folder, 1)
+
+
 @pytest.mark.slow  # two fresh interpreters import pandas, matplotlib and seaborn
-def test_two_processes_draw_the_files_one_process_draws_byte_for_byte(table_files, tmp_path):
-    alone = drawn(table_files, tmp_path / "one", 1)
+def test_two_processes_draw_the_files_one_process_draws_byte_for_byte(table_files, one_process, tmp_path):
+    one, alone = one_process
     again = drawn(table_files, tmp_path / "again", 1)
     apart = drawn(table_files, tmp_path / "two", 2)
     assert sorted(alone) == sorted(f"{name}.png" for name in figures.FIGURE_NAMES)
     # Drawn twice alike (no random jitter), and alike whichever process drew each.
     assert [name for name in alone if alone[name] != again[name]] == []
     assert [name for name in alone if alone[name] != apart[name]] == []
-    assert {p.name for p in (tmp_path / "two").iterdir()} == {p.name for p in (tmp_path / "one").iterdir()}
+    assert {p.name for p in (tmp_path / "two").iterdir()} == {p.name for p in one.iterdir()}
 
 
 def test_a_missing_table_fails_the_stage_naming_it_before_any_process_starts(table_files, tmp_path):
@@ -198,7 +207,8 @@ def test_a_figure_of_the_scaling_table_alone_is_drawn_alike_with_every_table(tab
 
 @pytest.mark.slow  # fresh interpreters, or forks of this one
 @pytest.mark.parametrize("forked", [False, True], ids=["spawned", "forked"])
-def test_figures_drawn_while_the_tables_are_computed_are_the_files_drawn_after(table_files, tmp_path, monkeypatch, forked):
+def test_figures_drawn_while_the_tables_are_computed_are_the_files_drawn_after(table_files, one_process, tmp_path,
+                                                                              monkeypatch, forked):
     # processes even for these 78 runs
     monkeypatch.setattr(pipeline, "FORKED_PROCESS_MIN_ROWS" if forked else "FIGURE_PROCESS_MIN_ROWS", 0)
     runs_csv = table_files["scaling"].parent / "runs.csv"
@@ -213,7 +223,7 @@ def test_figures_drawn_while_the_tables_are_computed_are_the_files_drawn_after(t
     assert lines[2].startswith("findings for ") and lines[2].endswith(str(tmp_path / "findings.md"))
     pipeline.write_findings(table_files, tmp_path / "one-process.md")
     assert (tmp_path / "findings.md").read_bytes() == (tmp_path / "one-process.md").read_bytes()
-    assert drawn(table_files, tmp_path / "after", 1) == {
+    assert one_process[1] == {
         path.name: path.read_bytes() for path in sorted((tmp_path / "figures").iterdir()) if path.suffix == ".png"}
 
 

@@ -3,6 +3,7 @@ framework's profiler into results/traces/<run path>/, never among the measured r
 summary beside each trace; the trainers' profilers on the container stacks (torch 2.4, TF 2.11)."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from scalesweep.logs import traces
 from scalesweep.plan import matrix
 from stacks import STACKS, stack_python
 from test_report import decode_data_uri, report_variable
+from test_workflow import job_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,27 +65,10 @@ def assert_torch_step_is_traced(names):
     assert any(name in ("gloo:all_reduce", "nccl:all_reduce", "c10d::allreduce_") for name in names)
 
 
-def test_snakemake_trace_writes_per_rank_traces_beside_the_measured_runs(tmp_path):
-    done = snakemake(tmp_path, "--cores", "2", "trace", configfile=trace_config(tmp_path))
-    assert done.returncode == 0, done.stderr[-4000:]
-    torch_dir = tmp_path / "results/traces/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16"
-    tf_dir = tmp_path / "results/traces/tensorflow/model~cnn_small/dataset~synth-cifar/gpus~2/epochs~2/per_gpu_batch~16"
-    for rank in (0, 1):
-        assert_torch_step_is_traced(event_names(torch_dir / f"rank{rank}.pt.trace.json"))
-    (xplane,) = tf_dir.glob("plugins/profile/*/*.xplane.pb")  # TensorBoard's profile plugin layout
-    assert traces.xplane_ops(xplane)
-    summary = json.loads((torch_dir / "summary.json").read_text())
-    assert set(summary) == {"rank0.pt.trace.json", "rank1.pt.trace.json"}
-    assert all(s["comm_s"] > 0 and s["compute_s"] > 0 for s in summary.values())
-    assert "## rank0.pt.trace.json" in (torch_dir / "summary.md").read_text()
-    assert json.loads((tf_dir / "summary.json").read_text())
-    # A trace is no measured run: nothing under results/runs/ or the tidy tables.
-    assert not (tmp_path / "results/runs").exists() and not (tmp_path / "results/tidy").exists()
-    assert "scalesweep: traces and their summaries under results/traces/" in done.stderr
-    reported = snakemake(tmp_path, "trace", "--report", "traces.html", configfile=trace_config(tmp_path))
-    assert reported.returncode == 0, reported.stderr[-3000:]
-    page = (tmp_path / "traces.html").read_text()
-    assert '"Traces"' in page and f"{torch_dir.relative_to(tmp_path)}/summary.md" in page
+def files_under(folder, *parts):
+    """{path: (bytes, mtime)} of every file below folder's `parts`."""
+    return {str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns)
+            for part in parts for path in sorted((folder / part).rglob("*")) if path.is_file()}
 
 
 def reported(workdir, name, configfile):
@@ -98,31 +83,73 @@ def reported(workdir, name, configfile):
     return results, {path: results[path] for path in in_traces}
 
 
-@pytest.mark.slow
-def test_the_sweep_report_shows_the_traces_made_and_only_then(sweep_copy, tmp_path):
-    config = trace_config(tmp_path)
-    before, no_traces = reported(sweep_copy, "before.html", config)
+@pytest.fixture(scope="module")
+def traced_sweep(tiny_sweep, tmp_path_factory):
+    """A copy of the finished tiny sweep, its report made, then `snakemake trace` run in it: one
+    trace run for the tests of the traces it writes and of the sweep's report showing them.
+    (folder, trace config, the report's results before, the measured files before, the trace
+    run)."""
+    sweep = tmp_path_factory.mktemp("traced") / "sweep"
+    shutil.copytree(tiny_sweep, sweep, symlinks=True)
+    config = trace_config(sweep.parent)
+    before, no_traces = reported(sweep, "before.html", config)
     assert not no_traces  # nothing promised
-    done = snakemake(sweep_copy, "--cores", "2", "trace", configfile=config)
+    measured = files_under(sweep, "results/runs", "results/tidy")
+    done = snakemake(sweep, "--cores", "2", "trace", configfile=config)
     assert done.returncode == 0, done.stderr[-4000:]
-    results, traces = reported(sweep_copy, "report.html", config)
-    torch_dir = "results/traces/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16"
-    tf_dir = "results/traces/tensorflow/model~cnn_small/dataset~synth-cifar/gpus~2/epochs~2/per_gpu_batch~16"
-    (xplane,) = (sweep_copy / tf_dir).glob("plugins/profile/*/*.xplane.pb")
-    xplane = str(xplane.relative_to(sweep_copy))
-    assert set(traces) == {f"{torch_dir}/summary.md", f"{torch_dir}/rank0.pt.trace.json",
-                           f"{torch_dir}/rank1.pt.trace.json", f"{tf_dir}/summary.md", xplane}
+    return sweep, config, before, measured, done
+
+
+TORCH_DIR = "results/traces/pytorch/model~vit_tiny/dataset~synth-folder/gpus~2/epochs~2/per_gpu_batch~16"
+TF_DIR = "results/traces/tensorflow/model~cnn_small/dataset~synth-cifar/gpus~2/epochs~2/per_gpu_batch~16"
+
+
+@pytest.mark.slow
+def test_snakemake_trace_writes_per_rank_traces_beside_the_measured_runs(traced_sweep, tmp_path):
+    sweep, config, _, measured, done = traced_sweep
+    torch_dir, tf_dir = sweep / TORCH_DIR, sweep / TF_DIR
+    for rank in (0, 1):
+        assert_torch_step_is_traced(event_names(torch_dir / f"rank{rank}.pt.trace.json"))
+    (xplane,) = tf_dir.glob("plugins/profile/*/*.xplane.pb")  # TensorBoard's profile plugin layout
+    assert traces.xplane_ops(xplane)
+    summary = json.loads((torch_dir / "summary.json").read_text())
+    assert set(summary) == {"rank0.pt.trace.json", "rank1.pt.trace.json"}
+    assert all(s["comm_s"] > 0 and s["compute_s"] > 0 for s in summary.values())
+    assert "## rank0.pt.trace.json" in (torch_dir / "summary.md").read_text()
+    assert json.loads((tf_dir / "summary.json").read_text())
+    # A trace is no measured run: it left the measured runs and the tidy tables as they were, and
+    # where nothing was measured it plans the data and the traces alone.
+    assert files_under(sweep, "results/runs", "results/tidy") == measured
+    planned = snakemake(tmp_path, "-n", "trace", configfile=config)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    assert set(job_counts(planned.stdout)) == {"make_synthetic_cifar", "make_synthetic_imagefolder",
+                                               "trace_pytorch", "trace_tensorflow", "trace", "total"}
+    assert "scalesweep: traces and their summaries under results/traces/" in done.stderr
+    made = snakemake(sweep, "trace", "--report", "traces.html", configfile=config)
+    assert made.returncode == 0, made.stderr[-3000:]
+    page = (sweep / "traces.html").read_text()
+    assert '"Traces"' in page and f"{TORCH_DIR}/summary.md" in page
+
+
+@pytest.mark.slow
+def test_the_sweep_report_shows_the_traces_made_and_only_then(traced_sweep):
+    sweep, config, before, _, _ = traced_sweep
+    results, traces = reported(sweep, "report.html", config)
+    (xplane,) = (sweep / TF_DIR).glob("plugins/profile/*/*.xplane.pb")
+    xplane = str(xplane.relative_to(sweep))
+    assert set(traces) == {f"{TORCH_DIR}/summary.md", f"{TORCH_DIR}/rank0.pt.trace.json",
+                           f"{TORCH_DIR}/rank1.pt.trace.json", f"{TF_DIR}/summary.md", xplane}
     for path, entry in traces.items():  # each file itself, to download from the report
-        assert decode_data_uri(entry["data_uri"]) == (sweep_copy / path).read_bytes(), path
-    rank1 = traces[f"{torch_dir}/rank1.pt.trace.json"]
+        assert decode_data_uri(entry["data_uri"]) == (sweep / path).read_bytes(), path
+    rank1 = traces[f"{TORCH_DIR}/rank1.pt.trace.json"]
     assert rank1["labels"] == {"framework": "pytorch", "model": "vit_tiny", "dataset": "synth-folder",
                                "gpus": "2", "settings": "/epochs~2/per_gpu_batch~16",
                                "file": "rank1.pt.trace.json"}
-    assert "Perfetto" in rank1["caption"] and "top operations" in traces[f"{tf_dir}/summary.md"]["caption"]
+    assert "Perfetto" in rank1["caption"] and "top operations" in traces[f"{TF_DIR}/summary.md"]["caption"]
     assert "TensorBoard" in traces[xplane]["caption"]
     # The sweep's own results are all still there, and the sweep reruns no trace.
     assert set(before) <= set(results)
-    again = snakemake(sweep_copy, "--cores", "2", "-n", configfile=config)
+    again = snakemake(sweep, "--cores", "2", "-n", configfile=config)
     assert again.returncode == 0 and "trace_" not in again.stdout + again.stderr, again.stdout[-3000:]
 
 

@@ -3,6 +3,7 @@ distributed.py and data.py: rank layout, sampling, models, the training step, an
 under torchrun (gloo, CPU). The contract both trainers share (OOM policy, maximum-batch search,
 protocols) is tests/test_backends.py's."""
 
+import functools
 import json
 import os
 import re
@@ -505,12 +506,21 @@ BREAKDOWN_RUN = ("--model", "vit_tiny", "--per-gpu-batch", "8", "--protocol", "s
 
 
 def breakdown_of(dataset, processes, **env) -> dict:
+    return breakdown_run(dataset, processes, **env)[-1]
+
+
+# Each of these runs once per session, its tests asserting on the same records: the plain 2-rank
+# run is the baseline of three tests, the delayed all-reduce's that of two, and the one-process
+# run gives both its summary and its header (--gpus 0 is the trainer's default).
+@functools.lru_cache(maxsize=None)
+def breakdown_run(dataset, processes, **env) -> list[dict]:
     run = launch(dataset, processes, *BREAKDOWN_RUN, "--gpus", str(processes or 0), **env)
     assert run.returncode == 0, run.stderr[-3000:]
-    summary = records(run.stdout)[-1]
+    recs = records(run.stdout)
+    summary = recs[-1]
     assert summary["record"] == "summary" and summary["status"] == "ok"
     assert "step breakdown:" in run.stdout and " + other " in run.stdout  # `other` is printed
-    return summary
+    return recs
 
 
 @pytest.mark.slow
@@ -524,7 +534,7 @@ def test_breakdown_parts_add_up_and_one_process_has_no_sync(dataset):
     assert one["sync_exposed_s"] == 0.0 and abs(one["other_s"]) <= 0.2 * one["breakdown_step_s"]
     assert one["compute_s"] > 0 and one["data_wait_s"] > 0
     assert one["allreduce_s"] is None and "flops_per_image" not in one  # a header key
-    header = records(launch(dataset, None, *BREAKDOWN_RUN).stdout)[0]
+    header = breakdown_run(dataset, None)[0]
     # vit_tiny at 32 px: counted on a meta-device copy; a trained image ~ 3 forwards
     assert 0 < header["flops_per_image"] < 1e9
 
