@@ -598,13 +598,16 @@ ADAPTIVE_DEVICES = {"tensorflow": 1, "pytorch": 2}
 
 @pytest.mark.slow
 def test_adaptive_window_stops_on_its_target_or_at_its_cap(framework, data):
-    """--timed-steps auto, 16 images per step: a loose target (50 %) is met at the first
+    """--timed-steps auto, 16 images per step: a target no spread can miss is met at the first
     checkpoint (10 batches of 3 steps = 30); an impossible one (0.0001 %) runs to the cap (40).
-    10 epochs of at least 6 steps (104 images / 16) keep the epochs' bound on the cap above 40."""
+    The half-width of 10 batch means is at most t(9) x sqrt(10) / sqrt(10) = 226 % of their mean
+    (one batch holding all the time), so 250 % stops at 30 steps however loaded the machine: a
+    50 % target was missed there once in `make test` (met only at 40 steps). 10 epochs of at
+    least 6 steps (104 images / 16) keep the epochs' bound on the cap above 40."""
     devices = ADAPTIVE_DEVICES[framework]
     common = ("--per-gpu-batch", 16 // devices, "--protocol", "steps", "--warmup-steps", 2, "--timed-steps", "auto",
               "--max-timed-steps", 40, "--epochs", 10)
-    for target, steps, reason in (("50", 30, "target"), ("0.0001", 40, "cap")):
+    for target, steps, reason in (("250", 30, "target"), ("0.0001", 40, "cap")):
         done = launch(framework, data, devices, *common, "--target-ci-pct", target)
         assert done.returncode == 0, done.stderr[-3000:]
         header, _, timed, summary = parse_records(done.stdout)
@@ -614,7 +617,7 @@ def test_adaptive_window_stops_on_its_target_or_at_its_cap(framework, data):
         assert timed["timed_steps_rule"] == "auto" and timed["step_time_ci_pct"] > 0
         assert (summary["timed_steps"], summary["step_time_ci_pct"]) == (steps, timed["step_time_ci_pct"])
         assert summary["wall_time_s"] > timed["seconds"]
-        line = "target 50 % reached" if reason == "target" else "NOT reached, stopped at the step cap"
+        line = f"target {target} % reached" if reason == "target" else "NOT reached, stopped at the step cap"
         assert line in done.stdout
 
 

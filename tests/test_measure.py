@@ -34,6 +34,19 @@ def test_batch_means_interval_by_hand():
     assert interval["step_time_ci_pct"] == pytest.approx(100 * 2.1657 / 5.5, rel=1e-4)
 
 
+def test_ten_batch_means_are_never_wider_than_226_percent():
+    """With one batch holding all the time (the widest any spread can make it), 10 batch means
+    have sd = mean x sqrt(10), so the half-width is t(9) = 2.262 times the mean: 226 %. A target
+    above that is met at the first checkpoint however noisy the steps (tests/test_backends.py's
+    adaptive window relies on it)."""
+    worst = [1.0] * 3 + [1e-12] * 27
+    assert measure.batch_means_interval(worst)["step_time_ci_pct"] == pytest.approx(226.2, rel=1e-4)
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        steps = list(rng.exponential(1.0, 30) ** rng.uniform(1, 8))
+        assert measure.batch_means_interval(steps)["step_time_ci_pct"] < 226.3
+
+
 def test_too_few_steps_give_no_interval():
     assert measure.batch_means_interval([0.1])["step_time_ci_pct"] is None
     assert measure.batch_means_interval([])["step_time_mean_s"] is None
