@@ -9,7 +9,10 @@ Prints, per row (analyze_12_runs, analyze_10k_runs, dryrun_1000_configs), `name 
 lines: `<row>_cpu_s`, `<row>_wall_s` (median, `_min`, `_max`) for this checkout,
 `<row>_base_...` for the base, `<row>_cpu_ratio_to_base` and `<row>_wall_ratio_to_base` (median,
 min, max of each pair's ratio), and `<row>_wall_goal_ratio` (the median over issue 36's goal: 5 s,
-10 s, 2 s); for the analysis rows, `<row>_outputs_equal` and `<row>_outputs_differing` (files of
+10 s, 2 s). The dry run is also paired with its floor, `snakemake -n` of a one-rule workflow of as
+many jobs (no checkout's code: Snakemake's own imports, DAG and job printing, which no Snakefile
+avoids): `dryrun_<n>_configs_vs_floor_...` (this checkout again, in that pairing),
+`..._vs_floor_floor_...` and `..._wall_ratio_to_floor`. For the analysis rows, `<row>_outputs_equal` and `<row>_outputs_differing` (files of
 both sides' first analysis, figures aside: benchmarks/outputs_diff.py), each differing file named on
 stderr with how it differs. Both sides are whole commands in a subprocess (interpreter start, imports, parsing,
 tables, figures, DAG building), as a user waits for them, run from a folder outside both
@@ -31,6 +34,7 @@ import copy
 import csv
 import math
 import random
+import re
 import shutil
 import statistics
 import sys
@@ -510,6 +514,46 @@ def dryrun_side(configfile: Path, n_configs: int, workdir: Path):
     return run_side
 
 
+# The least a workflow planning n jobs costs Snakemake: one rule with a params function, threads
+# and resources, as each of our training jobs has, and the target rule.
+FLOOR_SNAKEFILE = """\
+rule all:
+    input: expand("runs/{run}/train.log", run=range(int(config["jobs"])))
+
+rule train:
+    output: "runs/{run}/train.log"
+    threads: 1
+    resources: runtime=10
+    params: command=lambda wildcards: f"train --run {wildcards.run}"
+    shell: "{params.command} > {output:q}"
+"""
+
+
+def dryrun_floor_side(configfile: Path, n_configs: int, workdir: Path):
+    """run_side for paired.run_pairs against the floor: this checkout's `snakemake -n` (HEAD), and
+    `snakemake -n` of FLOOR_SNAKEFILE with n_configs jobs (the other side)."""
+    ours = dryrun_side(configfile, n_configs, workdir)
+    snakefile = workdir / "floor.smk"
+    snakefile.write_text(FLOOR_SNAKEFILE)
+
+    def run_side(side, checkout, index):
+        if side == paired.HEAD:
+            return ours(side, checkout, index)
+        rundir = workdir / f"dryrun-floor-{index}"
+        rundir.mkdir()
+        timing, result = paired.timed([
+            PYTHON, "-m", "snakemake", "-n", "--cores", "1", "--snakefile", str(snakefile),
+            "-d", str(rundir), "--config", f"jobs={n_configs}",
+        ], cwd=workdir)
+        if not re.search(rf"^train\s+{n_configs}$", result.stdout + result.stderr, re.MULTILINE):
+            raise BenchmarkFailure(f"the floor's snakemake -n did not plan {n_configs} train jobs:\n"
+                                   f"{result.stderr[-3000:]}")
+        shutil.rmtree(rundir, ignore_errors=True)
+        return timing
+
+    return run_side
+
+
 def dryrun_configfile(workdir: Path, n_configs: int) -> Path:
     config = dryrun_config(n_configs)
     planned = planned_configurations(config)
@@ -532,6 +576,7 @@ class Row:
     run_side: object  # paired.run_pairs's run_side
     goal_wall_s: float | None
     outputs: bool = False  # each side's first run leaves analysis-<side>-0 to compare
+    other: str = paired.BASE  # the second side: the base checkout, or the floor (no checkout)
 
 
 def output_lines(row: Row, workdir: Path) -> list[str]:
@@ -560,9 +605,11 @@ def rows(args, workdir: Path) -> list[Row]:
         made.append(Row(f"analyze_{count_label(len(runs))}_runs",
                         analyze_side(logs, runs, workdir, tables_checked=True), goal, outputs=True))
     if "dryrun" in asked:
-        made.append(Row(f"dryrun_{count_label(args.configs)}_configs",
-                        dryrun_side(dryrun_configfile(workdir, args.configs), args.configs, workdir),
+        configfile, name = dryrun_configfile(workdir, args.configs), f"dryrun_{count_label(args.configs)}_configs"
+        made.append(Row(name, dryrun_side(configfile, args.configs, workdir),
                         DRYRUN_GOAL_S if args.configs == DEFAULT_CONFIGS else None))
+        made.append(Row(f"{name}_vs_floor", dryrun_floor_side(configfile, args.configs, workdir),
+                        None, other="floor"))
     return made
 
 
@@ -571,6 +618,10 @@ def measure(args, workdir: Path) -> None:
         checkouts = {paired.HEAD: REPO, paired.BASE: base}
         paired.compile_checkouts([REPO] if args.no_base else [REPO, base])
         for row in rows(args, workdir):
+            if row.other != paired.BASE:
+                pairs = paired.run_pairs(row.run_side, {paired.HEAD: REPO, paired.BASE: None}, args.rounds)
+                paired.print_lines(paired.pair_lines(row.name, pairs, other=row.other))
+                continue
             if args.no_base:
                 timings = [row.run_side(paired.HEAD, REPO, index) for index in range(args.rounds)]
                 paired.print_lines(paired.side_lines(row.name, timings))

@@ -19,6 +19,8 @@ Prints `name value unit` lines:
     compare_by_id_s, history_100k_runs_s  # two sweep ids against each other; the listing
     history_where_100k_runs_s, compare_where_100k_runs_s  # the listing and the comparison with --where
     history_build_s, history_build_cpu_s  # archiving the sweeps one by one in this process (not timed by the goal)
+    compare_100k_runs_vs_floor_...        # the pooled comparison paired with its floor (below):
+                                          # `..._floor_wall_s`, `..._wall_ratio_to_floor`, ...
 
 The comparison is the heavy case: each side a selector (`gpu_driver=...,cluster=mn5`) that
 DuckDB answers over every file of the history, pooling about 33 sweeps a side, so every
@@ -28,6 +30,11 @@ history. The whole command runs in a subprocess (interpreter start, imports, the
 statistics, compare.csv, the figure and the summary), as a user waits for it. The benchmark
 exits non-zero only when a step fails or the comparison is wrong (not every configuration
 compared, the injected slowdown not found).
+
+The floor is what no implementation of the command avoids, timed alternating with it: an
+interpreter importing numpy, DuckDB and matplotlib, DuckDB counting the history's runs, and one
+figure of 25 configurations' intervals written as compare.png is (FLOOR_SCRIPT). No pandas, no
+statistics.
 """
 
 import argparse
@@ -115,6 +122,49 @@ def compare_command(folder: Path, out: Path, baseline: str, candidate: str) -> l
             "--history", str(folder), "--out", str(out)]
 
 
+FLOOR_SCRIPT = """\
+import sys
+
+import duckdb
+import numpy as np
+from matplotlib.figure import Figure
+
+folder, out = sys.argv[1:]
+runs = duckdb.execute("SELECT count(*) FROM read_parquet(?, union_by_name = true)",
+                      [folder + "/*.parquet"]).fetchone()[0]
+rows = 25
+ratios = np.exp(np.random.default_rng(0).normal(0, 0.05, rows))
+figure = Figure(figsize=(8.0, 2.0 + 0.3 * rows))
+axis = figure.subplots()
+for y, ratio in enumerate(ratios):
+    axis.plot([ratio * 0.97, ratio * 1.03], [y, y], color="#555555", lw=1)
+    axis.plot([ratio * 0.98, ratio * 1.02], [y, y], color="#555555", lw=4, alpha=0.6)
+    axis.plot(ratio, y, "o", color="#555555", ms=6)
+axis.axvline(1.0, color="black", ls="--", lw=1)
+axis.set_xscale("log")
+axis.set_yticks(range(rows), [f"pytorch model-{y} tiny-224 bf16 64 gpus={y}" for y in range(rows)],
+                fontsize=8)
+axis.set_xlabel("Throughput ratio, candidate / baseline (log; 1 = no change)")
+axis.set_title(f"{rows} configurations of {runs} runs", fontsize=9)
+figure.set_dpi(110)
+figure.set_layout_engine(None)
+figure.savefig(out, dpi=110, bbox_inches=figure.get_tightbbox().padded(0.1))
+"""
+
+
+def against_floor(pooled: list[str], folder: Path, workdir: Path, repeats: int, label: str) -> None:
+    """The pooled comparison alternated with FLOOR_SCRIPT on the same history (paired.py)."""
+    floor = [PYTHON, "-c", FLOOR_SCRIPT, str(folder), str(workdir / "floor.png")]
+
+    def run_side(side, checkout, index):
+        return paired.timed(pooled if side == paired.HEAD else floor, cwd=workdir,
+                            env=paired.side_env(REPO))[0]
+
+    pairs = paired.run_pairs(run_side, {paired.HEAD: REPO, paired.BASE: None}, repeats)
+    check_comparison(workdir / "compare")
+    paired.print_lines(paired.pair_lines(f"compare_{label}_runs_vs_floor", pairs, other="floor"))
+
+
 def check_comparison(out: Path) -> None:
     """Every configuration compared; the injected slowdown (and only it) called slower."""
     table = pd.read_csv(out / "compare.csv")
@@ -182,6 +232,7 @@ def run(workdir: Path, sweeps: int, repeats: int, base: Path | None = None) -> N
     report(f"history_where_{label}_runs", [w for w, _ in filtered], [c for _, c in filtered], None)
     compared = [timed([*pooled, "--where", COMPARE_WHERE]) for _ in range(repeats)]
     report(f"compare_where_{label}_runs", [w for w, _ in compared], [c for _, c in compared], None)
+    against_floor(pooled, folder, workdir, repeats, label)
     if base is not None:
         alternate_with_base(base, workdir, sweeps, repeats, label)
 

@@ -129,13 +129,15 @@ def side_lines(name: str, timings: List[Timing]) -> List[str]:
             + spread(f"{name}_wall_s", [t.wall_s for t in timings], "s"))
 
 
-def pair_lines(name: str, pairs: Pairs, goal_wall_s: Optional[float] = None) -> List[str]:
-    """The `name value unit` lines of a paired measurement (module docstring)."""
-    lines = side_lines(name, pairs.head) + side_lines(f"{name}_base", pairs.base)
+def pair_lines(name: str, pairs: Pairs, goal_wall_s: Optional[float] = None,
+               other: str = BASE) -> List[str]:
+    """The `name value unit` lines of a paired measurement (module docstring); `other` names the
+    second side in them (`floor`: a command that does the least any implementation must)."""
+    lines = side_lines(name, pairs.head) + side_lines(f"{name}_{other}", pairs.base)
     for kind in ("cpu", "wall"):
         ratios = [getattr(h, f"{kind}_s") / getattr(b, f"{kind}_s")
                   for h, b in zip(pairs.head, pairs.base)]
-        lines += spread(f"{name}_{kind}_ratio_to_base", ratios, "x")
+        lines += spread(f"{name}_{kind}_ratio_to_{other}", ratios, "x")
     if goal_wall_s is not None:
         median_wall = statistics.median(t.wall_s for t in pairs.head)
         lines.append(f"{name}_wall_goal_ratio {median_wall / goal_wall_s:.3f} x")

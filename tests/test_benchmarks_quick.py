@@ -33,7 +33,8 @@ def test_bench_analysis_quick_plans_every_configuration_and_analyzes_every_log()
                    "--rounds", "1", "--no-base")
     assert result.returncode == 0, result.stderr[-3000:]
     printed = figures(result.stdout)
-    assert {"analyze_60_runs_cpu_s", "analyze_60_runs_wall_s", "dryrun_25_configs_wall_s"} <= set(printed)
+    assert {"analyze_60_runs_cpu_s", "analyze_60_runs_wall_s", "dryrun_25_configs_wall_s",
+            "dryrun_25_configs_vs_floor_floor_wall_s", "dryrun_25_configs_vs_floor_wall_ratio_to_floor"} <= set(printed)
     assert all(value > 0 for value in printed.values()), printed
 
 
@@ -59,7 +60,9 @@ def test_bench_analysis_dry_run_of_1000_configurations_passes_todays_checks():
 def test_bench_history_quick():
     result = bench("bench_history.py", "--sweeps", "60", "--repeats", "1")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "compare_where_6k_runs_s" in figures(result.stdout)
+    printed = figures(result.stdout)
+    assert {"compare_where_6k_runs_s", "compare_6k_runs_vs_floor_floor_wall_s",
+            "compare_6k_runs_vs_floor_wall_ratio_to_floor"} <= set(printed)
 
 
 # The training benchmarks at their smallest: one round of a few steps on the CPU stand-ins.

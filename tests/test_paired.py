@@ -41,6 +41,17 @@ def test_lines_are_the_medians_extremes_and_per_pair_ratios():
     assert figures["row_wall_goal_ratio"] == (2.0, "x")
 
 
+def test_a_floor_side_is_named_as_the_floor_in_every_line():
+    timing = paired.Timing
+    pairs = paired.Pairs(head=[timing(3.0, 3.0), timing(4.0, 4.0)], base=[timing(2.0, 2.0), timing(2.0, 4.0)])
+    figures = {name: float(value) for name, value, _ in
+               (line.split() for line in paired.pair_lines("row", pairs, other="floor"))}
+    assert figures["row_floor_wall_s_max"] == 2.0 and figures["row_floor_cpu_s_max"] == 4.0
+    # per pair: wall 3/2, 4/2; cpu 3/2, 4/4
+    assert figures["row_wall_ratio_to_floor"] == 1.75 and figures["row_cpu_ratio_to_floor_min"] == 1.0
+    assert not any("base" in name for name in figures)
+
+
 @pytest.mark.slow
 def test_command_runs_on_both_checkouts_of_a_commit_without_touching_the_repository(tmp_path):
     status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"], capture_output=True, text=True).stdout
