@@ -12,8 +12,8 @@ min, max of each pair's ratio), and `<row>_wall_goal_ratio` (the median over iss
 10 s, 2 s). The dry run is also paired with its floor, `snakemake -n` of a one-rule workflow of as
 many jobs (no checkout's code: Snakemake's own imports, DAG and job printing, which no Snakefile
 avoids): `dryrun_<n>_configs_vs_floor_...` (this checkout again, in that pairing),
-`..._vs_floor_floor_...` and `..._wall_ratio_to_floor`. For the analysis rows, `<row>_outputs_equal` and `<row>_outputs_differing` (files of
-both sides' first analysis, figures aside: benchmarks/outputs_diff.py), each differing file named on
+`..._vs_floor_floor_...` and `..._wall_ratio_to_floor`. For the analysis rows,
+`<row>_outputs_equal` and `<row>_outputs_differing` (files of both sides' first analysis, figures aside: benchmarks/outputs_diff.py), each differing file named on
 stderr with how it differs. Both sides are whole commands in a subprocess (interpreter start, imports, parsing,
 tables, figures, DAG building), as a user waits for them, run from a folder outside both
 checkouts on the same input, made once by this checkout. They measure, they do not judge: the
@@ -529,16 +529,12 @@ rule train:
 """
 
 
-def dryrun_floor_side(configfile: Path, n_configs: int, workdir: Path):
-    """run_side for paired.run_pairs against the floor: this checkout's `snakemake -n` (HEAD), and
-    `snakemake -n` of FLOOR_SNAKEFILE with n_configs jobs (the other side)."""
-    ours = dryrun_side(configfile, n_configs, workdir)
+def dryrun_floor(n_configs: int, workdir: Path):
+    """floor for paired.floor_pairs: `snakemake -n` of FLOOR_SNAKEFILE with n_configs jobs."""
     snakefile = workdir / "floor.smk"
     snakefile.write_text(FLOOR_SNAKEFILE)
 
-    def run_side(side, checkout, index):
-        if side == paired.HEAD:
-            return ours(side, checkout, index)
+    def run_floor(index):
         rundir = workdir / f"dryrun-floor-{index}"
         rundir.mkdir()
         timing, result = paired.timed([
@@ -551,7 +547,7 @@ def dryrun_floor_side(configfile: Path, n_configs: int, workdir: Path):
         shutil.rmtree(rundir, ignore_errors=True)
         return timing
 
-    return run_side
+    return run_floor
 
 
 def dryrun_configfile(workdir: Path, n_configs: int) -> Path:
@@ -576,7 +572,7 @@ class Row:
     run_side: object  # paired.run_pairs's run_side
     goal_wall_s: float | None
     outputs: bool = False  # each side's first run leaves analysis-<side>-0 to compare
-    other: str = paired.BASE  # the second side: the base checkout, or the floor (no checkout)
+    floor: object = None  # paired.floor_pairs's floor: the row is paired with it, not with the base
 
 
 def output_lines(row: Row, workdir: Path) -> list[str]:
@@ -608,8 +604,8 @@ def rows(args, workdir: Path) -> list[Row]:
         configfile, name = dryrun_configfile(workdir, args.configs), f"dryrun_{count_label(args.configs)}_configs"
         made.append(Row(name, dryrun_side(configfile, args.configs, workdir),
                         DRYRUN_GOAL_S if args.configs == DEFAULT_CONFIGS else None))
-        made.append(Row(f"{name}_vs_floor", dryrun_floor_side(configfile, args.configs, workdir),
-                        None, other="floor"))
+        made.append(Row(f"{name}_vs_floor", dryrun_side(configfile, args.configs, workdir), None,
+                        floor=dryrun_floor(args.configs, workdir)))
     return made
 
 
@@ -618,9 +614,10 @@ def measure(args, workdir: Path) -> None:
         checkouts = {paired.HEAD: REPO, paired.BASE: base}
         paired.compile_checkouts([REPO] if args.no_base else [REPO, base])
         for row in rows(args, workdir):
-            if row.other != paired.BASE:
-                pairs = paired.run_pairs(row.run_side, {paired.HEAD: REPO, paired.BASE: None}, args.rounds)
-                paired.print_lines(paired.pair_lines(row.name, pairs, other=row.other))
+            if row.floor is not None:
+                pairs = paired.floor_pairs(lambda index: row.run_side(paired.HEAD, REPO, index), row.floor,
+                                           args.rounds)
+                paired.print_lines(paired.pair_lines(row.name, pairs, other=paired.FLOOR))
                 continue
             if args.no_base:
                 timings = [row.run_side(paired.HEAD, REPO, index) for index in range(args.rounds)]

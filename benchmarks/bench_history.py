@@ -33,8 +33,8 @@ compared, the injected slowdown not found).
 
 The floor is what no implementation of the command avoids, timed alternating with it: an
 interpreter importing numpy, DuckDB and matplotlib, DuckDB counting the history's runs, and one
-figure of 25 configurations' intervals written as compare.png is (FLOOR_SCRIPT). No pandas, no
-statistics.
+figure of 25 configurations' intervals written as a PNG, drawn as compare.png is (FLOOR_SCRIPT).
+No pandas, no statistics.
 """
 
 import argparse
@@ -156,13 +156,12 @@ def against_floor(pooled: list[str], folder: Path, workdir: Path, repeats: int, 
     """The pooled comparison alternated with FLOOR_SCRIPT on the same history (paired.py)."""
     floor = [PYTHON, "-c", FLOOR_SCRIPT, str(folder), str(workdir / "floor.png")]
 
-    def run_side(side, checkout, index):
-        return paired.timed(pooled if side == paired.HEAD else floor, cwd=workdir,
-                            env=paired.side_env(REPO))[0]
+    def run(command):
+        return lambda index: paired.timed(command, cwd=workdir, env=paired.side_env(REPO))[0]
 
-    pairs = paired.run_pairs(run_side, {paired.HEAD: REPO, paired.BASE: None}, repeats)
+    pairs = paired.floor_pairs(run(pooled), run(floor), repeats)
     check_comparison(workdir / "compare")
-    paired.print_lines(paired.pair_lines(f"compare_{label}_runs_vs_floor", pairs, other="floor"))
+    paired.print_lines(paired.pair_lines(f"compare_{label}_runs_vs_floor", pairs, other=paired.FLOOR))
 
 
 def check_comparison(out: Path) -> None:

@@ -30,6 +30,7 @@ from typing import Callable, Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 HEAD, BASE = "head", "base"
+FLOOR = "floor"  # the second side of a row paired with its floor (floor_pairs)
 
 
 class BenchmarkFailure(RuntimeError):
@@ -117,6 +118,13 @@ def run_pairs(run_side: Callable[[str, Path, int], Timing], checkouts: Dict[str,
     return pairs
 
 
+def floor_pairs(ours: Callable[[int], Timing], floor: Callable[[int], Timing], runs: int) -> Pairs:
+    """`ours(round)` and `floor(round)` `runs` times each, alternating as run_pairs does; the floor
+    (the least any implementation of the command pays) is the second side, Pairs.base."""
+    sides = {HEAD: ours, BASE: floor}
+    return run_pairs(lambda side, _checkout, index: sides[side](index), {HEAD: None, BASE: None}, runs)
+
+
 def spread(name: str, values: List[float], unit: str) -> List[str]:
     return [f"{name} {statistics.median(values):.3f} {unit}",
             f"{name}_min {min(values):.3f} {unit}",
@@ -132,7 +140,7 @@ def side_lines(name: str, timings: List[Timing]) -> List[str]:
 def pair_lines(name: str, pairs: Pairs, goal_wall_s: Optional[float] = None,
                other: str = BASE) -> List[str]:
     """The `name value unit` lines of a paired measurement (module docstring); `other` names the
-    second side in them (`floor`: a command that does the least any implementation must)."""
+    second side in them (FLOOR for floor_pairs)."""
     lines = side_lines(name, pairs.head) + side_lines(f"{name}_{other}", pairs.base)
     for kind in ("cpu", "wall"):
         ratios = [getattr(h, f"{kind}_s") / getattr(b, f"{kind}_s")

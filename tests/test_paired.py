@@ -41,11 +41,25 @@ def test_lines_are_the_medians_extremes_and_per_pair_ratios():
     assert figures["row_wall_goal_ratio"] == (2.0, "x")
 
 
+def test_a_command_and_its_floor_alternate_and_the_floor_is_the_second_side():
+    ran = []
+
+    def side(name):
+        def run(index):
+            ran.append((name, index))
+            return paired.Timing(wall_s=2.0 if name == "floor" else 3.0, cpu_s=1.0)
+        return run
+
+    pairs = paired.floor_pairs(side("ours"), side("floor"), 3)
+    assert ran == [("ours", 0), ("floor", 0), ("floor", 1), ("ours", 1), ("ours", 2), ("floor", 2)]
+    assert [t.wall_s for t in pairs.head] == [3.0] * 3 and [t.wall_s for t in pairs.base] == [2.0] * 3
+
+
 def test_a_floor_side_is_named_as_the_floor_in_every_line():
     timing = paired.Timing
     pairs = paired.Pairs(head=[timing(3.0, 3.0), timing(4.0, 4.0)], base=[timing(2.0, 2.0), timing(2.0, 4.0)])
     figures = {name: float(value) for name, value, _ in
-               (line.split() for line in paired.pair_lines("row", pairs, other="floor"))}
+               (line.split() for line in paired.pair_lines("row", pairs, other=paired.FLOOR))}
     assert figures["row_floor_wall_s_max"] == 2.0 and figures["row_floor_cpu_s_max"] == 4.0
     # per pair: wall 3/2, 4/2; cpu 3/2, 4/4
     assert figures["row_wall_ratio_to_floor"] == 1.75 and figures["row_cpu_ratio_to_floor_min"] == 1.0
